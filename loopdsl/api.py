@@ -1,0 +1,331 @@
+"""The Python API: run, resume and decide on loops. The CLI is a thin layer over this.
+
+    import loopdsl
+    result = loopdsl.run("loops/daily-triage.yaml", inputs={"repo": "."}, script="replies.yaml")
+    result.status, result.path, result.outputs, result.cost_usd, result.events
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from .compile import CompiledLoop, compile_loop
+from .engine import Engine, MemoryRecorder, NoHuman, Ports, utc_now
+from .inputs import coerce_inputs
+from .model import LlmAction, Loop, LoopAction
+from .runstate import COMPLETED, RUNNING, WAITING, RunState
+from .store import RunStore, StoreError, default_store_dir
+
+EXIT_CODES = {COMPLETED: 0, WAITING: 4}
+# Environment variables that look like credentials reach commands only when declared as `secrets`.
+_CREDENTIAL_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
+
+
+class UsageError(Exception):
+    """A user mistake outside the loop file (bad input, unknown run, changed file); exit 2."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclass
+class RunResult:
+    state: RunState
+    events: list[dict[str, Any]] = field(default_factory=list)
+    store_dir: Path | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id
+
+    @property
+    def status(self) -> str:
+        return self.state.status
+
+    @property
+    def path(self) -> list[str]:
+        return list(self.state.path)
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        return dict(self.state.outputs)
+
+    @property
+    def usage(self) -> dict[str, dict[str, float]]:
+        """Per state: tokens, cost_usd, seconds and attempts."""
+        return dict(self.state.usage)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.state.ledger.get("tokens", 0))
+
+    @property
+    def cost_usd(self) -> float:
+        return float(self.state.ledger.get("cost_usd", 0.0))
+
+    @property
+    def steps(self) -> int:
+        return int(self.state.ledger.get("steps", 0))
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.status, 1)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load(path: str | Path) -> Loop:
+    from .lint import load_loop
+
+    return load_loop(path)
+
+
+def _resolve_loop(loop: str | Path | Loop) -> Loop:
+    if isinstance(loop, Loop):
+        return loop
+    from .packages import resolve_loop_ref
+
+    return load(resolve_loop_ref(str(loop)))
+
+
+def loop_files(loop: Loop) -> dict[str, str]:
+    """Every file the run depends on (loop, imports, skills, sub-loops) -> sha256."""
+    files: dict[str, str] = {}
+
+    def add(path: Path) -> None:
+        try:
+            files[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            files[str(path)] = "missing"
+
+    if loop.source is not None:
+        add(loop.source)
+    base = loop.base_dir
+    for imp in loop.imports:
+        add((base / imp.path).resolve())
+    for state in loop.states.values():
+        if isinstance(state.action, LlmAction) and state.action.skill:
+            add((base / state.action.skill).resolve())
+        if isinstance(state.action, LoopAction) and not state.action.path.startswith("pkg:"):
+            add((base / state.action.path).resolve())
+    return files
+
+
+def _skills(loop: Loop) -> dict[str, str]:
+    from .skills import read_skill
+
+    texts: dict[str, str] = {}
+    for state in loop.states.values():
+        action = state.action
+        if isinstance(action, LlmAction) and action.skill and action.skill not in texts:
+            try:
+                texts[action.skill] = read_skill(loop.base_dir / action.skill)
+            except OSError as exc:
+                raise UsageError(f"cannot read skill {action.skill}: {exc}", "lint the loop: `loopdsl lint`") from None
+    return texts
+
+
+def command_environment(loop: Loop, secret_values: Mapping[str, str], workdir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not _CREDENTIAL_NAME.search(k) and not k.startswith("LOOPDSL_")}
+    env.update(secret_values)
+    env["LOOPDSL_WORKDIR"] = str(workdir)
+    return env
+
+
+def secret_values(loop: Loop) -> dict[str, str]:
+    return {name: os.environ[name] for name in loop.secrets if os.environ.get(name)}
+
+
+def _run_date(loop: Loop) -> str:
+    tz: Any = timezone.utc
+    if loop.schedule is not None and loop.schedule.timezone not in ("UTC", "utc"):
+        from zoneinfo import ZoneInfo
+
+        try:
+            tz = ZoneInfo(loop.schedule.timezone)
+        except Exception:
+            tz = timezone.utc
+    return datetime.now(tz).date().isoformat()
+
+
+# ---------------------------------------------------------------- providers
+
+
+def make_ports(
+    loop: Loop,
+    *,
+    script: str | Path | None,
+    provider: Any,
+    human: Any,
+    workdir: Path,
+    listeners: Iterable[Callable[[dict[str, Any]], None]],
+    recorder: Any,
+    use_cache: bool,
+) -> Ports:
+    scripted = None
+    if script is not None:
+        from .providers import ScriptedProvider
+
+        scripted = ScriptedProvider.from_file(script)
+        provider = scripted
+    if provider is None:
+
+        def make_provider() -> Any:
+            from .providers import LiteLLMProvider
+
+            return LiteLLMProvider()
+
+    else:
+
+        def make_provider() -> Any:
+            return provider
+
+    if human is None:
+        if scripted is not None:
+            from .people import ScriptedHuman
+
+            human = ScriptedHuman(scripted.decision)
+        else:
+            human = NoHuman()
+    secrets = secret_values(loop)
+    return Ports(
+        provider=make_provider,
+        recorder=recorder,
+        human=human,
+        workdir=workdir,
+        env=command_environment(loop, secrets, workdir),
+        secret_values=secrets,
+        skills=_skills(loop),
+        listeners=list(listeners),
+        use_cache=use_cache,
+    )
+
+
+class StoreRecorder:
+    """Commits run states and events to the durable run store."""
+
+    def __init__(self, store: RunStore, run_id: str):
+        self.store = store
+        self.run_id = run_id
+
+    def commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
+        record = run.to_json()
+        record["group"] = run.meta.get("group")
+        self.store.commit(self.run_id, record, events)
+
+    def get_response(self, key: str) -> dict[str, Any] | None:
+        return self.store.get_response(key)
+
+    def put_response(self, key: str, value: dict[str, Any]) -> None:
+        self.store.put_response(key, value)
+
+    def get_cached(self, key: str) -> dict[str, Any] | None:
+        return self.store.get_cached(key)
+
+    def put_cached(self, key: str, value: dict[str, Any]) -> None:
+        self.store.put_cached(key, value)
+
+
+def open_store(store: str | Path | RunStore | None, near: Path) -> RunStore:
+    if isinstance(store, RunStore):
+        return store
+    return RunStore(Path(store) if store is not None else default_store_dir(near))
+
+
+# ---------------------------------------------------------------- run
+
+
+def new_run_state(loop: Loop, run_id: str, inputs: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> RunState:
+    return RunState(
+        run_id=run_id,
+        loop=loop.name,
+        start=loop.start,
+        current=loop.start,
+        path=[loop.start],
+        visits={loop.start: 1},
+        inputs=dict(inputs),
+        started_at=utc_now(),
+        date=_run_date(loop),
+        meta=dict(meta or {}),
+    )
+
+
+def run(
+    loop: str | Path | Loop,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    script: str | Path | None = None,
+    provider: Any = None,
+    human: Any = None,
+    store: str | Path | RunStore | None | bool = None,
+    workdir: str | Path | None = None,
+    cache: bool = False,
+    listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
+    input_strings: Mapping[str, str] | None = None,
+) -> RunResult:
+    """Run a loop to its end (or until it waits for a person).
+
+    `store=None` runs in memory unless the loop needs a store (a worktree);
+    `store=True` uses the default store (`.loopdsl/` at the repository root);
+    a path or a RunStore uses that one.
+    """
+    return asyncio.run(
+        arun(loop, inputs, script=script, provider=provider, human=human, store=store, workdir=workdir,
+             cache=cache, listeners=listeners, input_strings=input_strings)
+    )
+
+
+async def arun(
+    loop: str | Path | Loop,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    script: str | Path | None = None,
+    provider: Any = None,
+    human: Any = None,
+    store: str | Path | RunStore | None | bool = None,
+    workdir: str | Path | None = None,
+    cache: bool = False,
+    listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
+    input_strings: Mapping[str, str] | None = None,
+) -> RunResult:
+    model = _resolve_loop(loop)
+    compiled = compile_loop(model)
+    values = coerce_inputs(model, inputs or {}, input_strings or {})
+    where = Path(workdir).resolve() if workdir is not None else Path.cwd()
+    durable = store is not None and store is not False or model.workspace.worktree
+    if not durable:
+        recorder = MemoryRecorder()
+        ports = make_ports(model, script=script, provider=provider, human=human, workdir=where,
+                           listeners=listeners, recorder=recorder, use_cache=cache)
+        state = new_run_state(model, "mem-" + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
+        engine = Engine(compiled, state, ports)
+        await engine.execute()
+        return RunResult(state, engine.events)
+    from .durable import run_durable
+
+    return await run_durable(
+        compiled, values, script=script, provider=provider, human=human,
+        store=open_store(None if store is True else store, where), workdir=where, cache=cache, listeners=listeners,
+    )
+
+
+def resume(run_ref: str, **kwargs: Any) -> RunResult:
+    from .durable import resume_durable
+
+    return asyncio.run(resume_durable(run_ref, **kwargs))
+
+
+def compiled_for(loop: Loop) -> CompiledLoop:
+    return compile_loop(loop)
+
+
+__all__ = ["run", "arun", "resume", "load", "RunResult", "UsageError", "StoreError", "RUNNING"]

@@ -1,0 +1,165 @@
+"""Compile a Loop into a `transitions` machine configuration plus an action table.
+
+Pure and deterministic: no provider, shell or disk. Every template and expression
+is compiled here once, so a run never re-parses Jinja, and a syntax error surfaces
+before anything runs. The machine only dispatches: its conditions evaluate guard
+expressions, and every action is run by the engine outside of its callbacks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from .model import EvaluateAction, LlmAction, Loop, LoopAction, SetAction, ShellSpec, State
+from .templates import Expression, ShellCommand, Template, compile_expression, compile_shell, compile_template
+
+# Triggers, one per kind of edge; see State.targets().
+NEXT, ROUTE, FAIL, EXHAUST, TIME_OUT = "next", "route", "fail", "exhaust", "time_out"
+
+
+@dataclass(frozen=True)
+class CompiledShell:
+    spec: ShellSpec
+    command: ShellCommand | None  # for `cmd`
+    argv: tuple[Template, ...] | None  # for `argv`
+    cwd: Template | None
+    env: Mapping[str, Template]
+
+
+@dataclass(frozen=True)
+class CompiledState:
+    """A state with every template it uses compiled once."""
+
+    state: State
+    shell: CompiledShell | None = None
+    prompt: Template | None = None
+    system: Template | None = None
+    message: Template | None = None  # checkpoint message
+    set_values: Mapping[str, Expression | Any] = field(default_factory=dict)
+    for_each: Expression | None = None
+    with_values: Mapping[str, Template | Any] = field(default_factory=dict)
+    output: Mapping[str, Template | Any] = field(default_factory=dict)
+    guards: tuple[tuple[str, Expression | None], ...] = ()  # (destination, compiled when)
+
+
+@dataclass(frozen=True)
+class MachineConfig:
+    """What `transitions.Machine` is built from (also what `graph` draws)."""
+
+    states: tuple[str, ...]
+    initial: str
+    final: tuple[str, ...]
+    # (trigger, source, dest, when-source or None) in firing priority order.
+    transitions: tuple[tuple[str, str, str, str | None], ...]
+
+
+@dataclass(frozen=True)
+class CompiledLoop:
+    loop: Loop
+    config: MachineConfig
+    states: Mapping[str, CompiledState]
+    outputs: Mapping[str, Template | Any]
+
+    def new_machine(self, model: Any, guard: Callable[[Expression, Any], bool]) -> Any:
+        """A fresh machine bound to `model`; `guard(expression, event)` decides a `when`."""
+        from transitions import Machine
+
+        machine = Machine(
+            model=model,
+            states=list(self.config.states),
+            initial=self.config.initial,
+            auto_transitions=False,
+            send_event=True,
+            model_attribute="state",
+        )
+        for trigger, source, dest, _when in self.config.transitions:
+            compiled = self._guard_for(source, dest, trigger, _when)
+            conditions = [] if compiled is None else [_bind_guard(guard, compiled)]
+            machine.add_transition(trigger, source, dest, conditions=conditions)
+        return machine
+
+    def _guard_for(self, source: str, dest: str, trigger: str, when: str | None) -> Expression | None:
+        if trigger != ROUTE or when is None:
+            return None
+        for d, expr in self.states[source].guards:
+            if d == dest and expr is not None and expr.source == when:
+                return expr
+        return compile_expression(when)
+
+
+def _bind_guard(guard: Callable[[Expression, Any], bool], expr: Expression) -> Callable[[Any], bool]:
+    def condition(event: Any) -> bool:
+        return guard(expr, event)
+
+    return condition
+
+
+def _template_or_literal(value: Any) -> Template | Any:
+    return compile_template(value) if isinstance(value, str) else value
+
+
+def _compile_shell(spec: ShellSpec) -> CompiledShell:
+    return CompiledShell(
+        spec=spec,
+        command=compile_shell(spec.cmd) if spec.cmd is not None else None,
+        argv=tuple(compile_template(a) for a in spec.argv) if spec.argv is not None else None,
+        cwd=compile_template(spec.cwd) if spec.cwd else None,
+        env={k: compile_template(v) for k, v in spec.env.items()},
+    )
+
+
+def compile_state(state: State) -> CompiledState:
+    action = state.action
+    parts: dict[str, Any] = {}
+    if isinstance(action, ShellSpec):
+        parts["shell"] = _compile_shell(action)
+    elif isinstance(action, (LlmAction, EvaluateAction)):
+        parts["prompt"] = compile_template(action.prompt)
+        if action.system:
+            parts["system"] = compile_template(action.system)
+    elif isinstance(action, SetAction):
+        parts["set_values"] = {
+            k: compile_expression(v) if isinstance(v, str) else v for k, v in action.values.items()
+        }
+    elif isinstance(action, LoopAction):
+        parts["for_each"] = compile_expression(action.for_each) if action.for_each else None
+        parts["with_values"] = {k: _template_or_literal(v) for k, v in action.with_.items()}
+    elif state.kind == "checkpoint" and action is not None:
+        parts["message"] = compile_template(action.message)  # type: ignore[union-attr]
+    if state.is_end:
+        parts["output"] = {k: _template_or_literal(v) for k, v in state.output.items()}
+    guards = tuple(
+        (t.to, compile_expression(t.when) if t.when is not None else None) for t in state.transitions
+    )
+    return CompiledState(state=state, guards=guards, **parts)
+
+
+def machine_config(loop: Loop) -> MachineConfig:
+    transitions: list[tuple[str, str, str, str | None]] = []
+    for state in loop.states.values():
+        if state.next:
+            transitions.append((NEXT, state.name, state.next, None))
+        for t in state.transitions:
+            transitions.append((ROUTE, state.name, t.to, t.when))
+        if state.on_failure:
+            transitions.append((FAIL, state.name, state.on_failure, None))
+        if state.on_exhausted:
+            transitions.append((EXHAUST, state.name, state.on_exhausted, None))
+        if state.on_timeout:
+            transitions.append((TIME_OUT, state.name, state.on_timeout, None))
+    return MachineConfig(
+        states=tuple(loop.states),
+        initial=loop.start,
+        final=tuple(s.name for s in loop.states.values() if s.is_end),
+        transitions=tuple(transitions),
+    )
+
+
+def compile_loop(loop: Loop) -> CompiledLoop:
+    """Loop -> CompiledLoop. Raises templates.TemplateError on a template lint would reject."""
+    return CompiledLoop(
+        loop=loop,
+        config=machine_config(loop),
+        states={name: compile_state(state) for name, state in loop.states.items()},
+        outputs={k: _template_or_literal(v) for k, v in loop.outputs.items()},
+    )

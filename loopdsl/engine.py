@@ -1,0 +1,561 @@
+"""The asyncio engine: runs a compiled loop, one state at a time, durably.
+
+The `transitions` machine only dispatches (its conditions evaluate `when` guards);
+every action runs here, outside its callbacks, through ports the engine is given
+(provider, human, recorder, clock). Commit points, in order, are what makes a run
+resumable after kill -9 at any moment:
+  - entering a state (current state, visit counts, results so far, budget spent);
+  - before a side effect that must not be repeated blindly (an LLM call's
+    reservation, a non-idempotent shell command): the `pending` marker;
+  - a run ending or starting to wait for a person.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Mapping, Protocol
+
+from .budget import BudgetExceeded, Ledger
+from .compile import EXHAUST, FAIL, NEXT, ROUTE, TIME_OUT, CompiledLoop, CompiledState
+from .gates import GateRunner
+from .llmcall import CallContext, LlmCaller, StepFailure, evaluate_result, llm_result, render_or_fail
+from .model import CheckpointAction, EvaluateAction, LlmAction, State
+from .retry import backoff_delay
+from .runstate import (
+    BUDGET_EXHAUSTED, COMPLETED, FAILED, RUNNING, WAITING, RunState,
+)
+from .secrets import Redactor
+from .shell import run_command
+from .templates import Expression, RenderError, to_text
+
+
+class Recorder(Protocol):
+    def commit(self, run: RunState, events: list[dict[str, Any]]) -> None: ...
+    def get_response(self, key: str) -> dict[str, Any] | None: ...
+    def put_response(self, key: str, value: dict[str, Any]) -> None: ...
+    def get_cached(self, key: str) -> dict[str, Any] | None: ...
+    def put_cached(self, key: str, value: dict[str, Any]) -> None: ...
+
+
+class Human(Protocol):
+    async def decide(self, state: str, message: str, choices: tuple[str, ...]) -> dict[str, Any] | None: ...
+
+
+class MemoryRecorder:
+    """Keeps paid responses in memory; for runs that need no durability (tests, API)."""
+
+    def __init__(self) -> None:
+        self.responses: dict[str, dict[str, Any]] = {}
+        self.commits = 0
+
+    def commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
+        self.commits += 1
+
+    def get_response(self, key: str) -> dict[str, Any] | None:
+        return self.responses.get(key)
+
+    def put_response(self, key: str, value: dict[str, Any]) -> None:
+        self.responses[key] = value
+
+    get_cached = get_response
+    put_cached = put_response
+
+
+class NoHuman:
+    """No one to ask: a checkpoint makes the run wait (exit 4) for `loopdsl approve`."""
+
+    async def decide(self, state: str, message: str, choices: tuple[str, ...]) -> dict[str, Any] | None:
+        return None
+
+
+@dataclass
+class Ports:
+    provider: Callable[[], Any]  # returns a providers.Provider; called on the first LLM call only
+    recorder: Recorder = field(default_factory=MemoryRecorder)
+    human: Human = field(default_factory=NoHuman)
+    workdir: Path = field(default_factory=Path.cwd)
+    env: Mapping[str, str] = field(default_factory=dict)  # complete environment for commands
+    secret_values: Mapping[str, str] = field(default_factory=dict)
+    skills: Mapping[str, str] = field(default_factory=dict)  # skill path -> text
+    listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    use_cache: bool = False
+    keep_events: bool = True
+
+
+class _Waiting(Exception):
+    """The run must stop and wait for a person."""
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class _Dispatch:
+    """The object the transitions machine is bound to; it carries only `state`."""
+
+    state: str
+
+
+class Engine:
+    def __init__(self, compiled: CompiledLoop, run: RunState, ports: Ports, ledger: Ledger | None = None):
+        self.compiled = compiled
+        self.loop = compiled.loop
+        self.run = run
+        self.ports = ports
+        if ledger is None:
+            ledger = Ledger.from_json(self.loop.budget, run.ledger) if run.ledger else Ledger(self.loop.budget)
+        self.ledger = ledger
+        self.redact = Redactor(ports.secret_values.values())
+        self.events: list[dict[str, Any]] = []
+        self._unsaved: list[dict[str, Any]] = []
+        self._provider: Any = None
+        self._segment_start = time.monotonic()
+        self.dispatch = _Dispatch()
+        self.machine = compiled.new_machine(self.dispatch, self._guard)
+        self.machine.set_state(run.current or self.loop.start)
+        self.gates = GateRunner(
+            self.loop.gates,
+            run_shell=run_command,
+            base_env=ports.env,
+            cwd=ports.workdir,
+            redactor=self.redact,
+            secret_values=list(ports.secret_values.values()),
+        )
+        self.llm = LlmCaller(
+            self.loop, self.ledger, self._get_provider, ports.recorder, self._commit_pending, ports.env, ports.use_cache
+        )
+        self.context: dict[str, Any] = {}
+        self._build_context()
+
+    # ------------------------------------------------------------ plumbing
+    def _get_provider(self) -> Any:
+        if self._provider is None:
+            self._provider = self.ports.provider()
+        return self._provider
+
+    def emit(self, type_: str, **data: Any) -> None:
+        self.run.seq += 1
+        event = {"seq": self.run.seq, "t": utc_now(), "type": type_, **data}
+        if self.ports.secret_values:
+            event = self.redact.redact_obj(event)
+        if self.ports.keep_events:
+            self.events.append(event)
+        self._unsaved.append(event)
+        for listener in self.ports.listeners:
+            listener(event)
+
+    def _active_seconds(self) -> float:
+        return self.run.active_s + (time.monotonic() - self._segment_start)
+
+    def commit(self) -> None:
+        now = time.monotonic()
+        self.run.active_s += now - self._segment_start
+        self._segment_start = now
+        self.run.ledger = self.ledger.to_json()
+        if self.ports.secret_values:
+            self.run.results = self.redact.redact_obj(self.run.results)
+        self.ports.recorder.commit(self.run, self._unsaved)
+        self._unsaved = []
+
+    def _commit_pending(self, pending: dict[str, Any] | None) -> None:
+        self.run.pending = pending
+        self.commit()
+
+    def _build_context(self) -> None:
+        run = self.run
+        ctx = self.context
+        ctx.clear()
+        ctx.update(run.results)
+        ctx["inputs"] = run.inputs
+        ctx["secrets"] = dict(self.ports.secret_values)
+        ctx["history"] = run.history
+        ctx["feedback"] = run.feedback
+        ctx["error"] = run.error
+        ctx["run"] = {"id": run.run_id, "date": run.date, "attempt": 1, "visits": 0}
+        ctx["budget"] = {}
+        item = run.meta.get("item", _MISSING)
+        if item is not _MISSING:
+            ctx["item"] = item
+            ctx["index"] = run.meta.get("index")
+
+    def _refresh_context(self, state: str, attempt: int) -> dict[str, Any]:
+        ctx = self.context
+        ctx["feedback"] = self.run.feedback
+        ctx["error"] = self.run.error
+        ctx["run"] = {"id": self.run.run_id, "date": self.run.date, "attempt": attempt, "visits": self.run.visits.get(state, 0)}
+        ctx["budget"] = {"spent": self.ledger.spent(), "remaining": self.ledger.remaining()}
+        return ctx
+
+    def _guard(self, expr: Expression, event: Any) -> bool:
+        return bool(expr(event.kwargs["ctx"]))
+
+    # ------------------------------------------------------------ the run
+    async def execute(self) -> RunState:
+        """Run until the loop ends or has to wait; returns the (committed) run state."""
+        run = self.run
+        if run.status == WAITING:
+            if not self._resume_waiting():
+                return run
+        try:
+            while run.status == RUNNING:
+                cstate = self.compiled.states[run.current]
+                state = cstate.state
+                if state.is_end:
+                    self._finish(state.end or FAILED, cstate)
+                    break
+                if state.max_visits is not None and run.visits.get(state.name, 0) > state.max_visits:
+                    self.emit("exhausted", state=state.name, visits=run.visits[state.name])
+                    if not self._follow(EXHAUST, state.on_exhausted):
+                        self._finish(FAILED, None, error={"state": state.name, "kind": "exhausted",
+                                                          "message": f"state '{state.name}' reached max_visits {state.max_visits}"})
+                    continue
+                await self._run_state(cstate)
+        except BudgetExceeded as exc:
+            self.emit("budget_exhausted", which=exc.which, message=exc.message)
+            self.run.pending = None
+            self._finish(BUDGET_EXHAUSTED, None, error={"state": run.current, "kind": "budget", "message": exc.message})
+        except _Waiting:
+            pass
+        return run
+
+    def _enter(self, dest: str) -> None:
+        run = self.run
+        run.current = dest
+        run.path.append(dest)
+        run.visits[dest] = run.visits.get(dest, 0) + 1
+        run.pending = None
+        self.emit("enter", state=dest, visit=run.visits[dest])
+        self.commit()
+
+    def _follow(self, trigger: str, target: str | None) -> bool:
+        if target is None:
+            return False
+        self.dispatch.trigger(trigger)  # type: ignore[attr-defined]
+        self._enter(self.dispatch.state)
+        return True
+
+    async def _run_state(self, cs: CompiledState) -> None:
+        state = cs.state
+        run = self.run
+        visit = run.visits.get(state.name, 1)
+        pending = run.pending if run.pending and run.pending.get("state") == state.name else None
+        attempt = int(pending["attempt"]) if pending else 1
+        if pending and pending.get("kind") == "shell" and not state.idempotent and not run.meta.pop("rerun_approved", False):
+            self._wait_for_person(state, reason="interrupted",
+                                  message=f"shell state '{state.name}' was cut off mid-way by a crash; "
+                                  "approve to run it again, reject to end the run",
+                                  choices=("approve", "reject"), timeout=None)
+        while True:
+            if not (pending and pending.get("step_taken") and attempt == int(pending["attempt"])):
+                self.ledger.take_step()
+            pending = None
+            wall = self.loop.budget.wall_time
+            if wall is not None:
+                self.ledger.check_wall_time(self._active_seconds())
+            ctx = self._refresh_context(state.name, attempt)
+            started = time.monotonic()
+            self.emit("attempt", state=state.name, visit=visit, attempt=attempt)
+            try:
+                result = await self._bounded_attempt(cs, ctx, visit, attempt)
+            except StepFailure as failure:
+                self._account(state.name, started, failure.result)
+                if failure.kind in state.retry.on and attempt < state.retry.max_attempts:
+                    run.feedback = failure.message
+                    delay = backoff_delay(state.retry, attempt, failure.retry_after)
+                    self.emit("retry", state=state.name, attempt=attempt, kind=failure.kind,
+                              message=failure.message, delay_s=round(delay, 3))
+                    await self._sleep(delay)
+                    attempt += 1
+                    continue
+                self._fail_state(state, failure)
+                return
+            self._account(state.name, started, result)
+            result["ok"] = True
+            result["error"] = None
+            self._store_result(state.name, result)
+            self.emit("ok", state=state.name, attempt=attempt, result=_summary(result))
+            self._route(cs, ctx)
+            return
+
+    async def _sleep(self, seconds: float) -> None:
+        wall = self.loop.budget.wall_time
+        if wall is not None and self._active_seconds() + seconds > wall:
+            raise BudgetExceeded("wall_time", f"waiting {seconds:.1f}s to retry would pass the wall_time budget of {wall:g}s")
+        await self.ports.sleep(seconds)
+
+    def _account(self, name: str, started: float, result: Mapping[str, Any] | None) -> None:
+        totals = self.run.usage.setdefault(name, {"tokens": 0, "cost_usd": 0.0, "seconds": 0.0, "attempts": 0})
+        totals["attempts"] += 1
+        totals["seconds"] = round(totals["seconds"] + time.monotonic() - started, 6)
+        if result and isinstance(result.get("usage"), Mapping) and not result.get("replayed"):
+            usage = result["usage"]
+            totals["tokens"] += int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+            totals["cost_usd"] += float(result.get("cost_usd") or 0.0)
+
+    def _store_result(self, name: str, result: dict[str, Any]) -> None:
+        if self.ports.secret_values:
+            result = self.redact.redact_obj(result)
+        self.run.results[name] = result
+        self.run.history.setdefault(name, []).append(result)
+        self.context[name] = result
+
+    def _fail_state(self, state: State, failure: StepFailure) -> None:
+        run = self.run
+        error = {"state": state.name, "kind": failure.kind, "message": failure.message}
+        result = dict(failure.result or {})
+        result.update(ok=False, error={"kind": failure.kind, "message": failure.message})
+        self._store_result(state.name, result)
+        run.error = error
+        run.feedback = failure.message
+        self.emit("failed", **error)
+        if failure.kind == "no_transition" or not self._follow(FAIL, state.on_failure):
+            self._finish(FAILED, None, error=error)
+
+    def _route(self, cs: CompiledState, ctx: dict[str, Any]) -> None:
+        state = cs.state
+        run = self.run
+        if state.next:
+            trigger = NEXT
+        elif state.transitions:
+            trigger = ROUTE
+        else:
+            self._fail_state(state, StepFailure("no_transition", f"state '{state.name}' has no next state"))
+            return
+        try:
+            moved = self.dispatch.trigger(trigger, ctx=ctx)  # type: ignore[attr-defined]
+        except RenderError as exc:
+            self._fail_state(state, StepFailure("no_transition", f"a `when` guard of '{state.name}' failed: {exc}"))
+            return
+        if not moved:
+            self._fail_state(state, StepFailure("no_transition", f"no `when` of '{state.name}' matched and it has no default"))
+            return
+        run.feedback = run.results[state.name].get("feedback", "") if state.kind == "evaluate" else ""
+        run.error = None
+        self._enter(self.dispatch.state)
+
+    # ------------------------------------------------------------ attempts
+    async def _bounded_attempt(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
+        timeout = cs.state.timeout
+        wall = self.loop.budget.wall_time
+        wall_left = None if wall is None else max(wall - self._active_seconds(), 0.0)
+        limit = min((t for t in (timeout, wall_left) if t is not None), default=None)
+        body = self._attempt(cs, ctx, visit, attempt)
+        if limit is None:
+            return await body
+        try:
+            return await asyncio.wait_for(body, limit)
+        except asyncio.TimeoutError:
+            if timeout is not None and limit == timeout:
+                raise StepFailure("timeout", f"state '{cs.state.name}' took longer than its timeout of {timeout:g}s") from None
+            raise BudgetExceeded("wall_time", f"the run passed its wall_time budget of {wall:g}s") from None
+
+    async def _attempt(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
+        state = cs.state
+        if state.gates_before:
+            await self._gates("before", state, ctx, None)
+        result = await self._action(cs, ctx, visit, attempt)
+        if state.gates_after:
+            previous = ctx.get(state.name, _MISSING)
+            ctx[state.name] = dict(result, ok=True, error=None)
+            try:
+                await self._gates("after", state, ctx, result)
+            except StepFailure as failure:
+                failure.result = result
+                raise
+            finally:
+                if previous is _MISSING:
+                    ctx.pop(state.name, None)
+                else:
+                    ctx[state.name] = previous
+        return result
+
+    async def _gates(self, phase: str, state: State, ctx: dict[str, Any], result: dict[str, Any] | None) -> None:
+        gates = state.gates_before if phase == "before" else state.gates_after
+        outcomes = await self.gates.run(gates, ctx, result)
+        for o in outcomes:
+            self.emit("gate", state=state.name, phase=phase, gate=o.name, passed=o.passed,
+                      message=o.message, duration_s=round(o.duration_s, 4))
+        failed = [o for o in outcomes if not o.passed]
+        if failed:
+            raise StepFailure("gate", f"{phase}-gate '{failed[0].name}' failed: {failed[0].message}")
+
+    async def _action(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
+        state = cs.state
+        kind = state.kind
+        if kind == "set":
+            values: dict[str, Any] = {}
+            for name, value in cs.set_values.items():
+                if isinstance(value, Expression):
+                    try:
+                        values[name] = value(ctx)
+                    except RenderError as exc:
+                        raise StepFailure("parse", f"set {name}: {exc}") from None
+                else:
+                    values[name] = value
+            return values
+        if kind == "shell":
+            return await self._shell(cs, ctx, visit, attempt)
+        if kind in ("llm", "evaluate"):
+            return await self._llm(cs, ctx, visit, attempt)
+        if kind == "checkpoint":
+            return await self._checkpoint(cs, ctx)
+        if kind == "loop":
+            from .subloop import run_child_state
+
+            return await run_child_state(self, cs, ctx)
+        raise StepFailure("no_transition", f"state kind '{kind}' cannot run")
+
+    async def _shell(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
+        shell = cs.shell
+        assert shell is not None
+        env = dict(self.ports.env)
+        try:
+            for key, template in shell.env.items():
+                env[key] = template.render(ctx)
+            cwd = self.ports.workdir
+            if shell.cwd is not None:
+                cwd = (cwd / shell.cwd.render(ctx)).resolve()
+            if shell.command is not None:
+                env.update(shell.command.environment(ctx))
+                script, argv = shell.command.script, None
+            else:
+                script, argv = None, [t.render(ctx) for t in shell.argv or ()]
+        except RenderError as exc:
+            raise StepFailure("parse", f"rendering the command of '{cs.state.name}': {exc}") from None
+        if not cs.state.idempotent:
+            self._commit_pending({"kind": "shell", "state": cs.state.name, "visit": visit,
+                                  "attempt": attempt, "step_taken": True})
+        res = await run_command(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=self.redact)
+        result = res.as_result()
+        if res.timed_out:
+            raise StepFailure("timeout", f"command timed out after {shell.spec.timeout:g}s", result=result)
+        if res.exit_code not in shell.spec.ok_exit:
+            tail = (res.stderr or res.stdout)[-2000:].strip()
+            raise StepFailure("shell_exit", f"command exited with {res.exit_code}" + (f": {tail}" if tail else ""), result=result)
+        return result
+
+    async def _llm(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
+        action = cs.state.action
+        assert isinstance(action, (LlmAction, EvaluateAction)) and cs.prompt is not None
+        prompt = render_or_fail(lambda: cs.prompt.render(ctx), f"rendering the prompt of '{cs.state.name}'")  # type: ignore[union-attr]
+        system = render_or_fail(lambda: cs.system.render(ctx), "rendering the system text") if cs.system else None
+        skill_text = self.ports.skills.get(action.skill, "") if isinstance(action, LlmAction) and action.skill else ""
+        messages = self.llm.messages(action, prompt, system, skill_text)
+        reply = await self.llm.call(action, messages, CallContext(self.run.run_id, cs.state.name, visit, attempt, skill_text))
+        self.emit("llm", state=cs.state.name, attempt=attempt, model=reply.get("model"), usage=reply.get("usage"),
+                  cost_usd=reply.get("cost_usd"), replayed=bool(reply.get("replayed")), cached=bool(reply.get("cached")))
+        if isinstance(action, EvaluateAction):
+            return evaluate_result(reply)
+        return llm_result(action, reply)
+
+    # ------------------------------------------------------------ people
+    async def _checkpoint(self, cs: CompiledState, ctx: dict[str, Any]) -> dict[str, Any]:
+        state = cs.state
+        action = state.action
+        assert isinstance(action, CheckpointAction)
+        if self.run.decision is None:
+            message = render_or_fail(lambda: cs.message.render(ctx), "rendering the checkpoint message") if cs.message else action.message
+            asked = time.monotonic()
+            decision = await self.ports.human.decide(state.name, message, action.choices)
+            self._segment_start += time.monotonic() - asked  # time waiting for a person is not run time
+            if decision is None:
+                self._wait_for_person(state, reason="checkpoint", message=message, choices=action.choices, timeout=action.timeout)
+            assert decision is not None
+            if decision.get("decision") not in action.choices:
+                raise StepFailure("parse", f"decision {decision.get('decision')!r} is not one of {', '.join(action.choices)}")
+            self.run.decision = {"decision": decision["decision"], "comment": decision.get("comment", ""),
+                                 "by": decision.get("by") or "unknown", "at": decision.get("at") or utc_now()}
+            self.emit("decided", state=state.name, **self.run.decision)
+        decision = self.run.decision
+        self.run.decision = None
+        return dict(decision)
+
+    def _wait_for_person(self, state: State, *, reason: str, message: str, choices: tuple[str, ...], timeout: float | None) -> None:
+        self.run.status = WAITING
+        self.run.waiting = {"state": state.name, "since": utc_now(), "message": message,
+                            "choices": list(choices), "timeout_s": timeout, "reason": reason}
+        self.emit("waiting", state=state.name, message=message, choices=list(choices), reason=reason)
+        self.commit()
+        raise _Waiting()
+
+    def _resume_waiting(self) -> bool:
+        """After approve/reject/decide: continue, take on_timeout, or keep waiting."""
+        run = self.run
+        waiting = run.waiting or {}
+        state = self.loop.states[waiting.get("state", run.current)]
+        decision = run.decision
+        timeout = waiting.get("timeout_s")
+        if timeout is not None:
+            since = datetime.fromisoformat(waiting["since"])
+            decided_at = datetime.fromisoformat(decision["at"]) if decision else datetime.now(timezone.utc)
+            if (decided_at - since).total_seconds() > timeout:
+                run.status, run.waiting, run.decision = RUNNING, None, None
+                self.emit("checkpoint_timeout", state=state.name, timeout_s=timeout)
+                if not self._follow(TIME_OUT, state.on_timeout):
+                    self._finish(FAILED, None, error={"state": state.name, "kind": "timeout",
+                                                      "message": f"no decision within {timeout:g}s"})
+                return run.status == RUNNING
+        if decision is None:
+            return False
+        run.status, run.waiting = RUNNING, None
+        if waiting.get("reason") == "interrupted":
+            run.decision = None
+            if decision.get("decision") != "approve":
+                self._finish(FAILED, None, error={"state": state.name, "kind": "shell_exit",
+                                                  "message": "a person declined to re-run the interrupted command"})
+                return False
+            run.meta["rerun_approved"] = True
+        self.emit("decided", state=state.name, **{k: decision.get(k) for k in ("decision", "comment", "by", "at")})
+        self._segment_start = time.monotonic()
+        return True
+
+    # ------------------------------------------------------------ ending
+    def _render_outputs(self, cs: CompiledState | None) -> dict[str, Any]:
+        outputs: dict[str, Any] = {}
+        ctx = self._refresh_context(self.run.current, 1)
+        templates = dict(self.compiled.outputs)
+        if cs is not None:
+            templates.update(cs.output)
+        for name, template in templates.items():
+            if hasattr(template, "render"):
+                try:
+                    outputs[name] = template.render(ctx)
+                except RenderError as exc:
+                    outputs[name] = None  # e.g. names a state this path never ran
+                    self.emit("output_error", output=name, message=str(exc))
+            else:
+                outputs[name] = template
+        return outputs
+
+    def _finish(self, status: str, cs: CompiledState | None, error: dict[str, Any] | None = None) -> None:
+        run = self.run
+        run.status = status
+        if error is not None:
+            run.error = error
+        run.outputs = self._render_outputs(cs)
+        if self.ports.secret_values:
+            run.outputs = self.redact.redact_obj(run.outputs)
+        run.ended_at = utc_now()
+        self.emit("end", status=status, state=run.current, outputs=run.outputs, spent=self.ledger.spent())
+        self.commit()
+
+
+_MISSING = object()
+
+
+def _summary(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A short view of a result for events (full results live in the run state)."""
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        if key in ("ok", "error"):
+            continue
+        if value is None or isinstance(value, (bool, int, float)):
+            out[key] = value
+            continue
+        text = value if isinstance(value, str) else to_text(value)
+        out[key] = text if len(text) <= 200 else text[:200] + "…"
+    return out

@@ -1,0 +1,245 @@
+"""`imports:` — reusable gates and model aliases from other YAML files.
+
+An imported file (a *library*) has top-level `gates:` and/or `models:` (optionally
+`loopdsl: 1`, `description:` and its own `imports:`). Paths are relative to the
+importing file. `{path, as: alias}` puts the library's names under `alias.name`;
+a bare path merges them as they are. Missing files, cycles and two definitions of
+one name are lint errors that point at both places.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from .diagnostics import Diagnostic, Severity
+from .loader import Document, load_document
+from .model import GATE_NAME_RE, NAME_RE, Gate, ModelAlias, YamlPath, build_gate, build_model_alias
+
+LIBRARY_KEYS = ("loopdsl", "description", "imports", "gates", "models")
+Location = tuple[str, int, int]  # display path, line, col
+
+
+@dataclass
+class ImportResult:
+    gates: dict[str, Gate] = field(default_factory=dict)
+    models: dict[str, ModelAlias] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # every file imported, transitively
+    # Where each (kind, name) is defined, for clash reports and for rules that point at
+    # an imported definition.
+    origins: dict[tuple[str, str], Location] = field(default_factory=dict)
+
+
+@dataclass
+class _Frame:
+    """One file on the import chain: for cycle reports."""
+
+    file: Path
+    shown: str
+    imported_at: Location | None  # where the previous file imports it
+
+
+class ImportCache:
+    """Libraries already resolved in this lint session, by resolved path."""
+
+    def __init__(self) -> None:
+        self.libraries: dict[Path, ImportResult] = {}
+
+
+def display_path(importer_shown: str, relative: str) -> str:
+    """The imported file's path as the user would type it from where they ran lint."""
+    return os.path.normpath(os.path.join(os.path.dirname(importer_shown), relative))
+
+
+def _err(path: str, where: tuple[int, int], rule: str, message: str, hint: str,
+         related: tuple[tuple[str, int, int, str], ...] = ()) -> Diagnostic:
+    return Diagnostic(path, where[0], where[1], Severity.ERROR, rule, message, hint, related)
+
+
+def _import_items(doc: Document) -> Iterator[tuple[int, str, str | None]]:
+    raw = doc.data.get("imports") if isinstance(doc.data, dict) else None
+    for i, item in enumerate(raw if isinstance(raw, list) else ()):
+        if isinstance(item, str):
+            yield i, item, None
+        elif isinstance(item, dict) and isinstance(item.get("path"), str):
+            alias = item.get("as")
+            yield i, item["path"], alias if isinstance(alias, str) else None
+
+
+def resolve_imports(
+    doc: Document,
+    source: Path,
+    *,
+    cache: ImportCache | None = None,
+    _chain: tuple[_Frame, ...] = (),
+) -> ImportResult:
+    """Gates and models that `doc`'s `imports:` bring in (namespaced), with diagnostics."""
+    cache = cache if cache is not None else ImportCache()
+    chain = _chain or (_Frame(source.resolve(), doc.path, None),)
+    result = ImportResult()
+    for index, relative, alias in _import_items(doc):
+        item_at = doc.locate(("imports", index, "path")) if alias is not None or isinstance(
+            doc.data["imports"][index], dict) else doc.locate(("imports", index))
+        file = (source.parent / relative).resolve()
+        shown = display_path(doc.path, relative)
+        on_chain = next((f for f in chain if f.file == file), None)
+        if on_chain is not None:
+            if on_chain.imported_at is not None:
+                related = ((*on_chain.imported_at, f'"{on_chain.shown}" is imported here first'),)
+            else:
+                related = ((on_chain.shown, 1, 1, "the file being linted"),)
+            cycle = " -> ".join([f.shown for f in chain[chain.index(on_chain):]] + [shown])
+            result.diagnostics.append(_err(
+                doc.path, item_at, "import-cycle", f"import cycle: {cycle}",
+                "imports must form a tree: move the shared gates/models into a file both import",
+                related))
+            continue
+        if not file.is_file():
+            result.diagnostics.append(_err(
+                doc.path, item_at, "missing-file", f'imported file "{relative}" does not exist',
+                "the path is relative to the importing file's folder"))
+            continue
+        library = cache.libraries.get(file)
+        if library is None:
+            frame = _Frame(file, shown, (doc.path, *item_at))
+            library = _load_library(file, shown, cache, chain + (frame,))
+            if not any(d.rule == "import-cycle" for d in library.diagnostics):
+                cache.libraries[file] = library
+        result.diagnostics.extend(library.diagnostics)
+        result.files.extend([file, *library.files])
+        _merge(result, library, alias, doc.path, item_at, relative)
+    return result
+
+
+def _merge(into: ImportResult, library: ImportResult, alias: str | None,
+           importer: str, item_at: tuple[int, int], relative: str) -> None:
+    prefix = f"{alias}." if alias else ""
+    for kind, table, target in (("gate", library.gates, into.gates), ("model", library.models, into.models)):
+        for name, thing in table.items():
+            full = prefix + name
+            origin = library.origins.get((kind, name), (relative, 1, 1))
+            if full in target:
+                first = into.origins.get((kind, full), (importer, 1, 1))
+                into.diagnostics.append(_err(
+                    importer, item_at, "import-clash",
+                    f'{kind} "{full}" from "{relative}" clashes with another {kind} of that name',
+                    f'import one of the files with `{{path: {relative}, as: NAME}}` to use its names as NAME.{name}',
+                    ((first[0], first[1], first[2], f'first {kind} "{full}" is defined here'),
+                     (origin[0], origin[1], origin[2], f'second {kind} "{full}" is defined here'))))
+                continue
+            target[full] = thing  # type: ignore[assignment]
+            into.origins[(kind, full)] = origin
+
+
+def local_clashes(doc: Document, imported: ImportResult) -> list[Diagnostic]:
+    """A loop's own gates/models that have the same name as imported ones."""
+    out = []
+    data = doc.data if isinstance(doc.data, dict) else {}
+    for kind, section in (("gate", "gates"), ("model", "models")):
+        table = imported.gates if kind == "gate" else imported.models
+        for name in data.get(section) or {}:
+            if name in table:
+                origin = imported.origins.get((kind, name), (doc.path, 1, 1))
+                out.append(_err(
+                    doc.path, doc.locate((section, name)), "import-clash",
+                    f'{kind} "{name}" is defined here and also imported',
+                    "rename one of them, or import the file with `as:` so its names get a prefix",
+                    ((origin[0], origin[1], origin[2], f'imported {kind} "{name}" is defined here'),)))
+    return out
+
+
+def _load_library(file: Path, shown: str, cache: ImportCache, chain: tuple[_Frame, ...]) -> ImportResult:
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        return ImportResult(diagnostics=[_err(shown, (0, 0), "missing-file",
+                                              f"cannot read imported file: {exc.strerror or exc}", "")])
+    doc, problems = load_document(shown, raw)
+    if doc is None:
+        return ImportResult(diagnostics=problems)
+    return lint_library(doc, file, cache=cache, _chain=chain)
+
+
+def _bad(doc: Document, path: YamlPath, message: str, hint: str, *, value: bool = False) -> Diagnostic:
+    return _err(doc.path, doc.locate(path, value=value), "import-invalid", message, hint)
+
+
+def lint_library(doc: Document, source: Path, *, cache: ImportCache | None = None,
+                 _chain: tuple[_Frame, ...] = ()) -> ImportResult:
+    """Check a library file and build its gates and models (its own imports included)."""
+    data = doc.data
+    result = resolve_imports(doc, source, cache=cache, _chain=_chain)
+    for key in data:
+        if key not in LIBRARY_KEYS:
+            hint = ("an imported file brings only `gates` and `models`; a loop with states is run with "
+                    "`loop: PATH` instead") if key in ("states", "start", "name") else \
+                f"allowed keys: {', '.join(LIBRARY_KEYS)}"
+            result.diagnostics.append(_bad(doc, (key,), f'unexpected key "{key}" in an imported file', hint))
+    result.diagnostics.extend(local_clashes(doc, result))
+    gates = data.get("gates")
+    if gates is not None and not isinstance(gates, dict):
+        result.diagnostics.append(_bad(doc, ("gates",), "`gates` must be a mapping of name -> gate",
+                                       "e.g. `tests_pass: {shell: \"pytest -q\"}`", value=True))
+        gates = {}
+    for name, raw in (gates or {}).items():
+        path: YamlPath = ("gates", name)
+        if not GATE_NAME_RE.match(str(name)):
+            result.diagnostics.append(_bad(doc, path, f'gate name "{name}" must match ^[a-z][a-z0-9_-]*$',
+                                           "use lowercase letters, digits, '_' and '-'"))
+            continue
+        if not (isinstance(raw, str) or (isinstance(raw, dict) and any(
+                k in raw for k in ("shell", "expr", "json_schema", "builtin", "ref")))):
+            result.diagnostics.append(_bad(doc, path, f'gate "{name}" needs one of shell, expr, json_schema, '
+                                           "builtin or ref", 'e.g. `{shell: "pytest -q"}`'))
+            continue
+        result.gates[name] = build_gate(raw, path, name=name)
+        result.origins[("gate", name)] = (doc.path, *doc.locate(path))
+    models = data.get("models")
+    if models is not None and not isinstance(models, dict):
+        result.diagnostics.append(_bad(doc, ("models",), "`models` must be a mapping of alias -> model",
+                                       "e.g. `writer: {model: openai/gpt-4o-mini, max_tokens: 1000}`",
+                                       value=True))
+        models = {}
+    for name, raw in (models or {}).items():
+        path = ("models", name)
+        if not NAME_RE.match(str(name)):
+            result.diagnostics.append(_bad(doc, path, f'model alias "{name}" must match ^[a-z][a-z0-9_]*$',
+                                           "use lowercase letters, digits and '_'"))
+            continue
+        if not isinstance(raw, dict) or not isinstance(raw.get("model"), str):
+            result.diagnostics.append(_bad(doc, path, f'model alias "{name}" needs `model: provider/name`',
+                                           "e.g. `{model: openai/gpt-4o-mini, max_tokens: 1000}`"))
+            continue
+        try:
+            alias = build_model_alias(name, raw, path)
+        except (TypeError, ValueError, KeyError) as exc:
+            result.diagnostics.append(_bad(doc, path, f'model alias "{name}" is malformed: {exc}',
+                                           "see the `models` section of docs/dsl.md"))
+            continue
+        result.models[name] = alias
+        result.origins[("model", name)] = (doc.path, *doc.locate(path))
+        result.diagnostics.extend(_price_problems(doc, name, alias))
+    return result
+
+
+def _price_problems(doc: Document, name: str, alias: ModelAlias) -> list[Diagnostic]:
+    if alias.price is not None:
+        return []
+    from .rules_calls import price_diagnostic
+
+    out = []
+    for model, path in [(alias.model, ("models", name, "model"))] + [
+        (f, ("models", name, "fallbacks", i)) for i, f in enumerate(alias.fallbacks)
+    ]:
+        found = price_diagnostic(doc.path, doc.locate(path, value=True), name, model)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def is_library(data: Any) -> bool:
+    """A YAML mapping that is an import library rather than a loop."""
+    return isinstance(data, dict) and not ({"states", "start", "name"} & set(data)) and bool(
+        {"gates", "models"} & set(data))

@@ -1,0 +1,101 @@
+"""Checking run inputs against a loop's `inputs:` declarations before anything runs."""
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from .model import InputSpec, Loop
+
+
+class InputError(Exception):
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list, tuple),
+    "object": (dict,),
+}
+
+
+def parse_text(spec: InputSpec, text: str) -> Any:
+    """A `--input k=v` string -> the declared type."""
+    kind = spec.type
+    try:
+        if kind == "string":
+            return text
+        if kind == "integer":
+            return int(text)
+        if kind == "number":
+            return float(text)
+        if kind == "boolean":
+            lowered = text.strip().lower()
+            if lowered in ("true", "yes", "1", "on"):
+                return True
+            if lowered in ("false", "no", "0", "off"):
+                return False
+            raise ValueError(text)
+        value = json.loads(text)
+        return value
+    except ValueError:
+        raise InputError(
+            f"input '{spec.name}' must be {_article(kind)} {kind}, got {text!r}",
+            f"pass it as --input {spec.name}=<{kind}>" + (" (JSON)" if kind in ("array", "object") else ""),
+        ) from None
+
+
+def _article(kind: str) -> str:
+    return "an" if kind[0] in "aeiou" else "a"
+
+
+def check_value(spec: InputSpec, value: Any) -> Any:
+    types = _PY_TYPES.get(spec.type, (object,))
+    ok = isinstance(value, types) and not (spec.type in ("integer", "number") and isinstance(value, bool))
+    if not ok:
+        raise InputError(f"input '{spec.name}' must be {_article(spec.type)} {spec.type}, got {type(value).__name__} {value!r}")
+    if spec.enum is not None and value not in spec.enum:
+        raise InputError(f"input '{spec.name}' must be one of {', '.join(map(str, spec.enum))}, got {value!r}")
+    if spec.minimum is not None and value < spec.minimum:
+        raise InputError(f"input '{spec.name}' must be at least {spec.minimum}, got {value!r}")
+    if spec.maximum is not None and value > spec.maximum:
+        raise InputError(f"input '{spec.name}' must be at most {spec.maximum}, got {value!r}")
+    return list(value) if isinstance(value, tuple) else value
+
+
+def coerce_inputs(loop: Loop, given: Mapping[str, Any], strings: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Typed values (`given`) and `--input` strings (`strings`) -> the run's inputs, defaults filled."""
+    values: dict[str, Any] = {}
+    raw = dict(given)
+    for name, text in (strings or {}).items():
+        spec = loop.inputs.get(name)
+        if spec is not None:
+            raw[name] = parse_text(spec, text)
+        else:
+            raw[name] = text
+    unknown = sorted(set(raw) - set(loop.inputs))
+    if unknown:
+        import difflib
+
+        name = unknown[0]
+        close = difflib.get_close_matches(name, list(loop.inputs), n=1)
+        accepted = ", ".join(loop.inputs) or "none"
+        raise InputError(
+            f"loop '{loop.name}' has no input '{name}'" + (f"; did you mean '{close[0]}'?" if close else ""),
+            f"inputs it accepts: {accepted}",
+        )
+    for name, spec in loop.inputs.items():
+        if name in raw:
+            values[name] = check_value(spec, raw[name])
+        elif spec.has_default:
+            values[name] = spec.default
+        elif spec.required:
+            raise InputError(f"input '{name}' is required", f"pass --input {name}=<{spec.type}>")
+        else:
+            values[name] = None
+    return values

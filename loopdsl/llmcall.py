@@ -1,0 +1,264 @@
+"""One `llm` or `evaluate` attempt: messages, reservation, fallbacks, paid-response reuse.
+
+Budget order of operations (the promise that budgets are hard caps):
+reserve the worst case -> commit the reservation (the run's `pending` marker) ->
+call -> replace the reservation with the reported usage and cost -> store the paid
+response under its key. A run killed after the call but before the next commit finds
+the stored response on resume and does not pay again.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .budget import Ledger, reservation_for
+from .model import EvaluateAction, LlmAction, Loop, ModelAlias, Price
+from .prices import model_price
+from .providers import LlmRequest, LlmResponse, Provider, ProviderError
+from .templates import RenderError
+
+
+class StepFailure(Exception):
+    """An attempt failed with one of the DSL's error kinds."""
+
+    def __init__(self, kind: str, message: str, retry_after: float | None = None, result: dict | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.retry_after = retry_after
+        self.result = result
+
+
+EVALUATOR_INSTRUCTIONS = (
+    "You are an evaluator. Judge the work against the criteria. Reply with JSON only, exactly "
+    'of the form {"verdict": "accept" | "reject", "feedback": "<what to change, or why it is fine>"}.'
+)
+_FENCE = re.compile(r"^\s*```[A-Za-z0-9_+-]*\s*(.*?)\s*```\s*$", re.DOTALL)
+
+
+def strip_fence(text: str) -> str:
+    """One surrounding Markdown code fence is removed; anything else is left as is."""
+    m = _FENCE.match(text)
+    return m.group(1) if m else text
+
+
+def parse_json_reply(text: str) -> Any:
+    try:
+        return json.loads(strip_fence(text))
+    except json.JSONDecodeError as exc:
+        raise StepFailure(
+            "parse",
+            f"the reply is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            "reply with JSON only",
+        ) from None
+
+
+def request_key(run_id: str, state: str, visit: int, attempt: int, chain_index: int, request: Mapping[str, Any]) -> str:
+    body = {"run": run_id, "state": state, "visit": visit, "attempt": attempt, "fallback": chain_index, "request": request}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def cache_key(request: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(request, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def alias_cost(price: Price, prompt_tokens: int, completion_tokens: int) -> float:
+    return (prompt_tokens * price.input_per_mtok + completion_tokens * price.output_per_mtok) / 1_000_000
+
+
+@dataclass
+class CallContext:
+    """What the engine gives one call: identity for keys and the ports to use."""
+
+    run_id: str
+    state: str
+    visit: int
+    attempt: int
+    system_prefix: str  # skill text, when the state names a skill
+
+
+class LlmCaller:
+    def __init__(
+        self,
+        loop: Loop,
+        ledger: Ledger,
+        provider: Callable[[], Provider],
+        recorder: Any,
+        commit_pending: Callable[[dict[str, Any] | None], None],
+        env: Mapping[str, str],
+        use_cache: bool = False,
+    ):
+        self.loop = loop
+        self.ledger = ledger
+        self.provider = provider
+        self.recorder = recorder
+        self.commit_pending = commit_pending
+        self.env = env
+        self.use_cache = use_cache
+
+    # ------------------------------------------------------------ messages
+    def messages(self, action: LlmAction | EvaluateAction, prompt: str, system: str | None, skill_text: str) -> tuple[dict[str, str], ...]:
+        parts: list[str] = []
+        if skill_text:
+            parts.append(skill_text.strip())
+        if system:
+            parts.append(system.strip())
+        if isinstance(action, EvaluateAction):
+            parts.append(EVALUATOR_INSTRUCTIONS)
+            if action.criteria:
+                parts.append("Criteria:\n" + "\n".join(f"- {c}" for c in action.criteria))
+        elif action.output == "json":
+            hint = "Reply with JSON only."
+            if action.schema is not None:
+                hint += " It must match this JSON Schema: " + json.dumps(action.schema, sort_keys=True)
+            parts.append(hint)
+        msgs: list[dict[str, str]] = []
+        if parts:
+            msgs.append({"role": "system", "content": "\n\n".join(parts)})
+        msgs.append({"role": "user", "content": prompt})
+        return tuple(msgs)
+
+    def _chain(self, alias: ModelAlias) -> list[str]:
+        return [alias.model, *alias.fallbacks]
+
+    def _price(self, alias: ModelAlias, model: str) -> Price | None:
+        if model == alias.model and alias.price is not None:
+            return alias.price
+        return model_price(model)
+
+    def _api_key(self, alias: ModelAlias) -> str | None:
+        if alias.api_key_env:
+            return self.env.get(alias.api_key_env) or os.environ.get(alias.api_key_env)
+        return None
+
+    # ------------------------------------------------------------ the call
+    async def call(self, action: LlmAction | EvaluateAction, messages: tuple[dict[str, str], ...], cc: CallContext) -> dict[str, Any]:
+        alias = self.loop.models[action.model]
+        max_tokens = action.max_tokens or alias.max_tokens
+        if not max_tokens:
+            raise StepFailure("budget", f"model '{alias.name}' has no max_tokens; set it on the call or the alias")
+        temperature = action.temperature if action.temperature is not None else alias.temperature
+        chain = self._chain(alias)
+        priced = [(m, self._price(alias, m)) for m in chain]
+        last: ProviderError | None = None
+        for index, model in enumerate(chain):
+            request = LlmRequest(
+                model=model,
+                messages=messages,
+                max_tokens=int(max_tokens),
+                temperature=temperature,
+                api_base=alias.api_base if index == 0 else None,
+                api_key=self._api_key(alias) if index == 0 else None,
+                timeout=alias.timeout,
+                params=dict(alias.params) if index == 0 else {},
+            )
+            canonical = request.canonical()
+            key = request_key(cc.run_id, cc.state, cc.visit, cc.attempt, index, canonical)
+            stored = self.recorder.get_response(key)
+            if stored is not None:  # paid before a crash: reuse, never pay twice
+                stored = dict(stored)
+                stored["replayed"] = True
+                return stored
+            if self.use_cache:
+                cached = self.recorder.get_cached(cache_key(canonical))
+                if cached is not None:
+                    hit = dict(cached, cost_usd=0.0, cached=True)
+                    self.recorder.put_response(key, hit)
+                    return hit
+            try:
+                return await self._paid_call(request, priced, key, canonical, cc)
+            except ProviderError as exc:
+                last = exc
+                continue  # the next model of the fallback chain, within this attempt
+        assert last is not None
+        raise StepFailure(last.kind, last.message, retry_after=last.retry_after)
+
+    async def _paid_call(self, request: LlmRequest, priced: list[tuple[str, Price | None]], key: str, canonical: dict, cc: CallContext) -> dict[str, Any]:
+        provider = self.provider()
+        prompt_tokens = provider.count_tokens(request.model, list(request.messages))
+        try:
+            tokens, cost = reservation_for(priced, prompt_tokens, request.max_tokens)
+        except ValueError as exc:
+            raise StepFailure("budget", f"refusing to call {request.model}: {exc}") from None
+        reservation = self.ledger.reserve(tokens, cost, label=f"{cc.state}#{cc.visit}.{cc.attempt}")
+        self.commit_pending(
+            {"kind": "llm", "state": cc.state, "visit": cc.visit, "attempt": cc.attempt,
+             "key": key, "reserved": {"tokens": tokens, "cost_usd": cost}, "step_taken": True}
+        )
+        try:
+            response: LlmResponse = await provider.complete(request, state=cc.state)
+        except ProviderError as exc:
+            if exc.kind == "timeout":
+                self.ledger.charge_reservation(reservation)  # may have been billed: assume so
+            else:
+                self.ledger.settle(reservation, 0, 0.0)  # refused before any work
+            raise
+        except asyncio.CancelledError:
+            self.ledger.charge_reservation(reservation)
+            raise
+        price = dict(priced).get(request.model)
+        cost_usd = response.cost_usd
+        if price is not None and (cost_usd is None or request.model == priced[0][0]):
+            cost_usd = alias_cost(price, response.prompt_tokens, response.completion_tokens)
+        if cost_usd is None:  # unknown cost is never $0: keep the reserved worst case
+            cost_usd = cost
+        used = response.prompt_tokens + response.completion_tokens
+        self.ledger.settle(reservation, used, cost_usd)
+        result = {
+            "text": response.text,
+            "usage": {"prompt_tokens": response.prompt_tokens, "completion_tokens": response.completion_tokens},
+            "cost_usd": cost_usd,
+            "model": response.model or request.model,
+        }
+        self.recorder.put_response(key, result)
+        if self.use_cache:
+            self.recorder.put_cached(cache_key(canonical), result)
+        return result
+
+
+def llm_result(action: LlmAction, reply: dict[str, Any]) -> dict[str, Any]:
+    """Shape an llm reply into the state's result; json output is parsed and checked."""
+    from .jsonschema_check import schema_errors
+
+    result = {k: reply[k] for k in ("text", "usage", "cost_usd", "model")}
+    result["json"] = None
+    if action.output == "json":
+        data = parse_json_reply(reply["text"])
+        if action.schema is not None:
+            problems = schema_errors(action.schema, data)
+            if problems:
+                raise StepFailure("parse", "the JSON does not match the schema: " + "; ".join(problems[:5]), result=result)
+        result["json"] = data
+    return result
+
+
+def evaluate_result(reply: dict[str, Any]) -> dict[str, Any]:
+    data = parse_json_reply(reply["text"])
+    verdict = data.get("verdict") if isinstance(data, dict) else None
+    if verdict not in ("accept", "reject"):
+        raise StepFailure(
+            "parse",
+            'the evaluator must reply {"verdict": "accept"|"reject", "feedback": "..."}; '
+            f"got verdict {verdict!r}",
+        )
+    feedback = data.get("feedback", "")
+    return {
+        "verdict": verdict,
+        "feedback": feedback if isinstance(feedback, str) else json.dumps(feedback),
+        "usage": reply["usage"],
+        "cost_usd": reply["cost_usd"],
+        "model": reply["model"],
+        "text": reply["text"],
+    }
+
+
+def render_or_fail(render: Callable[[], str], what: str) -> str:
+    try:
+        return render()
+    except RenderError as exc:
+        raise StepFailure("parse", f"{what}: {exc}") from None

@@ -1,0 +1,57 @@
+"""Loops shipped by installed Python distributions (entry point group `loopdsl.loops`).
+
+`pkg:NAME` names the loop `NAME.yaml` under the `loops/` folder of the package an
+entry point points at; pinning those is pip's job.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import metadata, resources
+from pathlib import Path
+
+GROUP = "loopdsl.loops"
+
+
+class PackageError(Exception):
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class PackagedLoop:
+    name: str
+    path: Path
+    distribution: str
+    version: str
+
+
+def installed_loops() -> list[PackagedLoop]:
+    found: list[PackagedLoop] = []
+    for ep in metadata.entry_points(group=GROUP):
+        dist = ep.dist.name if ep.dist else ep.name
+        version = ep.dist.version if ep.dist else "?"
+        try:
+            folder = resources.files(ep.value) / "loops"
+        except (ModuleNotFoundError, TypeError):
+            continue
+        if not folder.is_dir():
+            continue
+        for item in sorted(folder.iterdir(), key=lambda p: p.name):
+            if item.name.endswith((".yaml", ".yml")):
+                found.append(PackagedLoop(item.name.rsplit(".", 1)[0], Path(str(item)), dist, version))
+    return found
+
+
+def resolve_loop_ref(ref: str) -> Path:
+    """`pkg:NAME` -> the packaged file; anything else is a path."""
+    if not ref.startswith("pkg:"):
+        return Path(ref)
+    name = ref[4:]
+    loops = installed_loops()
+    for loop in loops:
+        if loop.name == name:
+            return loop.path
+    known = ", ".join(sorted(p.name for p in loops)) or "none installed"
+    raise PackageError(f"no installed loop package provides '{name}'", f"installed loops: {known}; `loopdsl patterns` lists them")

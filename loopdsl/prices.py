@@ -1,0 +1,139 @@
+"""Model prices and context windows, read as data from LiteLLM's price table.
+
+`lint`, `cost` and dry runs need prices but must not pay LiteLLM's multi-second
+import, so this module never imports litellm: it locates the installed package with
+`importlib.util.find_spec` (which does not execute the package) and reads the JSON
+table shipped inside it. The table is the same one LiteLLM itself uses when
+`LITELLM_LOCAL_MODEL_COST_MAP=True`, which is how `providers.ensure_litellm` runs it,
+so the prices reserved here are the prices LiteLLM later reports.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from .model import Price
+
+PRICE_TABLE_FILE = "model_prices_and_context_window_backup.json"
+_TOKENS_PER_MTOK = 1_000_000
+
+
+class PriceTableUnavailable(RuntimeError):
+    """LiteLLM (and so its price table) is not installed or the table is unreadable."""
+
+
+def price_table_path() -> Path:
+    spec = importlib.util.find_spec("litellm")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        candidate = Path(location) / PRICE_TABLE_FILE
+        if candidate.is_file():
+            return candidate
+    raise PriceTableUnavailable(
+        f"cannot find LiteLLM's price table ({PRICE_TABLE_FILE}): is litellm installed? "
+        "Install it (pip install litellm) or give each model alias a `price:`."
+    )
+
+
+@lru_cache(maxsize=1)
+def price_table() -> dict:
+    path = price_table_path()
+    try:
+        table = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PriceTableUnavailable(f"cannot read LiteLLM's price table {path}: {exc}") from exc
+    if not isinstance(table, dict):
+        raise PriceTableUnavailable(f"LiteLLM's price table {path} is not a JSON object")
+    # The first entry documents the format; it is not a model.
+    table.pop("sample_spec", None)
+    return table
+
+
+@lru_cache(maxsize=1)
+def _lowercase_index() -> dict[str, str]:
+    # LiteLLM matches table keys case-insensitively; keep the first spelling seen.
+    index: dict[str, str] = {}
+    for key in price_table():
+        index.setdefault(key.lower(), key)
+    return index
+
+
+def _provider_matches(prefix: str, litellm_provider: Any) -> bool:
+    """Whether a "prefix/" in a model string names the provider of a table entry.
+
+    The table spells some providers with a qualifier ("vertex_ai-language-models",
+    "text-completion-openai"); the prefix a user writes is the bare provider.
+    """
+    if not isinstance(litellm_provider, str):
+        return False
+    provider = litellm_provider.lower()
+    prefix = prefix.lower()
+    return provider == prefix or provider.startswith(prefix + "-") or provider.endswith("-" + prefix)
+
+
+def _lookup(key: str) -> Mapping[str, Any] | None:
+    table = price_table()
+    entry = table.get(key)
+    if entry is None:
+        real_key = _lowercase_index().get(key.lower())
+        entry = table.get(real_key) if real_key is not None else None
+    return entry if isinstance(entry, Mapping) else None
+
+
+def model_info(model: str) -> Mapping[str, Any] | None:
+    """The price-table entry for a LiteLLM model string, resolved as LiteLLM does.
+
+    First the exact key ("gemini/gemini-2.5-flash", "gpt-4o-mini"), then, for
+    "provider/name", the bare name when that entry belongs to the same provider
+    ("openai/gpt-4o-mini" -> "gpt-4o-mini", "anthropic/claude-haiku-4-5" ->
+    "claude-haiku-4-5"). A bare name under a different provider is not a match:
+    "groq/gpt-4o-mini" is not OpenAI's price.
+    """
+    model = model.strip()
+    if not model:
+        return None
+    entry = _lookup(model)
+    if entry is not None:
+        return entry
+    prefix, sep, rest = model.partition("/")
+    if sep and rest:
+        entry = _lookup(rest)
+        if entry is not None and _provider_matches(prefix, entry.get("litellm_provider")):
+            return entry
+    return None
+
+
+def model_provider(model: str) -> str | None:
+    """LiteLLM's provider name for a model known to the table ("openai", "anthropic" ...)."""
+    entry = model_info(model)
+    provider = entry.get("litellm_provider") if entry is not None else None
+    return provider if isinstance(provider, str) else None
+
+
+def model_price(model: str) -> Price | None:
+    """USD per million tokens (input, output), or None when the table has no price."""
+    entry = model_info(model)
+    if entry is None:
+        return None
+    per_input = entry.get("input_cost_per_token")
+    per_output = entry.get("output_cost_per_token")
+    if not _is_number(per_input) or not _is_number(per_output):
+        return None
+    return Price(
+        # Rounded so that 1.5e-07/token reads as 0.15, not 0.15000000000000002.
+        input_per_mtok=round(float(per_input) * _TOKENS_PER_MTOK, 10),
+        output_per_mtok=round(float(per_output) * _TOKENS_PER_MTOK, 10),
+    )
+
+
+def max_input_tokens(model: str) -> int | None:
+    entry = model_info(model)
+    value = entry.get("max_input_tokens") if entry is not None else None
+    return int(value) if _is_number(value) else None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -1,0 +1,504 @@
+"""The LLM port: one completion per call, through LiteLLM, with errors as kinds.
+
+Two providers implement it. `LiteLLMProvider` makes real calls; `ScriptedProvider`
+answers from a script (for offline runs and tests) but still goes through
+`litellm.acompletion(mock_response=...)`, so its responses, usage, cost and
+exceptions are LiteLLM's own objects and take the same path as real ones.
+
+Retries belong to the engine alone: every call passes `num_retries=0` (LiteLLM's
+wrapper) and `max_retries=0` (the OpenAI client's own, which otherwise makes
+3 requests for one 5xx), and no Router is used. One `complete()` is at most one
+paid request.
+
+A malformed (unparseable) response body from the provider is reported as
+`server_error`, not `parse`: `parse` is reserved for *our* parsing of the model's
+answer (its message becomes `feedback` for the model), and a garbled body is the
+provider's fault, worth retrying like any other 5xx.
+"""
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Protocol, Sequence
+
+from .prices import model_provider
+
+PROVIDER_ERROR_KINDS = ("rate_limit", "server_error", "timeout", "connection", "auth", "context_window", "parse")
+SCRIPTED_ERROR_KINDS = ("rate_limit", "timeout", "server_error", "context_window", "connection", "auth")
+# LiteLLM needs some key even for a local OpenAI-compatible server that checks none.
+LOCAL_PLACEHOLDER_KEY = "sk-local"
+# Providers whose prompts LiteLLM counts with the provider's real tokenizer (tiktoken).
+EXACT_TOKENIZER_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "azure_text"})
+ESTIMATE_MARGIN = 1.25
+# Grace beyond the request's own timeout before we stop waiting on LiteLLM ourselves.
+_TIMEOUT_GRACE_S = 5.0
+# Providers word an over-long prompt differently; LiteLLM recognises only some phrasings.
+_CONTEXT_WINDOW_TEXT = re.compile(
+    r"context[ _-]?(length|window)|maximum context|prompt is too long|too many (input )?tokens", re.IGNORECASE
+)
+_CREDENTIAL_KEY = re.compile(r"(^|_)(api_?key|key|secret|password|passwd|token|authorization|credentials?|auth)($|_)")
+
+
+# -- request / response / errors ------------------------------------------------
+@dataclass(frozen=True)
+class LlmRequest:
+    model: str
+    messages: tuple[dict[str, str], ...]
+    max_tokens: int
+    temperature: float | None = None
+    api_base: str | None = None
+    api_key: str | None = field(default=None, repr=False, compare=False)  # never persisted
+    timeout: float | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
+        object.__setattr__(self, "params", dict(self.params))
+
+    def canonical(self) -> dict[str, Any]:
+        """What determines the answer, as JSON-able data, without any credential.
+
+        Used for response-cache keys and the run store. `timeout` is left out: it
+        changes when we give up, not what the model says.
+        """
+        return {
+            "model": self.model,
+            "messages": [dict(m) for m in self.messages],
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "api_base": _strip_userinfo(self.api_base),
+            "params": _without_credentials(self.params),
+        }
+
+
+@dataclass
+class LlmResponse:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None  # None: the provider's price is unknown (never read as $0)
+    model: str
+
+
+class ProviderError(Exception):
+    def __init__(self, kind: str, message: str, retry_after: float | None = None) -> None:
+        if kind not in PROVIDER_ERROR_KINDS:
+            raise ValueError(f"unknown provider error kind {kind!r}")
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ScriptExhausted(Exception):
+    """The script has no reply left for a state that asked for one."""
+
+
+class ScriptError(ValueError):
+    """The script file itself is wrong (where, what, how to fix)."""
+
+
+class Provider(Protocol):
+    async def complete(self, request: LlmRequest, *, state: str) -> LlmResponse: ...
+
+    def count_tokens(self, model: str, messages: Sequence[Mapping[str, str]]) -> int: ...
+
+
+def _strip_userinfo(url: str | None) -> str | None:
+    if not url:
+        return url
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", url)
+
+
+def _without_credentials(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {
+            str(k): _without_credentials(v)
+            for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
+            if not _CREDENTIAL_KEY.search(str(k).lower().replace("-", "_"))
+        }
+    if isinstance(value, (list, tuple)):
+        return [_without_credentials(v) for v in value]
+    return value
+
+
+# -- LiteLLM, imported on first use -----------------------------------------------
+def ensure_litellm() -> Any:
+    """Import LiteLLM the way loopdsl needs it: offline price map, no ./.env, quiet.
+
+    The environment defaults must be set before the import (LiteLLM reads them
+    while importing); a user's explicit value is kept.
+    """
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    # Never fetch a HuggingFace tokenizer over the network to count tokens:
+    # non-OpenAI counts are estimates either way and get our safety margin.
+    litellm.disable_hf_tokenizer_download = True
+    litellm.num_retries = 0
+    return litellm
+
+
+def tokenizer_is_exact(model: str) -> bool:
+    """Whether LiteLLM's `token_counter` uses the provider's real tokenizer for `model`."""
+    return model_provider(model) in EXACT_TOKENIZER_PROVIDERS
+
+
+def count_prompt_tokens(model: str, messages: Sequence[Mapping[str, str]]) -> int:
+    """Prompt tokens to reserve: exact for OpenAI models, else ceil(1.25 x LiteLLM's estimate)."""
+    litellm = ensure_litellm()
+    counted = int(litellm.token_counter(model=model, messages=[dict(m) for m in messages]))
+    return counted if tokenizer_is_exact(model) else math.ceil(ESTIMATE_MARGIN * counted)
+
+
+# -- exception mapping ----------------------------------------------------------------
+def _exception_chain(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain and len(chain) < 20:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _class_names(exc: BaseException) -> set[str]:
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def _status_code(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds from Retry-After / retry-after-ms, wherever this LiteLLM keeps the headers.
+
+    A vendor 429 carries them in `litellm_response_headers` (and `response.headers`);
+    an error built by LiteLLM or by our script carries them in `headers`.
+    """
+    sources = [
+        getattr(exc, "headers", None),
+        getattr(exc, "litellm_response_headers", None),
+        getattr(getattr(exc, "response", None), "headers", None),
+    ]
+    for headers in sources:
+        if not headers:
+            continue
+        try:
+            lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+        except AttributeError:
+            continue
+        if "retry-after-ms" in lowered:
+            try:
+                return max(0.0, float(lowered["retry-after-ms"]) / 1000.0)
+            except ValueError:
+                pass
+        value = lowered.get("retry-after")
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            parsed = email.utils.parsedate_to_datetime(value) if value.strip() else None
+            if parsed is not None:
+                return max(0.0, parsed.timestamp() - time.time())
+    return None
+
+
+def _redact(text: str, secrets: Iterable[str | None]) -> str:
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str | None] = ()) -> ProviderError:
+    """One LiteLLM/OpenAI exception -> a ProviderError with one of our kinds."""
+    chain = _exception_chain(exc)
+    names = _class_names(exc)
+    status = _status_code(exc)
+    detail = re.sub(r"^litellm\.\w+: ", "", str(exc) or type(exc).__name__)
+
+    def error(kind: str, what: str, retry_after: float | None = None, http: bool = True) -> ProviderError:
+        # No status for timeouts and connection failures: LiteLLM fills in a
+        # synthetic 408/500 there although no response ever arrived.
+        shown = f"HTTP {status}: " if http and status and status >= 400 else ""
+        return ProviderError(kind, _redact(f"{model}: {shown}{what}", secrets), retry_after)
+
+    if "ContextWindowExceededError" in names or (
+        status in (400, 413) and _CONTEXT_WINDOW_TEXT.search(detail)
+    ):
+        return error("context_window", f"the prompt does not fit the model's context window: {detail}")
+    if "RateLimitError" in names or status == 429:
+        return error("rate_limit", f"rate limited: {detail}", _retry_after(exc))
+    if any({"Timeout", "APITimeoutError", "TimeoutError", "TimeoutException"} & _class_names(e) for e in chain):
+        return error("timeout", f"timed out: {detail}", http=False)
+    if {"AuthenticationError", "PermissionDeniedError"} & names or status in (401, 403):
+        return error("auth", f"not authorised (check the API key and its permissions): {detail}")
+    # A refused or dropped connection reaches us as LiteLLM's InternalServerError
+    # wrapping openai.APIConnectionError / httpx.ConnectError: look down the chain.
+    connection_names = {"APIConnectionError", "ConnectError", "ClientConnectorError", "ConnectionError"}
+    if any(connection_names & _class_names(e) for e in chain):
+        return error("connection", f"could not reach the provider: {detail}", http=False)
+    if any(isinstance(e, json.JSONDecodeError) for e in chain):
+        return error("server_error", f"the provider sent a malformed response body: {detail}", http=False)
+    return error("server_error", detail)
+
+
+# -- response parsing -----------------------------------------------------------------
+def _response_to_llm(litellm: Any, response: Any, request: LlmRequest) -> LlmResponse:
+    choices = getattr(response, "choices", None) or []
+    if not choices:
+        raise ProviderError("server_error", f"{request.model}: the provider returned no choices")
+    message = getattr(choices[0], "message", None)
+    text = getattr(message, "content", None) or ""
+    usage = getattr(response, "usage", None)
+    prompt_tokens = getattr(usage, "prompt_tokens", None)
+    completion_tokens = getattr(usage, "completion_tokens", None)
+    if not isinstance(prompt_tokens, int):
+        prompt_tokens = count_prompt_tokens(request.model, request.messages)
+    if not isinstance(completion_tokens, int):
+        completion_tokens = int(litellm.token_counter(model=request.model, text=text))
+    hidden = getattr(response, "_hidden_params", None) or {}
+    cost = hidden.get("response_cost") if isinstance(hidden, Mapping) else None
+    if cost is None:
+        try:
+            cost = litellm.completion_cost(completion_response=response)
+        except Exception:  # LiteLLM raises for a model it cannot price: unknown, not free
+            cost = None
+    return LlmResponse(
+        text=text,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cost_usd=float(cost) if isinstance(cost, (int, float)) else None,
+        model=str(getattr(response, "model", None) or request.model),
+    )
+
+
+_FORCED = {"num_retries": 0, "max_retries": 0}
+
+
+async def _acompletion(litellm: Any, kwargs: dict[str, Any], request: LlmRequest, secrets: Sequence[str | None]) -> Any:
+    try:
+        call = litellm.acompletion(**kwargs)
+        if request.timeout is not None:
+            # LiteLLM enforces `timeout` itself; this only bounds a client that hangs anyway.
+            return await asyncio.wait_for(call, request.timeout + _TIMEOUT_GRACE_S)
+        return await call
+    except asyncio.TimeoutError:
+        raise ProviderError("timeout", f"{request.model}: no answer within {request.timeout:g}s") from None
+    except ProviderError:
+        raise
+    except Exception as exc:
+        raise map_litellm_error(exc, model=request.model, secrets=secrets) from exc
+
+
+class LiteLLMProvider:
+    """Real calls through `litellm.acompletion`, one HTTP request per `complete()`."""
+
+    async def complete(self, request: LlmRequest, *, state: str) -> LlmResponse:
+        litellm = ensure_litellm()
+        api_key = request.api_key or (LOCAL_PLACEHOLDER_KEY if request.api_base else None)
+        kwargs: dict[str, Any] = {"model": request.model, "messages": [dict(m) for m in request.messages]}
+        kwargs["max_tokens"] = request.max_tokens
+        for name, value in (
+            ("temperature", request.temperature),
+            ("api_base", request.api_base),
+            ("api_key", api_key),
+            ("timeout", request.timeout),
+        ):
+            if value is not None:
+                kwargs[name] = value
+        kwargs.update(request.params)
+        kwargs.update(_FORCED)  # a model alias cannot switch LiteLLM's retries back on
+        response = await _acompletion(litellm, kwargs, request, (api_key, request.api_key))
+        return _response_to_llm(litellm, response, request)
+
+    def count_tokens(self, model: str, messages: Sequence[Mapping[str, str]]) -> int:
+        return count_prompt_tokens(model, messages)
+
+
+# -- scripted provider ------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Entry:
+    kind: str  # "reply" | "error" | "decision"
+    text: str = ""
+    usage: tuple[int, int] | None = None
+    error: str = ""
+    message: str = ""
+    retry_after: float | None = None
+    decision: str = ""
+    comment: str = ""
+
+
+def _parse_entry(raw: Any, where: str) -> _Entry:
+    if isinstance(raw, str):
+        return _Entry("reply", text=raw)
+    if not isinstance(raw, Mapping):
+        raise ScriptError(f"{where}: expected a reply text or a mapping with `text`, `error` or `decision`")
+    keys = [k for k in ("text", "error", "decision") if k in raw]
+    if len(keys) != 1:
+        raise ScriptError(f"{where}: give exactly one of `text`, `error` or `decision` (found {keys or 'none'})")
+    allowed = {"text": {"text", "usage"}, "error": {"error", "message", "retry_after"},
+               "decision": {"decision", "comment"}}[keys[0]]
+    extra = sorted(str(k) for k in raw if k not in allowed)
+    if extra:
+        raise ScriptError(f"{where}: unexpected key(s) {', '.join(extra)} (allowed here: {', '.join(sorted(allowed))})")
+    if "text" in raw:
+        if not isinstance(raw["text"], str):
+            raise ScriptError(f"{where}: `text` must be a string")
+        usage = raw.get("usage")
+        if usage is None:
+            return _Entry("reply", text=raw["text"])
+        counts = []
+        for name in ("prompt_tokens", "completion_tokens"):
+            value = usage.get(name) if isinstance(usage, Mapping) else None
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ScriptError(f"{where}: `usage` needs non-negative integers `prompt_tokens` and `completion_tokens`")
+            counts.append(value)
+        return _Entry("reply", text=raw["text"], usage=(counts[0], counts[1]))
+    if "error" in raw:
+        kind = raw["error"]
+        if kind not in SCRIPTED_ERROR_KINDS:
+            raise ScriptError(f"{where}: unknown error kind {kind!r} (expected one of {', '.join(SCRIPTED_ERROR_KINDS)})")
+        retry_after = raw.get("retry_after")
+        if retry_after is not None and (isinstance(retry_after, bool) or not isinstance(retry_after, (int, float)) or retry_after < 0):
+            raise ScriptError(f"{where}: `retry_after` must be a number of seconds")
+        return _Entry("error", error=kind, message=str(raw.get("message", f"scripted {kind}")),
+                      retry_after=None if retry_after is None else float(retry_after))
+    decision = raw["decision"]
+    if not isinstance(decision, str) or not decision:
+        raise ScriptError(f"{where}: `decision` must be a non-empty string such as approve or reject")
+    return _Entry("decision", decision=decision, comment=str(raw.get("comment", "") or ""))
+
+
+def _scripted_exception(litellm: Any, entry: _Entry, model: str) -> Exception:
+    common = {"message": entry.message, "llm_provider": "scripted", "model": model}
+    if entry.error == "rate_limit":
+        headers = {"retry-after": f"{entry.retry_after:g}"} if entry.retry_after is not None else None
+        return litellm.RateLimitError(**common, headers=headers)
+    classes = {"timeout": "Timeout", "server_error": "InternalServerError", "context_window": "ContextWindowExceededError",
+               "connection": "APIConnectionError", "auth": "AuthenticationError"}
+    return getattr(litellm, classes[entry.error])(**common)
+
+
+class ScriptedProvider:
+    """Answers LLM calls and checkpoint decisions from a script, per state, in order."""
+
+    def __init__(self, script: Mapping[str, Sequence[_Entry]], source: str = "<script>") -> None:
+        self._source = source
+        self._entries = {state: list(entries) for state, entries in script.items()}
+        self._used = {state: 0 for state in script}
+
+    @classmethod
+    def from_data(cls, data: Any, source: str = "<script>") -> "ScriptedProvider":
+        if not isinstance(data, Mapping):
+            raise ScriptError(f"{source}: a script maps state names to lists of replies, e.g. `draft: [\"first reply\"]`")
+        parsed: dict[str, list[_Entry]] = {}
+        for state, entries in data.items():
+            items = entries if isinstance(entries, (list, tuple)) else [entries]
+            parsed[str(state)] = [_parse_entry(item, f"{source}: {state}[{i}]") for i, item in enumerate(items)]
+        return cls(parsed, source)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> "ScriptedProvider":
+        file = Path(path)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ScriptError(f"{file}: cannot read the script: {exc.strerror or exc}") from None
+        if file.suffix.lower() == ".json":
+            try:
+                data = json.loads(text)
+            except ValueError as exc:
+                raise ScriptError(f"{file}: not valid JSON: {exc}") from None
+        else:
+            from ruamel.yaml import YAML, YAMLError
+
+            try:
+                data = YAML(typ="safe", pure=True).load(text)
+            except YAMLError as exc:
+                raise ScriptError(f"{file}: not valid YAML: {exc}") from None
+        return cls.from_data(data, str(file))
+
+    def _next(self, state: str, want: str) -> _Entry | None:
+        entries = self._entries.get(state)
+        if entries is None:
+            if want == "decision":
+                return None
+            known = ", ".join(sorted(self._entries)) or "none"
+            raise ScriptExhausted(
+                f"{self._source}: no scripted reply for state '{state}' (the script has entries for: {known}); "
+                f"add `{state}: [...]` to the script"
+            )
+        used = self._used[state]
+        if used >= len(entries):
+            if want == "decision":
+                return None
+            raise ScriptExhausted(
+                f"{self._source}: state '{state}' asked for reply {used + 1} but the script has only "
+                f"{len(entries)} for it; add more entries under `{state}:`"
+            )
+        entry = entries[used]
+        if (entry.kind == "decision") != (want == "decision"):
+            have = "a checkpoint decision" if entry.kind == "decision" else "an LLM reply"
+            need = "a checkpoint decision" if want == "decision" else "an LLM reply"
+            raise ScriptError(f"{self._source}: {state}[{used}] is {have}, but the state asked for {need}")
+        self._used[state] = used + 1
+        return entry
+
+    async def complete(self, request: LlmRequest, *, state: str) -> LlmResponse:
+        entry = self._next(state, "reply")
+        assert entry is not None
+        litellm = ensure_litellm()
+        messages = [dict(m) for m in request.messages]
+        if entry.kind == "error":
+            mock: Any = _scripted_exception(litellm, entry, request.model)
+        else:
+            if entry.usage is not None:
+                prompt, completion = entry.usage
+            else:
+                # Realistic usage so budgets behave offline as they would online; a real
+                # provider stops at max_tokens, so the completion count does too.
+                prompt = int(litellm.token_counter(model=request.model, messages=messages))
+                completion = min(request.max_tokens, int(litellm.token_counter(model=request.model, text=entry.text)))
+            # A response mapping (not a bare string) so LiteLLM keeps this usage and prices it.
+            mock = {
+                "model": request.model,
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": entry.text}}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                          "total_tokens": prompt + completion},
+            }
+        kwargs = {"model": request.model, "messages": messages, "max_tokens": request.max_tokens,
+                  "mock_response": mock, **_FORCED}
+        response = await _acompletion(litellm, kwargs, request, ())
+        return _response_to_llm(litellm, response, request)
+
+    def count_tokens(self, model: str, messages: Sequence[Mapping[str, str]]) -> int:
+        return count_prompt_tokens(model, messages)
+
+    def decision(self, state: str) -> dict[str, str] | None:
+        entry = self._next(state, "decision")
+        return None if entry is None else {"decision": entry.decision, "comment": entry.comment}
+
+    def unused(self) -> dict[str, int]:
+        """States with scripted entries never consumed, and how many (typos show up here)."""
+        return {state: len(entries) - self._used[state]
+                for state, entries in self._entries.items() if self._used[state] < len(entries)}
+
+    def unknown_states(self, state_names: Iterable[str]) -> list[str]:
+        known = set(state_names)
+        return sorted(state for state in self._entries if state not in known)

@@ -1,0 +1,433 @@
+"""Semantic lint rules: the checks the JSON Schema cannot express.
+
+Each rule is a small function `(ctx) -> Iterable[Diagnostic]` with a stable rule id,
+registered with `@rule`. Rules collect, never raise: the pipeline (lint.py) runs all of
+them so one lint shows every problem. This module holds the shared context and the
+rules about names, references and the shape of the state graph; rules_templates.py
+and rules_calls.py hold the rest (importing them registers their rules).
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+
+from .diagnostics import Diagnostic, Severity
+from .model import NAME_RE, RESERVED_NAMES, Loop, State, YamlPath
+
+if TYPE_CHECKING:
+    from .imports import ImportResult
+    from .loader import Document
+
+Rule = Callable[["LintContext"], Iterable[Diagnostic]]
+RULES: list[Rule] = []
+
+
+def rule(fn: Rule) -> Rule:
+    RULES.append(fn)
+    return fn
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """' (did you mean "x"?)' for the closest candidate, or ''."""
+    match = difflib.get_close_matches(str(name), sorted(set(candidates)), n=1, cutoff=0.6)
+    return f' (did you mean "{match[0]}"?)' if match else ""
+
+
+def quoted_list(names: Iterable[str], limit: int = 8) -> str:
+    items = sorted(set(names))
+    shown = ", ".join(items[:limit]) + (", ..." if len(items) > limit else "")
+    return shown or "none"
+
+
+@dataclass
+class LintContext:
+    """What every rule sees: the parsed document, the built loop and helpers."""
+
+    doc: Document
+    loop: Loop
+    path: str  # the path as the user gave it (shown in diagnostics)
+    source: Path  # the file on disk (relative paths in the loop resolve against its folder)
+    imported: ImportResult | None = None
+    # Lints sub-loop files (with caching and cycle protection); set by lint.py.
+    analyze_child: Callable[[Path], Any] | None = None
+    child_display: Callable[[str], str] = field(default=lambda p: p)
+
+    # ------------------------------------------------------------ positions
+    def at(self, yaml_path: YamlPath, *, value: bool = False) -> tuple[int, int]:
+        return self.doc.locate(tuple(yaml_path), value=value)
+
+    def diag(
+        self,
+        rule_id: str,
+        message: str,
+        yaml_path: YamlPath = (),
+        *,
+        value: bool = False,
+        hint: str = "",
+        severity: Severity = Severity.ERROR,
+        position: tuple[int, int] | None = None,
+        related: tuple[tuple[str, int, int, str], ...] = (),
+    ) -> Diagnostic:
+        line, col = position if position is not None else self.at(yaml_path, value=value)
+        return Diagnostic(self.path, line, col, severity, rule_id, message, hint, related)
+
+    def at_offset(self, yaml_path: YamlPath, source: str, offset: int) -> tuple[int, int]:
+        """Line:col of character `offset` of the string value at `yaml_path`.
+
+        The value may be plain, quoted, or a `|`/`>` block scalar, so instead of
+        re-deriving YAML's folding rules we look for the text at `offset` in the file,
+        starting where the value starts, skipping as many earlier copies of that text as
+        the value itself has before `offset`.
+        """
+        line0, col0 = self.at(yaml_path, value=True)
+        offset = max(0, min(offset, len(source)))
+        line_end = source.find("\n", offset)
+        fragment = source[offset : line_end if line_end >= 0 else len(source)][:40].rstrip()
+        if not fragment.strip():
+            return line0, col0
+        earlier, pos = 0, source.find(fragment)
+        while 0 <= pos < offset:
+            earlier += 1
+            pos = source.find(fragment, pos + 1)
+        lines = self.doc.lines
+        last = min(len(lines), line0 + 2 * (source.count("\n") + 1) + 20)
+        for index in range(line0 - 1, last):
+            text = lines[index]
+            start = col0 - 1 if index == line0 - 1 else 0
+            hit = text.find(fragment, start)
+            while hit >= 0:
+                if earlier == 0:
+                    return index + 1, hit + 1
+                earlier -= 1
+                hit = text.find(fragment, hit + 1)
+        return line0, col0
+
+    # ------------------------------------------------------------ graph
+    @property
+    def states(self) -> Mapping[str, State]:
+        return self.loop.states
+
+    @cached_property
+    def edges(self) -> dict[str, list[str]]:
+        """Successors of each state over every edge kind, known destinations only."""
+        return {
+            name: [dest for _, dest, _ in state.targets() if dest in self.states]
+            for name, state in self.states.items()
+        }
+
+    @cached_property
+    def reachable(self) -> set[str]:
+        seen: set[str] = set()
+        if self.loop.start not in self.states:
+            return seen
+        stack = [self.loop.start]
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            stack.extend(self.edges[name])
+        return seen
+
+    @cached_property
+    def predecessors(self) -> dict[str, list[str]]:
+        preds: dict[str, list[str]] = {name: [] for name in self.states}
+        for name, dests in self.edges.items():
+            for dest in dests:
+                if name not in preds[dest]:
+                    preds[dest].append(name)
+        return preds
+
+    @cached_property
+    def dominators(self) -> dict[str, set[str]]:
+        """For each reachable state, the states every path from `start` to it passes through
+        (itself included). The classic iterative data-flow solution: loops are small."""
+        order = [n for n in self.states if n in self.reachable]
+        everything = set(order)
+        dom: dict[str, set[str]] = {n: set(everything) for n in order}
+        if self.loop.start in dom:
+            dom[self.loop.start] = {self.loop.start}
+        changed = True
+        while changed:
+            changed = False
+            for n in order:
+                if n == self.loop.start:
+                    continue
+                preds = [p for p in self.predecessors[n] if p in dom]
+                new = set.intersection(*(dom[p] for p in preds)) if preds else set()
+                new = new | {n}
+                if new != dom[n]:
+                    dom[n] = new
+                    changed = True
+        return dom
+
+    @cached_property
+    def local_models(self) -> list[str]:
+        """Model aliases defined in this file (not imported)."""
+        raw = self.doc.data.get("models") if isinstance(self.doc.data, dict) else None
+        return [str(k) for k in raw] if isinstance(raw, dict) else []
+
+    @cached_property
+    def local_gates(self) -> list[str]:
+        raw = self.doc.data.get("gates") if isinstance(self.doc.data, dict) else None
+        return [str(k) for k in raw] if isinstance(raw, dict) else []
+
+
+def state_key(name: str) -> YamlPath:
+    return ("states", name)
+
+
+# ================================================================ names
+
+
+def _named_things(ctx: LintContext) -> Iterator[tuple[str, str, YamlPath]]:
+    """(kind, name, yaml path) of every user-chosen identifier that templates may use."""
+    for name in ctx.loop.states:
+        yield "state", name, ("states", name)
+    for name, spec in ctx.loop.inputs.items():
+        yield "input", name, spec.path
+    for name in ctx.local_models:  # imported aliases are checked in their own file
+        yield "model", name, ("models", name)
+
+
+@rule
+def reserved_name(ctx: LintContext) -> Iterator[Diagnostic]:
+    for kind, name, path in _named_things(ctx):
+        if kind == "state" and name in RESERVED_NAMES:
+            yield ctx.diag(
+                "reserved-name",
+                f'"{name}" is reserved and cannot name a state',
+                path,
+                hint=f"templates use `{name}` for something else; rename the state "
+                f"(reserved: {quoted_list(RESERVED_NAMES, 20)})",
+            )
+
+
+@rule
+def bad_name(ctx: LintContext) -> Iterator[Diagnostic]:
+    for kind, name, path in _named_things(ctx):
+        if not NAME_RE.match(str(name)):
+            yield ctx.diag(
+                "bad-name",
+                f'{kind} name "{name}" must match ^[a-z][a-z0-9_]*$',
+                path,
+                hint="use lower-case letters, digits and underscores, starting with a letter "
+                f'(e.g. "{_suggest_name(str(name))}"), so templates can write it as a variable',
+            )
+
+
+def _suggest_name(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_") or "x"
+    return cleaned if cleaned[0].isalpha() else "s_" + cleaned
+
+
+# ================================================================ references
+
+
+_EDGE_WORDS = {
+    "next": "next",
+    "route": "transition target",
+    "fail": "on_failure",
+    "exhaust": "on_exhausted",
+    "time_out": "on_timeout",
+}
+
+
+@rule
+def unknown_state(ctx: LintContext) -> Iterator[Diagnostic]:
+    names = list(ctx.states)
+    if ctx.loop.start not in ctx.states:
+        yield ctx.diag(
+            "unknown-state",
+            f'start state "{ctx.loop.start}" is not defined{did_you_mean(ctx.loop.start, names)}',
+            ("start",),
+            value=True,
+            hint=f"`start` must name one of the states: {quoted_list(names)}",
+        )
+    for state in ctx.states.values():
+        for trigger, dest, path in state.targets():
+            if dest in ctx.states:
+                continue
+            yield ctx.diag(
+                "unknown-state",
+                f'{_EDGE_WORDS[trigger]} of state "{state.name}" names unknown state '
+                f'"{dest}"{did_you_mean(dest, names)}',
+                path,
+                value=True,
+                hint=f"define a state `{dest}:` under `states:` or point at one of: {quoted_list(names)}",
+            )
+
+
+# ================================================================ graph shape
+
+
+@rule
+def unreachable_state(ctx: LintContext) -> Iterator[Diagnostic]:
+    if ctx.loop.start not in ctx.states:
+        return  # unknown-state already explains; everything would be "unreachable"
+    for name in ctx.states:
+        if name not in ctx.reachable:
+            yield ctx.diag(
+                "unreachable-state",
+                f'state "{name}" can never be reached from start state "{ctx.loop.start}"',
+                state_key(name),
+                hint="point a `next`, `transitions`, `on_failure`, `on_exhausted` or `on_timeout` "
+                "at it, or delete it",
+            )
+
+
+@rule
+def no_path_to_end(ctx: LintContext) -> Iterator[Diagnostic]:
+    can_end = {n for n, s in ctx.states.items() if s.is_end}
+    changed = True
+    while changed:
+        changed = False
+        for name, dests in ctx.edges.items():
+            if name not in can_end and any(d in can_end for d in dests):
+                can_end.add(name)
+                changed = True
+    for name, state in ctx.states.items():
+        if name in can_end or name not in ctx.reachable:
+            continue
+        if not ctx.edges[name] and not any(True for _ in state.targets()):
+            yield ctx.diag(
+                "no-path-to-end",
+                f'state "{name}" has no `next` or `transitions`, so the run cannot go on from it',
+                state_key(name),
+                hint="add `next: STATE` (or `transitions:`) leading towards an `end` state",
+            )
+        else:
+            yield ctx.diag(
+                "no-path-to-end",
+                f'no path leads from state "{name}" to an `end` state',
+                state_key(name),
+                hint="every state needs a way out: route one of its transitions (or a state after "
+                "it) to a state with `end: completed|failed|escalated`",
+            )
+
+
+def _cycle_through(start: str, members: set[str], edges: Mapping[str, list[str]]) -> list[str]:
+    """A shortest cycle from `start` back to itself inside `members` (BFS)."""
+    parents: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt: list[str] = []
+        for node in frontier:
+            for dest in edges[node]:
+                if dest not in members:
+                    continue
+                if dest == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(parents[path[-1]])
+                    return list(reversed(path)) + [start]
+                if dest not in parents:
+                    parents[dest] = node
+                    nxt.append(dest)
+        frontier = nxt
+    return [start, start]
+
+
+def strongly_connected(nodes: list[str], edges: Mapping[str, list[str]]) -> list[list[str]]:
+    """Tarjan's SCCs (iterative), components in no particular order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    node_set = set(nodes)
+    for root in nodes:
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(edges[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in node_set:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(edges[child])))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                out.append(component)
+    return out
+
+
+@rule
+def unbounded_cycle(ctx: LintContext) -> Iterator[Diagnostic]:
+    budget = ctx.loop.budget
+    if budget.steps is not None or budget.wall_time is not None:
+        return  # every cycle is bounded by the run's step or time cap
+    spend_capped = budget.tokens is not None or budget.cost_usd is not None
+    # A cycle is bounded when it passes through a state with max_visits, or (under a token or
+    # cost cap) through a state that spends tokens. Remove those states: what still cycles
+    # is unbounded.
+    free = [
+        n
+        for n, s in ctx.states.items()
+        if n in ctx.reachable
+        and s.max_visits is None
+        and not (spend_capped and s.kind in ("llm", "evaluate"))
+    ]
+    free_set = set(free)
+    sub_edges = {n: [d for d in ctx.edges[n] if d in free_set] for n in free}
+    order = {n: i for i, n in enumerate(ctx.states)}
+    for component in strongly_connected(free, sub_edges):
+        members = set(component)
+        if len(component) == 1 and component[0] not in sub_edges[component[0]]:
+            continue
+        first = min(component, key=order.__getitem__)
+        cycle = " -> ".join(_cycle_through(first, members, sub_edges))
+        caps = "`budget.steps` or `budget.wall_time`" + (
+            "" if spend_capped else " (or `tokens`/`cost_usd` when the cycle calls a model)"
+        )
+        yield ctx.diag(
+            "unbounded-cycle",
+            f"cycle {cycle} can repeat forever: no state in it has `max_visits` and the budget "
+            "does not bound it",
+            state_key(first),
+            hint=f"add `max_visits: N` (and `on_exhausted: STATE`) to a state of the cycle, or set {caps}",
+        )
+
+
+@rule
+def no_default_transition(ctx: LintContext) -> Iterator[Diagnostic]:
+    for state in ctx.states.values():
+        if state.transitions and all(t.when is not None for t in state.transitions):
+            last = state.transitions[-1]
+            yield ctx.diag(
+                "no-default-transition",
+                f'transitions of state "{state.name}" have no default entry: when no `when` is '
+                "true the run fails with no_transition",
+                state.path + ("transitions",),
+                hint=f"end the list with an entry without `when`, e.g. `- {{to: {last.to}}}`",
+            )

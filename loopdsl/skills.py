@@ -1,0 +1,69 @@
+"""SKILL.md files: the instructions an `llm` state carries as system text.
+
+A skill is a markdown file that must say WHEN it applies, what to READ, how to
+JUDGE, what OUTPUT to give and when to STOP. Lint checks the sections are there
+(as headings, so a reader can find them); the engine reads the text.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REQUIRED_SECTIONS = ("WHEN", "READ", "JUDGE", "OUTPUT", "STOP")
+
+# An ATX heading: up to 3 spaces, 1-6 '#', a space, the title.
+_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.*?)[ \t#]*$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+_FIRST_WORD = re.compile(r"[A-Za-z]+")
+
+
+def _heading_words(text: str) -> set[str]:
+    """The first word of every heading, upper-cased, outside fenced code blocks."""
+    words: set[str] = set()
+    in_fence: str | None = None
+    for line in text.splitlines():
+        fence = _FENCE.match(line)
+        if fence:
+            marker = fence.group(1)
+            if in_fence is None:
+                in_fence = marker
+            elif in_fence == marker:
+                in_fence = None
+            continue
+        if in_fence is not None:
+            continue
+        heading = _HEADING.match(line)
+        if heading:
+            word = _FIRST_WORD.search(heading.group(1))
+            if word:
+                words.add(word.group(0).upper())
+    return words
+
+
+def missing_sections(text: str) -> list[str]:
+    """The required section names that no heading starts with, in the canonical order."""
+    present = _heading_words(text)
+    return [name for name in REQUIRED_SECTIONS if name not in present]
+
+
+def check_skill(path: str | Path) -> list[str]:
+    """Problems with a SKILL.md, each a sentence; [] when it is fine."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return [f"skill file {file} does not exist"]
+    except UnicodeDecodeError:
+        return [f"skill file {file} is not UTF-8 text"]
+    except OSError as exc:
+        return [f"cannot read skill file {file}: {exc.strerror or exc}"]
+    missing = missing_sections(text)
+    if missing:
+        names = ", ".join(missing)
+        return [f"skill file {file.name} lacks the section{'s' if len(missing) > 1 else ''} {names}"]
+    return []
+
+
+def read_skill(path: str | Path) -> str:
+    """The skill's text, as the engine puts it into the system message."""
+    return Path(path).read_text(encoding="utf-8").strip()

@@ -1,0 +1,560 @@
+"""The durable run store: run records, event logs, run locks and stored LLM responses.
+
+One directory per store (by default `.loopdsl/` at the repository root) holding a
+diskcache `Cache` (SQLite in WAL mode) that never evicts and stores every value as JSON
+text: diskcache pickles by default, and unpickling a planted row runs code
+(CVE-2025-69872), so a row that is not our JSON is refused instead of decoded.
+
+Key layout (all keys are strings):
+  runs                       list of run ids in creation order (the index)
+  run/<id>/record            the run record the engine gives, plus `updated_at`
+  run/<id>/n                 number of events of the run
+  run/<id>/event/<n:010d>    one event, append-only
+  lock/<name>                the holder of a run lock (expires unless refreshed)
+  response/<sha256>          paid LLM responses of runs (never evicted)
+  cache/<sha256>             optional cross-run response cache
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import secrets
+import socket
+import sqlite3
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import diskcache
+from diskcache.core import MODE_RAW, UNKNOWN
+
+FORMAT_VERSION = 1
+MARKER_NAME = "loopdsl-store.json"
+DB_NAME = diskcache.core.DBNAME  # "cache.db"
+ACTIVE_STATUSES = ("running", "waiting")
+_RUN_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+_MAX_CANDIDATES_SHOWN = 10
+
+
+class StoreError(Exception):
+    """A problem with the run store a user can act on: says what happened and how to fix it."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(f"{message}\n  hint: {hint}" if hint else message)
+
+
+class RunLocked(StoreError):
+    """Another live process holds the run."""
+
+
+# --------------------------------------------------------------------------- JSON disk
+
+
+class JsonOnlyDisk(diskcache.Disk):
+    """Stores string keys and JSON values inline in SQLite; refuses anything else on read.
+
+    Values live inline (never in side files) so a commit is one SQLite transaction and
+    nothing outside the database can be half-written by a crash.
+    """
+
+    def __init__(self, directory: str, **_settings: Any) -> None:
+        # diskcache passes its `disk_*` settings (pickle protocol, min file size): unused.
+        super().__init__(directory)
+
+    def put(self, key: Any) -> tuple[Any, bool]:
+        if type(key) is not str:
+            raise TypeError(f"run store keys are strings, got {type(key).__name__}")
+        return key, True
+
+    def get(self, key: Any, raw: bool) -> str:
+        if not raw or type(key) is not str:
+            raise StoreError(
+                "the run store holds a key that loopdsl did not write (not plain text)",
+                "the store may have been tampered with; move the store directory aside",
+            )
+        return key
+
+    def store(self, value: Any, read: bool, key: Any = UNKNOWN) -> tuple[int, int, None, str]:
+        if read:
+            raise TypeError("the run store does not store file objects")
+        text = json.dumps(value, separators=(",", ":"))
+        return 0, MODE_RAW, None, text
+
+    def fetch(self, mode: int, filename: Any, value: Any, read: bool) -> Any:
+        if mode != MODE_RAW or type(value) is not str or filename is not None:
+            raise StoreError(
+                "the run store holds a value that is not JSON (possibly a pickle); "
+                "it was refused, not loaded",
+                "someone else wrote into the store; move the store directory aside and "
+                "inspect it",
+            )
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise StoreError(
+                "the run store holds a value that is not valid JSON",
+                "the store may be damaged; move the store directory aside",
+            ) from None
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _guarded(method: _F) -> _F:
+    """Turn SQLite and diskcache failures into StoreError (a message, never a traceback)."""
+
+    @functools.wraps(method)
+    def wrapper(self: RunStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except diskcache.Timeout:
+            raise StoreError(
+                f"the run store {self.directory} stayed busy (another process is writing)",
+                "retry; if it persists, look for a stuck loopdsl process",
+            ) from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"the run store database {self.directory / DB_NAME} is unreadable: {exc}",
+                "it is left untouched; move the store directory aside (or set "
+                "LOOPDSL_STORE) to start a fresh store",
+            ) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _record_key(run_id: str) -> str:
+    return f"run/{run_id}/record"
+
+
+def _count_key(run_id: str) -> str:
+    return f"run/{run_id}/n"
+
+
+def _event_key(run_id: str, index: int) -> str:
+    # Zero-padded so keys sort in event order too.
+    return f"run/{run_id}/event/{index:010d}"
+
+
+def _lock_key(name: str) -> str:
+    return f"lock/{name}"
+
+
+def _check_run_id(run_id: str) -> None:
+    ok = (
+        isinstance(run_id, str)
+        and 0 < len(run_id) <= 64
+        and all(c.isascii() and (c.isalnum() or c in "._-") for c in run_id)
+    )
+    if not ok:
+        raise StoreError(
+            f"invalid run id {run_id!r}",
+            "run ids are 1-64 characters of letters, digits, '.', '_' or '-'",
+        )
+
+
+def response_key(
+    run_id: str, state: str, visit: int, attempt: int, request_canonical: dict[str, Any]
+) -> str:
+    """The key of a paid LLM response: sha256 of the canonical JSON of exactly these fields."""
+    payload = {
+        "run_id": run_id,
+        "state": state,
+        "visit": visit,
+        "attempt": attempt,
+        "request": request_canonical,
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def default_store_dir(start: Path) -> Path:
+    """LOOPDSL_STORE if set, else `.loopdsl/` at the enclosing git root, else `start/.loopdsl`."""
+    configured = os.environ.get("LOOPDSL_STORE")
+    if configured:
+        return Path(configured).expanduser()
+    start = Path(start).resolve()
+    for candidate in (start, *start.parents):
+        # `.git` is a directory in a clone and a file in a worktree or submodule.
+        if (candidate / ".git").exists():
+            return candidate / ".loopdsl"
+    return start / ".loopdsl"
+
+
+# --------------------------------------------------------------------------- directory
+
+
+def _write_marker(directory: Path) -> None:
+    marker = directory / MARKER_NAME
+    tmp = directory / f".{MARKER_NAME}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"format": FORMAT_VERSION, "tool": "loopdsl"}) + "\n")
+    os.replace(tmp, marker)  # atomic: a crash never leaves half a marker
+
+
+def _prepare_directory(directory: Path) -> None:
+    """Create or check the store directory. Never deletes or rewrites anything not ours."""
+    if directory.exists() and not directory.is_dir():
+        raise StoreError(
+            f"the run store path {directory} is a file, not a directory",
+            "set LOOPDSL_STORE to a directory, or move that file",
+        )
+    if not directory.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / MARKER_NAME
+    if marker.exists():
+        try:
+            info = json.loads(marker.read_text())
+            fmt = info["format"]
+            tool = info["tool"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise StoreError(
+                f"the run store marker {marker} is damaged",
+                "it was left untouched; move the store directory aside to start a fresh store",
+            ) from None
+        if tool != "loopdsl" or not isinstance(fmt, int):
+            raise StoreError(
+                f"{directory} is not a loopdsl run store (its marker names {tool!r})",
+                "set LOOPDSL_STORE to another directory",
+            )
+        if fmt > FORMAT_VERSION:
+            raise StoreError(
+                f"the run store {directory} was written by a newer loopdsl "
+                f"(store format {fmt}; this version reads format {FORMAT_VERSION})",
+                "upgrade loopdsl (pip install -U loopdsl), or use another store via LOOPDSL_STORE",
+            )
+    else:
+        if any(directory.iterdir()):
+            raise StoreError(
+                f"{directory} exists, is not empty and is not a loopdsl run store "
+                f"(no {MARKER_NAME})",
+                "nothing was changed; set LOOPDSL_STORE to an empty or new directory, "
+                "or move that directory",
+            )
+        _write_marker(directory)
+    if not (directory / DB_NAME).exists():
+        # Pre-create the database owner-only: SQLite gives its -wal/-shm files the same mode.
+        fd = os.open(directory / DB_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+    # Run records and responses may hold prompts and outputs: owner-only.
+    os.chmod(directory, 0o700)
+    gitignore = directory / ".gitignore"
+    if not gitignore.exists():
+        # `*` ignores everything here, itself included, so `git status` stays clean.
+        gitignore.write_text("*\n")
+
+
+# --------------------------------------------------------------------------- locks
+
+
+class RunLock:
+    """A held cross-process lock on a run; a daemon thread refreshes it every ttl/3.
+
+    Returned by `RunStore.lock` already acquired. Use as a context manager or call
+    `release()`. If the holder is killed, the lock expires within `ttl`.
+    """
+
+    def __init__(self, store: RunStore, name: str, ttl: float, token: str) -> None:
+        self._store = store
+        self.name = name
+        self.ttl = ttl
+        self.token = token
+        self._stop = threading.Event()
+        self._lost = False
+        self._released = False
+        self._thread = threading.Thread(
+            target=self._heartbeat, name=f"loopdsl-lock-{name}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def lost(self) -> bool:
+        """True when a refresh found the lock taken over (e.g. this process was suspended)."""
+        return self._lost
+
+    def _heartbeat(self) -> None:
+        cache = self._store._cache
+        try:
+            while not self._stop.wait(self.ttl / 3):
+                try:
+                    with cache.transact():
+                        holder = cache.get(_lock_key(self.name))
+                        if isinstance(holder, dict) and holder.get("token") == self.token:
+                            cache.touch(_lock_key(self.name), expire=self.ttl)
+                        else:
+                            self._lost = True
+                            return
+                except (diskcache.Timeout, sqlite3.Error):
+                    continue  # busy store: the next beat retries well before expiry
+        finally:
+            cache.close()  # closes only this thread's SQLite connection
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        self._stop.set()
+        self._thread.join()
+        self._store._release(self)
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class RunStore:
+    """Durable runs: records, event logs, locks and stored LLM responses in one directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        try:
+            _prepare_directory(self.directory)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot set up the run store {self.directory}: {exc.strerror or exc}",
+                "check the permissions of that path, or set LOOPDSL_STORE to a writable "
+                "directory",
+            ) from None
+        try:
+            self._cache = diskcache.Cache(
+                str(self.directory),
+                timeout=30,
+                disk=JsonOnlyDisk,
+                eviction_policy="none",  # never evict a run or a paid response
+                cull_limit=10,  # still purge expired lock rows as we write
+                statistics=False,
+                tag_index=False,
+                sqlite_journal_mode="wal",
+                # NORMAL in WAL mode: a commit survives the death of the process (the
+                # durability target); FULL would add an fsync per commit for power loss.
+                sqlite_synchronous=1,
+            )
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"the run store database {self.directory / DB_NAME} is unreadable ({exc})",
+                "it was left untouched; move the store directory aside (or set LOOPDSL_STORE) "
+                "to start a fresh store",
+            ) from None
+        self._locks: set[RunLock] = set()
+        self._locks_guard = threading.Lock()
+
+    # ---- lifecycle
+
+    def close(self) -> None:
+        with self._locks_guard:
+            held = list(self._locks)
+        for handle in held:
+            handle.release()
+        self._cache.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    @property
+    def worktrees_dir(self) -> Path:
+        """Where per-run git worktrees live (ignored by git through the store's .gitignore)."""
+        return self.directory / "worktrees"
+
+    # ---- runs
+
+    @_guarded
+    def new_run_id(self) -> str:
+        while True:
+            run_id = "".join(secrets.choice(_RUN_ID_ALPHABET) for _ in range(8))
+            if self._cache.get(_count_key(run_id)) is None:
+                return run_id
+
+    @_guarded
+    def create_run(self, run_id: str, record: dict[str, Any]) -> None:
+        _check_run_id(run_id)
+        cache = self._cache
+        with cache.transact():
+            if cache.get(_count_key(run_id)) is not None:
+                raise StoreError(
+                    f"a run with id {run_id!r} already exists in {self.directory}",
+                    "use RunStore.new_run_id() for a fresh id",
+                )
+            ids = cache.get("runs") or []
+            ids.append(run_id)
+            cache.set("runs", ids)
+            cache.set(_count_key(run_id), 0)
+            cache.set(_record_key(run_id), {**record, "updated_at": _now_iso()})
+
+    @_guarded
+    def commit(
+        self, run_id: str, record: dict[str, Any], events: Sequence[dict[str, Any]] = ()
+    ) -> None:
+        """Replace the run record and append events in one atomic transaction."""
+        cache = self._cache
+        stamped = {**record, "updated_at": _now_iso()}
+        with cache.transact():
+            count = cache.get(_count_key(run_id))
+            if count is None:
+                raise self._unknown(run_id)
+            for event in events:
+                cache.set(_event_key(run_id, count), event)
+                count += 1
+            if events:
+                cache.set(_count_key(run_id), count)
+            cache.set(_record_key(run_id), stamped)
+
+    @_guarded
+    def load(self, run_id: str) -> dict[str, Any]:
+        record = self._cache.get(_record_key(run_id))
+        if record is None:
+            raise self._unknown(run_id)
+        return record
+
+    @_guarded
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        cache = self._cache
+        count = cache.get(_count_key(run_id))
+        if count is None:
+            raise self._unknown(run_id)
+        # Events are append-only, so every index below the count read above exists.
+        return [cache.get(_event_key(run_id, i)) for i in range(count)]
+
+    @_guarded
+    def resolve(self, ref: str) -> str:
+        ref = ref.strip()
+        ids = self._cache.get("runs") or []
+        if ref in ids:
+            return ref
+        matches = [run_id for run_id in ids if ref and run_id.startswith(ref)]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise StoreError(
+                f"no run matches {ref!r} in {self.directory}",
+                "`loopdsl runs` lists the runs of this store; LOOPDSL_STORE selects another",
+            )
+        shown = ", ".join(sorted(matches)[:_MAX_CANDIDATES_SHOWN])
+        more = len(matches) - _MAX_CANDIDATES_SHOWN
+        raise StoreError(
+            f"run prefix {ref!r} is ambiguous: it matches {shown}"
+            + (f" and {more} more" if more > 0 else ""),
+            "type more characters of the run id",
+        )
+
+    @_guarded
+    def list_runs(self) -> list[dict[str, Any]]:
+        """Run records, newest first; each carries `run_id`."""
+        out = []
+        for run_id in reversed(self._cache.get("runs") or []):
+            record = self._cache.get(_record_key(run_id))
+            if record is not None:
+                record.setdefault("run_id", run_id)
+                out.append(record)
+        return out
+
+    @_guarded
+    def active_runs(self, group: str) -> list[str]:
+        """Runs of `group` (record key `group`) that are waiting, or running with a live lock."""
+        active = []
+        for record in self.list_runs():
+            if record.get("group") != group or record.get("status") not in ACTIVE_STATUSES:
+                continue
+            # A `running` record without a live lock is a crashed run, not an active one;
+            # a `waiting` run sits at a checkpoint with no process, so holds no lock.
+            if record["status"] == "waiting" or self._holder(record["run_id"]) is not None:
+                active.append(record["run_id"])
+        return active
+
+    def _unknown(self, run_id: str) -> StoreError:
+        return StoreError(
+            f"no run {run_id!r} in {self.directory}",
+            "`loopdsl runs` lists the runs of this store; LOOPDSL_STORE selects another",
+        )
+
+    # ---- locks
+
+    def _holder(self, name: str) -> dict[str, Any] | None:
+        holder = self._cache.get(_lock_key(name))
+        return holder if isinstance(holder, dict) else None
+
+    @_guarded
+    def lock(self, run_id: str, *, ttl: float = 15.0, wait: float = 0.0) -> RunLock:
+        """Acquire the run's cross-process lock (or raise RunLocked saying who holds it).
+
+        `wait` > 0 polls for up to that many seconds before giving up.
+        """
+        if ttl <= 0:
+            raise ValueError("lock ttl must be positive")
+        token = secrets.token_hex(16)
+        holder_info = {
+            "token": token,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": _now_iso(),
+            "ttl": ttl,
+        }
+        deadline = time.monotonic() + wait
+        reread = False
+        while True:
+            # `add` is atomic and treats an expired row as absent: one winner per key.
+            if self._cache.add(_lock_key(run_id), holder_info, expire=ttl):
+                handle = RunLock(self, run_id, ttl, token)
+                with self._locks_guard:
+                    self._locks.add(handle)
+                return handle
+            # Empty when the holder expired between our add and this read: try once more.
+            holder = self._holder(run_id) or {}
+            if not holder and not reread:
+                reread = True
+                continue
+            if time.monotonic() >= deadline:
+                raise RunLocked(
+                    f"run {run_id} is in use by process {holder.get('pid', '?')} on host "
+                    f"{holder.get('host', '?')} since {holder.get('since', '?')}",
+                    "wait for that process to finish or stop it; if it was killed, its lock "
+                    f"expires within {holder.get('ttl', ttl):g} s",
+                )
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    @_guarded
+    def _release(self, handle: RunLock) -> None:
+        with self._locks_guard:
+            self._locks.discard(handle)
+        cache = self._cache
+        with cache.transact():
+            holder = self._holder(handle.name)
+            if holder is not None and holder.get("token") == handle.token:
+                cache.delete(_lock_key(handle.name))
+
+    # ---- LLM responses
+
+    @_guarded
+    def get_response(self, key: str) -> dict[str, Any] | None:
+        return self._cache.get(f"response/{key}")
+
+    @_guarded
+    def put_response(self, key: str, value: dict[str, Any]) -> None:
+        self._cache.set(f"response/{key}", value)
+
+    @_guarded
+    def get_cached(self, key: str) -> dict[str, Any] | None:
+        return self._cache.get(f"cache/{key}")
+
+    @_guarded
+    def put_cached(self, key: str, value: dict[str, Any]) -> None:
+        self._cache.set(f"cache/{key}", value)
