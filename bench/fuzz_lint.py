@@ -22,6 +22,7 @@ import io
 import json
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -104,6 +105,7 @@ VALUES = [
     "|\n  block\n  text", ">-\n  folded", '"\\u0000"', '"\\ud800"', "yes", "no",
     "completed", "failed", "escalated", "done", "draft", "review", "*undefined_alias",
     "'30s'", "10m", "-5s", "1h30m", "abc s", "[a, b, c]", "[[[[[[[[]]]]]]]]",
+    "/", "../../..", "/nonexistent/x.yaml", "./fuzz-self.yaml", "SKILL.md", "..",
 ]
 KEYS = [
     "loopdsl", "name", "description", "schedule", "inputs", "secrets", "models", "budget",
@@ -474,8 +476,13 @@ def check_case(pipeline: Pipeline, path: str, source: str | bytes, timeout: floa
                       and isinstance(d.line, int) and d.line >= 0
                       and isinstance(d.col, int) and d.col >= 0):
                 problems.append(f"diagnostic breaks the contract: {d!r}"[:300])
+            elif d.rule == "internal-error":
+                # lint turns a crash inside loopdsl into this finding (exit 3): still a bug.
+                problems.append(f"InternalError: {d.message}"[:500])
         if problems:
-            return "BadDiagnostic: " + "; ".join(problems[:3])
+            first = problems[0]
+            return first if first.startswith("InternalError") else \
+                "BadDiagnostic: " + "; ".join(problems[:3])
         # What the CLI would print must render and encode.
         # The CLI shows snippets of the file as read from disk: bytes, decoded leniently.
         raw = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else source
@@ -497,6 +504,8 @@ def check_case(pipeline: Pipeline, path: str, source: str | bytes, timeout: floa
 
 def failure_signature(report: str) -> str:
     """Group failures by exception type and the innermost loopdsl frame."""
+    if report.startswith(("InternalError", "BadDiagnostic", "Timeout")):
+        return re.sub(r"'[^']*'|\d+", "_", report)[:160]
     lines = [line for line in report.splitlines() if line.strip()]
     where = next((line.strip() for line in reversed(lines)
                   if line.strip().startswith('File "') and "loopdsl" in line), "")

@@ -32,7 +32,7 @@ inputs:
   max_items: {{type: integer, default: 10, minimum: 1}}
 models:
   writer: {{model: openai/gpt-4o-mini, temperature: 0.7, max_tokens: 800}}
-  critic: {{model: anthropic/claude-3-5-haiku-20241022, temperature: 0, max_tokens: 300}}
+  critic: {{model: anthropic/claude-haiku-4-5, temperature: 0, max_tokens: 300}}
 budget: {{tokens: 50000, cost_usd: 0.25, steps: 30, wall_time: 10m}}
 gates:
   non_empty: {{expr: "draft.text | length > 0"}}

@@ -149,7 +149,7 @@ class Ledger:
         what = f" for {label}" if label else ""
         chain = self._chain()
         # Check every ledger before holding anything, so a refusal changes nothing.
-        for ledger in [self]:
+        for ledger in chain:
             cap_tokens = ledger.caps.tokens
             if cap_tokens is not None:
                 total = ledger.tokens_spent + ledger.tokens_reserved + tokens

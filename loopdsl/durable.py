@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .api import RunResult, StoreRecorder, UsageError, load, loop_files, make_ports, new_run_state, open_store
 from .compile import CompiledLoop, compile_loop
 from .engine import Engine, utc_now
-from .runstate import ABORTED, COMPLETED, RUNNING, WAITING, RunState
+from .runstate import ABORTED, COMPLETED, RUNNING, WAITING, RunState, history_from_events
 from .store import RunStore
 from .workspace import WorkspaceError, Worktree, create_worktree, find_repo_root, finish_worktree, open_worktree
 
@@ -159,6 +159,7 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
         state = RunState.from_json(store.load(run_id))
         if state.is_final:
             raise UsageError(f"run {run_id} already ended with status {state.status}", "`loopdsl show " + run_id + "` shows it")
+        state.history = history_from_events(store.events(run_id))
         changed = changed_files(state)
         if changed and not force:
             raise UsageError(_diff_summary(state, changed), "resume with --force to continue against the changed files")

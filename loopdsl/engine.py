@@ -29,7 +29,7 @@ from .runstate import (
 )
 from .secrets import Redactor
 from .shell import run_command
-from .templates import Expression, RenderError, to_text
+from .templates import Expression, RenderError
 
 
 class Recorder(Protocol):
@@ -266,8 +266,10 @@ class Engine:
                 if failure.kind in state.retry.on and attempt < state.retry.max_attempts:
                     run.feedback = failure.message
                     delay = backoff_delay(state.retry, attempt, failure.retry_after)
+                    failed = self._failed_result(failure)
+                    run.history.setdefault(state.name, []).append(failed)
                     self.emit("retry", state=state.name, attempt=attempt, kind=failure.kind,
-                              message=failure.message, delay_s=round(delay, 3))
+                              message=failure.message, delay_s=round(delay, 3), result=failed)
                     await self._sleep(delay)
                     attempt += 1
                     continue
@@ -277,7 +279,7 @@ class Engine:
             result["ok"] = True
             result["error"] = None
             self._store_result(state.name, result)
-            self.emit("ok", state=state.name, attempt=attempt, result=_summary(result))
+            self.emit("ok", state=state.name, attempt=attempt, result=self.run.results[state.name])
             self._route(cs, ctx)
             return
 
@@ -303,15 +305,18 @@ class Engine:
         self.run.history.setdefault(name, []).append(result)
         self.context[name] = result
 
+    def _failed_result(self, failure: StepFailure) -> dict[str, Any]:
+        result = dict(failure.result or {})
+        result.update(ok=False, error={"kind": failure.kind, "message": failure.message})
+        return self.redact.redact_obj(result) if self.ports.secret_values else result
+
     def _fail_state(self, state: State, failure: StepFailure) -> None:
         run = self.run
         error = {"state": state.name, "kind": failure.kind, "message": failure.message}
-        result = dict(failure.result or {})
-        result.update(ok=False, error={"kind": failure.kind, "message": failure.message})
-        self._store_result(state.name, result)
+        self._store_result(state.name, self._failed_result(failure))
         run.error = error
         run.feedback = failure.message
-        self.emit("failed", **error)
+        self.emit("failed", **error, result=self.run.results[state.name])
         if failure.kind == "no_transition" or not self._follow(FAIL, state.on_failure):
             self._finish(FAILED, None, error=error)
 
@@ -545,17 +550,3 @@ class Engine:
 
 
 _MISSING = object()
-
-
-def _summary(result: Mapping[str, Any]) -> dict[str, Any]:
-    """A short view of a result for events (full results live in the run state)."""
-    out: dict[str, Any] = {}
-    for key, value in result.items():
-        if key in ("ok", "error"):
-            continue
-        if value is None or isinstance(value, (bool, int, float)):
-            out[key] = value
-            continue
-        text = value if isinstance(value, str) else to_text(value)
-        out[key] = text if len(text) <= 200 else text[:200] + "…"
-    return out

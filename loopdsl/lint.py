@@ -123,8 +123,11 @@ class LintSession:
                     continue  # rules assume schema-valid data; the schema errors explain it
                 semantic.append(_internal(path, f"running rule {rule_fn.__name__}", exc))
         if schema_findings:
-            # One finding per node: the schema's message wins where both speak.
-            taken = {(d.line, d.col) for d in schema_findings}
+            # One finding per node. For a malformed name the name rule speaks (its id is the
+            # documented one); elsewhere the schema's message wins.
+            names = {(d.line, d.col) for d in semantic if d.rule == "bad-name"}
+            diagnostics = [d for d in diagnostics if d.path != path or (d.line, d.col) not in names]
+            taken = {(d.line, d.col) for d in schema_findings} - names
             semantic = [d for d in semantic if d.path != path or (d.line, d.col) not in taken]
         return Analysis(path, diagnostics + semantic, loop=loop, doc=doc, imported=imported)
 
@@ -225,34 +228,89 @@ def _walk(directory: Path) -> list[Path]:
     return found
 
 
-def lint_paths(paths: Sequence[str | Path]) -> LintReport:
-    """Lint files and folders; see `is_loop_text` for which YAML files count as loops."""
-    session = LintSession()
-    report = LintReport()
+def _collect(paths: Sequence[str | Path], report: LintReport) -> list[Path]:
+    """The files to lint, in order, once each; missing paths become diagnostics."""
+    chosen: list[Path] = []
     seen: set[Path] = set()
     for given in paths:
         target = Path(given)
         if not target.exists():
             report.diagnostics.append(_no_such_file(str(given)))
             continue
-        candidates = _walk(target) if target.is_dir() else [target]
-        for file in candidates:
+        explicit = not target.is_dir()
+        for file in [target] if explicit else _walk(target):
             key = file.resolve()
             if key in seen:
                 continue
             seen.add(key)
-            explicit = not target.is_dir()
             if file.suffix.lower() in YAML_SUFFIXES or not explicit:
                 try:
                     head = file.read_bytes()
                 except OSError:
-                    head = b"loopdsl:"  # unreadable: let lint_file report why
+                    head = b"loopdsl:"  # unreadable: lint_file reports why
                 if not is_loop_text(head, explicit=explicit):
                     continue
-            report.files += 1
-            report.diagnostics.extend(session.lint_file(file, str(file)).diagnostics)
+            chosen.append(file)
+    return chosen
+
+
+# Below this many files one process is faster than starting workers.
+PARALLEL_MIN_FILES = 24
+
+
+def _lint_chunk(files: list[Path]) -> tuple[list[Diagnostic], dict[str, list[str]]]:
+    session = LintSession()
+    found: list[Diagnostic] = []
+    for file in files:
+        found.extend(session.lint_file(file, str(file)).diagnostics)
+    wanted = {d.path for d in found}
+    return found, {p: lines for p, lines in session.sources.items() if p in wanted}
+
+
+def _lint_parallel(files: list[Path], workers: int) -> tuple[list[Diagnostic], dict[str, list[str]]] | None:
+    """Lint in forked workers (the parent has already imported and warmed everything, so a
+    fork costs little); None when processes cannot be used here."""
+    import multiprocessing
+
+    try:
+        context = multiprocessing.get_context("fork")
+        chunks = [files[i::workers] for i in range(workers)]
+        with context.Pool(workers) as pool:
+            results = pool.map(_lint_chunk, chunks)
+    except (OSError, ValueError, ImportError):
+        return None
+    by_file: dict[str, list[Diagnostic]] = {}
+    sources: dict[str, list[str]] = {}
+    for found, lines in results:
+        for d in found:
+            by_file.setdefault(d.path, []).append(d)
+        sources.update(lines)
+    # Back to command-line order: a file's own findings first, each file in turn.
+    ordered: list[Diagnostic] = []
+    for file in files:
+        ordered.extend(by_file.pop(str(file), []))
+    for rest in by_file.values():
+        ordered.extend(rest)
+    return ordered, sources
+
+
+def lint_paths(paths: Sequence[str | Path]) -> LintReport:
+    """Lint files and folders; see `is_loop_text` for which YAML files count as loops."""
+    report = LintReport()
+    files = _collect(paths, report)
+    report.files = len(files)
+    workers = min(os.cpu_count() or 1, 8)
+    result = None
+    if len(files) >= PARALLEL_MIN_FILES and workers > 1 and hasattr(os, "fork"):
+        first, first_sources = _lint_chunk(files[:1])  # warms imports and caches before forking
+        rest = _lint_parallel(files[1:], workers)
+        if rest is not None:
+            result = (first + rest[0], {**first_sources, **rest[1]})
+    if result is None:
+        result = _lint_chunk(files)
+    report.diagnostics.extend(result[0])
     report.diagnostics = _dedupe(report.diagnostics)
-    report.sources = session.sources
+    report.sources = result[1]
     return report
 
 

@@ -5,7 +5,7 @@ commit point; `to_json` / `from_json` are the only (de)serialisation.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 RUNNING, WAITING, COMPLETED, FAILED, ESCALATED, BUDGET_EXHAUSTED, ABORTED = (
@@ -47,7 +47,11 @@ class RunState:
     seq: int = 0  # events emitted so far
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record committed at each step. `history` is left out: it grows with every
+        attempt, so it lives in the append-only event log (`result` of each `ok`, `retry`
+        and `failed` event) and `history_from_events` rebuilds it on resume."""
+        # No deep copy: the store serialises the record at once.
+        return {name: getattr(self, name) for name in _RECORD_FIELDS}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "RunState":
@@ -57,3 +61,15 @@ class RunState:
     @property
     def is_final(self) -> bool:
         return self.status in FINAL_STATUSES
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(RunState) if f.name != "history")
+_RESULT_EVENTS = frozenset({"ok", "retry", "failed"})
+
+
+def history_from_events(events: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    history: dict[str, list[Any]] = {}
+    for event in events:
+        if event.get("type") in _RESULT_EVENTS and "result" in event and "state" in event:
+            history.setdefault(event["state"], []).append(event["result"])
+    return history

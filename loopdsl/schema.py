@@ -110,6 +110,11 @@ def check(doc: Document) -> list[Diagnostic]:
         for finding in _explain(error):
             findings.setdefault(finding.node, finding)
     kept = _drop_echoes(list(findings.values()))
+    version = [f for f in kept if f.rule == RULE_VERSION]
+    if version:
+        # A file written for another language version may use keys this version does not
+        # know: reporting them would be noise, the version is the one problem to fix.
+        kept = version
     diagnostics = []
     for f in kept:
         line, col = doc.locate(f.node, value=f.at_value) if f.node else _first_key(doc)

@@ -25,9 +25,9 @@ import socket
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import diskcache

@@ -15,9 +15,10 @@ import functools
 import json
 import re
 import string
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, cast
 
 from jinja2 import StrictUndefined, Undefined, nodes
 from jinja2 import meta as jinja_meta
@@ -158,8 +159,9 @@ def _check_str_format(fmt: str) -> None:
             _too_big("a format width", int(number))
 
 
-def _check_method_call(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-    """Guard the str/bytes/int methods whose result can be far larger than their inputs."""
+def _check_method_call(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Guard the str/bytes/int methods whose result can be far larger than their inputs.
+    Returns the arguments to call with."""
     owner = getattr(func, "__self__", None)
     name = getattr(func, "__name__", "")
     if isinstance(owner, (str, bytes)):
@@ -168,23 +170,25 @@ def _check_method_call(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, An
         elif name == "expandtabs":
             size = args[0] if args else kwargs.get("tabsize", 8)
             if isinstance(size, int):
-                _too_big("str.expandtabs()", len(owner) + owner.count("\t" if isinstance(
-                    owner, str) else b"\t") * size)
+                tabs = owner.count("\t") if isinstance(owner, str) else owner.count(b"\t")
+                _too_big("str.expandtabs()", len(owner) + tabs * size)
         elif name == "replace" and len(args) >= 2:
             old, new = args[0], args[1]
-            hits = owner.count(old) if type(old) is type(owner) else 0
+            hits = cast(Any, owner).count(old) if type(old) is type(owner) else 0
             if len(args) > 2 and isinstance(args[2], int) and args[2] >= 0:
                 hits = min(hits, args[2])
             if type(new) is type(owner):
                 _too_big("str.replace()", len(owner) + hits * len(new))
-        elif name == "join" and args:
-            raise RenderError("str.join() is not available in templates; use the join filter: "
-                              "{{ items | join(', ') }}")
+        elif name == "join" and len(args) == 1:
+            items = list(args[0])            # a generator would be used up by the estimate
+            _too_big("str.join()", _shallow_text_size(items) + len(owner) * len(items))
+            return (items,)
         elif name == "translate" and args and isinstance(args[0], Mapping):
             longest = max((len(v) for v in args[0].values() if isinstance(v, str)), default=1)
             _too_big("str.translate()", len(owner) * longest)
     elif isinstance(owner, int) and name == "to_bytes" and args:
         _width(args[0], "int.to_bytes() length")
+    return args
 
 
 # ---------------------------------------------------------------- filters
@@ -280,10 +284,10 @@ class _LoopSandbox(ImmutableSandboxedEnvironment):
         _charge_size(result)
         return result
 
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         _charge(steps=1)
-        _check_method_call(__obj, args, kwargs)
-        result = super().call(__context, __obj, *args, **kwargs)
+        args = _check_method_call(obj, args, kwargs)
+        result = super().call(context, obj, *args, **kwargs)
         _charge_size(result)
         return result
 
@@ -338,7 +342,7 @@ class _BoundLoops(NodeTransformer):
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
         self.generic_visit(node)
-        node.iter = _env_call("loopdsl_iter", [node.iter], node.lineno)
+        node.iter = _env_call("loopdsl_iter", [cast(nodes.Expr, node.iter)], node.lineno)
         return node
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
@@ -389,7 +393,7 @@ def _guarded(run: Callable[[], Any]) -> Any:
     token = _BUDGET.set(_Budget())
     try:
         return run()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure inside a template is the template's
         raise _render_error(exc) from None
     finally:
         _BUDGET.reset(token)
@@ -888,7 +892,7 @@ class ShellCommand:
                 text = truncate_text(to_text(expression(context)))
             except RenderError as exc:
                 raise RenderError(f"in {shown}: {exc.message}") from None
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - e.g. str() of an odd value
                 raise RenderError(f"in {shown}: {_render_error(exc).message}") from None
             if "\0" in text:
                 raise RenderError(f"the value of {shown} contains a NUL character, which no "

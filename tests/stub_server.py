@@ -70,7 +70,10 @@ class StubServer:
     def start(self) -> "StubServer":
         handler = _make_handler(self)
         self._server = _QuietServer((self._host, self._port), handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="stub-llm", daemon=True)
+        # A short poll interval: shutdown() waits up to one interval, once per test.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="stub-llm", daemon=True
+        )
         self._thread.start()
         return self
 

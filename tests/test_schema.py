@@ -355,6 +355,11 @@ def test_every_problem_of_a_file_is_reported_in_order() -> None:
     assert "did you mean `backoff`" in diags[3].message
 
 
+def test_another_version_is_the_only_finding() -> None:
+    diags = lint("loopdsl: 2\nname: demo\nstart: a\nstates: {a: {end: completed, later_key: 1}}\nnew_feature: {}\n")
+    assert [(d.rule, d.line, d.col) for d in diags] == [("unsupported-version", 1, 10)]
+
+
 def test_long_values_are_truncated_in_messages() -> None:
     diags = lint(BASE + f"  a: {{end: {'x' * 500}}}\n")
     assert len(diags) == 1 and len(diags[0].message) < 200 and "..." in diags[0].message
@@ -387,7 +392,7 @@ def _example_data() -> dict[str, Any]:
     return doc.data  # type: ignore[no-any-return]
 
 
-@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_any_mutation_is_reported_plainly_or_builds(data: st.DataObject) -> None:
     """Break the example at a random node: check() agrees with jsonschema on validity, reports

@@ -399,7 +399,7 @@ def test_lock_of_a_killed_holder_expires_within_ttl(store: RunStore, store_dir: 
     holder.wait()
     killed_at = time.monotonic()
     with store.lock("r1", ttl=5.0, wait=ttl + 2.0):
-        assert time.monotonic() - killed_at <= ttl + 0.3
+        assert time.monotonic() - killed_at <= ttl + 0.5
 
 
 def test_second_lock_in_same_process_is_refused_and_release_frees(store: RunStore) -> None:

@@ -1,0 +1,123 @@
+"""Per-step interpreter overhead of loopdsl beside its peers, in one process run.
+
+    python bench/step_overhead.py [N]        (default N=1000)
+
+The loop is the peers' trivial loop (../shared/bench/peers_step_overhead.py): two
+states alternating, N state executions, a guard deciding when to stop. loopdsl runs
+it as a loop file of two `set` states:
+  - in memory (the engine with no store: what `loopdsl.run(...)` does by default);
+  - durable (a diskcache run store, one committed transaction per step, SQLite WAL
+    with synchronous NORMAL: a killed process resumes from the last step).
+Peers are measured by importing the shared peer benchmark when it is beside the
+checkout; ratios are computed against figures from this same run.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from loopdsl.api import StoreRecorder, new_run_state
+from loopdsl.compile import compile_loop
+from loopdsl.engine import Engine, MemoryRecorder, Ports
+from loopdsl.model import build_loop
+from loopdsl.store import RunStore
+
+N = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+PEERS = Path(__file__).resolve().parents[2] / "shared" / "bench" / "peers_step_overhead.py"
+
+
+def bench_loop(n: int):
+    return build_loop({
+        "loopdsl": 1, "name": "bench", "budget": {"steps": n + 10},
+        "start": "act",
+        "states": {
+            "act": {"set": {"count": "run.visits"}, "next": "check"},
+            "check": {"set": {"seen": "act.count * 2"},
+                      "transitions": [{"to": "done", "when": f"check.seen >= {n}"}, {"to": "act"}]},
+            "done": {"end": "completed"},
+        },
+    })
+
+
+def _no_provider():
+    raise RuntimeError("the benchmark loop makes no model calls")
+
+
+def run_loopdsl(n: int, durable: bool) -> float:
+    compiled = compile_loop(bench_loop(n))
+    store = None
+    if durable:
+        store = RunStore(Path(tempfile.mkdtemp()) / "store")
+        run_id = store.new_run_id()
+        recorder = StoreRecorder(store, run_id)
+    else:
+        run_id, recorder = "bench", MemoryRecorder()
+    state = new_run_state(compiled.loop, run_id, {})
+    if store is not None:
+        store.create_run(run_id, state.to_json())
+    ports = Ports(provider=_no_provider, recorder=recorder, keep_events=False)
+    engine = Engine(compiled, state, ports)
+    t = time.perf_counter()
+    asyncio.run(engine.execute())
+    elapsed = time.perf_counter() - t
+    assert state.status == "completed", state.error
+    steps = engine.ledger.steps
+    if store is not None:
+        store.close()
+    return elapsed / steps
+
+
+def load_peers():
+    if not PEERS.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("peers_step_overhead", PEERS)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    saved = sys.argv
+    sys.argv = [str(PEERS), str(N)]
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.argv = saved
+    return module
+
+
+def best_of(fn, repeat: int = 3) -> float:
+    return min(fn() for _ in range(repeat))
+
+
+def main() -> None:
+    peers = load_peers()
+    figures: dict[str, float] = {}
+    if peers is not None:
+        for name, fn in [("transitions (raw, in-memory)", peers.bench_transitions),
+                         ("burr (no persister)", lambda: peers.bench_burr(False)),
+                         ("langgraph (no checkpointer)", lambda: peers.bench_langgraph(False)),
+                         ("burr + SQLite persister", lambda: peers.bench_burr(True)),
+                         ("langgraph + SqliteSaver", lambda: peers.bench_langgraph(True))]:
+            try:
+                figures[name] = best_of(fn)
+            except Exception as exc:  # a missing peer is reported, not fatal
+                print(f"{name:34s} unavailable: {type(exc).__name__}: {exc}")
+    else:
+        print(f"peer benchmark not found at {PEERS}: printing loopdsl alone")
+    figures["loopdsl (in memory)"] = best_of(lambda: run_loopdsl(N, durable=False))
+    figures["loopdsl (durable store)"] = best_of(lambda: run_loopdsl(N, durable=True))
+    print(f"N={N} steps, best of 3, microseconds per step")
+    for name, seconds in figures.items():
+        print(f"{name:34s} {seconds * 1e6:10.1f} us/step")
+    raw = figures.get("transitions (raw, in-memory)")
+    if raw:
+        print(f"ratio loopdsl in-memory / raw transitions: {figures['loopdsl (in memory)'] / raw:.2f}x (target <= 3x)")
+    durable_peers = [figures[k] for k in ("burr + SQLite persister", "langgraph + SqliteSaver") if k in figures]
+    if durable_peers:
+        fastest = min(durable_peers)
+        print(f"ratio loopdsl durable / fastest durable peer: {figures['loopdsl (durable store)'] / fastest:.2f}x (target <= 0.33x)")
+
+
+if __name__ == "__main__":
+    main()
