@@ -18,8 +18,9 @@ where float addition (0.1 + 0.2 > 0.3) would refuse it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .model import Budget, Price
 
@@ -75,7 +76,7 @@ class Ledger:
         self,
         caps: Budget,
         spent: Mapping[str, Any] | None = None,
-        parent: "Ledger | None" = None,
+        parent: Ledger | None = None,
         *,
         name: str = "run",
     ) -> None:
@@ -108,7 +109,7 @@ class Ledger:
     def outstanding(self) -> list[Reservation]:
         return list(self._open.values())
 
-    def _chain(self) -> list["Ledger"]:
+    def _chain(self) -> list[Ledger]:
         chain: list[Ledger] = []
         ledger: Ledger | None = self
         while ledger is not None:
@@ -116,7 +117,7 @@ class Ledger:
             ledger = ledger.parent
         return chain
 
-    def _whose(self, asking: "Ledger | None" = None) -> str:
+    def _whose(self, asking: Ledger | None = None) -> str:
         """Which budget refused: the one asked, or an enclosing one it shares."""
         if asking is not None and asking is not self:
             return f" (the enclosing {self.name}'s budget, shared with {asking.name})"
@@ -262,8 +263,8 @@ class Ledger:
 
     @classmethod
     def from_json(
-        cls, caps: Budget, data: Mapping[str, Any], parent: "Ledger | None" = None, *, name: str = "run"
-    ) -> "Ledger":
+        cls, caps: Budget, data: Mapping[str, Any], parent: Ledger | None = None, *, name: str = "run"
+    ) -> Ledger:
         """Rebuild a ledger from `to_json`; reservations still open then are charged in full.
 
         An open reservation in a saved ledger is a call that was in flight when the
@@ -281,7 +282,7 @@ class Ledger:
         ledger.parent = parent
         return ledger
 
-    def child(self, caps: Budget, *, name: str = "child") -> "Ledger":
+    def child(self, caps: Budget, *, name: str = "child") -> Ledger:
         """A ledger for a sub-loop or fan-out child: its own caps, and every ancestor's too."""
         return Ledger(caps, parent=self, name=name)
 

@@ -31,20 +31,24 @@ class RunConflict(Exception):
         self.skipped = skipped
 
 
-async def _respect_group(compiled: CompiledLoop, store: RunStore) -> None:
+class _KeepWaiting(Exception):
+    pass
+
+
+def _respect_group(compiled: CompiledLoop, store: RunStore) -> None:
+    """Return when no other run of the group is active; else raise RunConflict or _KeepWaiting."""
     conc = compiled.loop.concurrency
     if conc is None:
         return
-    while True:
-        active = store.active_runs(conc.group)
-        if not active:
-            return
-        others = ", ".join(active)
-        if conc.on_conflict == "skip":
-            raise RunConflict(f"skipped: run(s) {others} of group '{conc.group}' still active", skipped=True)
-        if conc.on_conflict == "fail":
-            raise RunConflict(f"run(s) {others} of group '{conc.group}' still active", skipped=False)
-        await asyncio.sleep(GROUP_WAIT_POLL_S)
+    active = store.active_runs(conc.group)
+    if not active:
+        return
+    others = ", ".join(active)
+    if conc.on_conflict == "skip":
+        raise RunConflict(f"skipped: run(s) {others} of group '{conc.group}' still active", skipped=True)
+    if conc.on_conflict == "fail":
+        raise RunConflict(f"run(s) {others} of group '{conc.group}' still active", skipped=False)
+    raise _KeepWaiting()
 
 
 def _source_text(compiled: CompiledLoop) -> str:
@@ -100,7 +104,6 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
                       store: RunStore, workdir: Path, cache: bool,
                       listeners: Iterable[Callable[[dict[str, Any]], None]]) -> RunResult:
     loop = compiled.loop
-    await _respect_group(compiled, store)
     run_id = store.new_run_id()
     meta = {
         "loop_path": str(loop.source) if loop.source else "",
@@ -114,7 +117,20 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
     with store.lock(run_id):
         record = state.to_json()
         record["group"] = meta["group"]
-        store.create_run(run_id, record)
+        if loop.concurrency is not None:
+            # Check-and-create under the group's lock: two runs starting together cannot both get in.
+            while True:
+                with store.lock(f"group-{loop.concurrency.group}", wait=30.0):
+                    try:
+                        _respect_group(compiled, store)
+                    except _KeepWaiting:
+                        pass
+                    else:
+                        store.create_run(run_id, record)
+                        break
+                await asyncio.sleep(GROUP_WAIT_POLL_S)
+        else:
+            store.create_run(run_id, record)
         try:
             run_dir = _prepare_workspace(compiled, state, store, workdir)
         except WorkspaceError as exc:

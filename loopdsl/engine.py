@@ -176,7 +176,7 @@ class Engine:
         ctx["feedback"] = run.feedback
         ctx["error"] = run.error
         ctx["run"] = {"id": run.run_id, "date": run.date, "attempt": 1, "visits": 0}
-        ctx["budget"] = {}
+        ctx["budget"] = _BudgetView(self.ledger, self._active_seconds)
         item = run.meta.get("item", _MISSING)
         if item is not _MISSING:
             ctx["item"] = item
@@ -187,7 +187,6 @@ class Engine:
         ctx["feedback"] = self.run.feedback
         ctx["error"] = self.run.error
         ctx["run"] = {"id": self.run.run_id, "date": self.run.date, "attempt": attempt, "visits": self.run.visits.get(state, 0)}
-        ctx["budget"] = {"spent": self.ledger.spent(), "remaining": self.ledger.remaining()}
         return ctx
 
     def _guard(self, expr: Expression, event: Any) -> bool:
@@ -550,3 +549,26 @@ class Engine:
 
 
 _MISSING = object()
+
+
+class _BudgetView(Mapping[str, Any]):
+    """`budget.spent` / `budget.remaining` for templates, computed only when a template reads them."""
+
+    _KEYS = ("spent", "remaining")
+
+    def __init__(self, ledger: Ledger, elapsed: Callable[[], float]):
+        self._ledger = ledger
+        self._elapsed = elapsed
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "spent":
+            return self._ledger.spent()
+        if key == "remaining":
+            return self._ledger.remaining(self._elapsed())
+        raise KeyError(key)
+
+    def __iter__(self) -> Any:
+        return iter(self._KEYS)
+
+    def __len__(self) -> int:
+        return len(self._KEYS)

@@ -20,7 +20,7 @@ from .diagnostics import Diagnostic, LoopError, Severity, format_github, format_
 from .imports import ImportCache, ImportResult, display_path, is_library, lint_library, local_clashes, resolve_imports
 from .loader import Document, load_document
 from .model import Loop, build_loop
-from .rules import RULES, LintContext
+from .rules import GRAPH_RULES, RULES, LintContext
 
 INTERNAL_ERROR = "internal-error"
 SKIPPED_DIRS = frozenset({".git", ".loopdsl", ".hg", ".svn", ".venv", "node_modules", "__pycache__"})
@@ -116,6 +116,8 @@ class LintSession:
         )
         semantic: list[Diagnostic] = []
         for rule_fn in RULES:
+            if schema_findings and rule_fn.__name__ in GRAPH_RULES:
+                continue
             try:
                 semantic.extend(rule_fn(ctx))
             except Exception as exc:

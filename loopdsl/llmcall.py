@@ -201,6 +201,9 @@ class LlmCaller:
         except asyncio.CancelledError:
             self.ledger.charge_reservation(reservation)
             raise
+        except Exception:
+            self.ledger.release(reservation)  # e.g. the reply script ran out: nothing was sent
+            raise
         price = dict(priced).get(request.model)
         cost_usd = response.cost_usd
         if price is not None and (cost_usd is None or request.model == priced[0][0]):

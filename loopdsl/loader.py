@@ -20,12 +20,12 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.events import (
     AliasEvent,
     CollectionEndEvent,
@@ -36,6 +36,7 @@ from ruamel.yaml.events import (
     StreamEndEvent,
 )
 from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.reader import ReaderError
 
 from .diagnostics import Diagnostic, Severity
 from .model import YamlPath
@@ -58,6 +59,10 @@ _TAG_MERGE = "tag:yaml.org,2002:merge"
 _TRUE_WORDS = frozenset({"true", "yes", "on"})
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BAD_ESCAPED = re.compile("[\x00\ud800-\udfff]")
+_LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")
+# Loop files are a few KiB; this stops `lint /dev/zero` or a mistyped path to a huge
+# log from reading without end.
+MAX_FILE_BYTES = 10 * 1024 * 1024
 
 _HINTS = {
     "yaml-syntax": "Check indentation (spaces only, no tabs) and quoting: a value that "
@@ -125,9 +130,12 @@ def _pos(mark: Any) -> tuple[int, int]:
 
 
 def _line_col_of_index(text: str, index: int) -> tuple[int, int]:
+    """1-based line:col of a character offset, counting line breaks the way YAML does."""
     index = max(0, min(index, len(text)))
-    line_start = text.rfind("\n", 0, index) + 1
-    return (text.count("\n", 0, index) + 1, index - line_start + 1)
+    line, line_start = 1, 0
+    for brk in _LINE_BREAK.finditer(text, 0, index):
+        line, line_start = line + 1, brk.end()
+    return (line, index - line_start + 1)
 
 
 # ---------------------------------------------------------------- decoding
@@ -145,16 +153,17 @@ def _decode(path: str, raw: str | bytes) -> tuple[str | None, list[Diagnostic]]:
         except UnicodeDecodeError as exc:
             if 0 <= nul < exc.start:
                 return None, [_nul_error(path, data.decode("utf-8", "replace"), nul)]
-            line = data.count(b"\n", 0, exc.start) + 1
-            col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+            # Everything before the bad byte decoded fine: count lines and columns in it
+            # as an editor would (characters), and give the byte offset for hex editors.
+            before = data[:exc.start].decode("utf-8")
+            where = _line_col_of_index(before, len(before))
             bad = data[exc.start:exc.start + 1].hex()
-            return None, [_error(path, (line, col), "yaml-encoding",
+            return None, [_error(path, where, "yaml-encoding",
                                  f"the file is not valid UTF-8: byte 0x{bad} at byte offset "
-                                 f"{exc.start} (line {line}, byte {col} of that line)")]
+                                 f"{exc.start}; save it as UTF-8")]
     else:
         text = str(raw)
-    if text.startswith("\ufeff"):  # a UTF-8 BOM is allowed and invisible in editors
-        text = text[1:]
+    text = text.removeprefix("\ufeff")  # a UTF-8 BOM is allowed and invisible in editors
     nul = text.find("\x00")
     if nul >= 0:
         return None, [_nul_error(path, text, nul)]
@@ -497,8 +506,8 @@ def _yaml_error(path: str, text: str, exc: Exception) -> Diagnostic:
     if isinstance(exc, MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         where = _pos(mark) if mark is not None else (0, 0)
-        problem = (exc.problem or "invalid YAML").strip()
-        context = (exc.context or "").strip()
+        problem = " ".join(str(exc.problem or "invalid YAML").split())
+        context = " ".join(str(exc.context or "").split())
         if context and exc.context_mark is not None and exc.context_mark is not mark:
             problem += f" ({context} that starts at line {exc.context_mark.line + 1}, " \
                        f"column {exc.context_mark.column + 1})"
@@ -527,7 +536,7 @@ def _parse(path: str, text: str) -> tuple[Document | None, list[Diagnostic]]:
     except RecursionError:
         walker.errors.append(_error(path, (0, 0), "yaml-too-deep",
                                     "the structure is nested too deeply to read"))
-    except Exception as exc:  # every input must end as a diagnostic, never a traceback
+    except Exception as exc:  # noqa: BLE001 - every input must end as a diagnostic
         walker.errors.append(_yaml_error(path, text, exc))
     if walker.errors:
         return None, walker.errors
@@ -543,24 +552,28 @@ def load_document(path: str | os.PathLike[str],
     """Read and parse one loop file; never raises. (None, errors) if it is not usable data."""
     try:
         shown = os.fsdecode(path)
-    except Exception:
+    except Exception:  # noqa: BLE001 - an odd path object still gets a name
         shown = repr(path)
     try:
         if text is None:
             try:
                 with open(path, "rb") as handle:
-                    raw: str | bytes = handle.read()
+                    raw: str | bytes = handle.read(MAX_FILE_BYTES + 1)
             except OSError as exc:
                 reason = exc.strerror or type(exc).__name__
                 return None, [_error(shown, (0, 0), "file-unreadable",
                                      f"cannot read the file: {reason}")]
         else:
             raw = text
+        if len(raw) > MAX_FILE_BYTES:
+            return None, [_error(shown, (0, 0), "file-unreadable",
+                                 f"the file is larger than {MAX_FILE_BYTES // 2**20} MiB; "
+                                 "a loop file is a small text file (is this the right path?)")]
         decoded, problems = _decode(shown, raw)
         if decoded is None:
             return None, problems
         return _parse(shown, decoded)
-    except Exception as exc:  # last line of defence: a loader bug must not become a traceback
+    except Exception as exc:  # noqa: BLE001 - last defence: a loader bug is no traceback
         return None, [_error(shown, (0, 0), "yaml-syntax",
                              f"internal error while reading the file ({type(exc).__name__}: "
                              f"{str(exc)[:200]}); please report it")]

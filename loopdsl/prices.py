@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .model import Price
 
@@ -120,7 +121,9 @@ def model_price(model: str) -> Price | None:
         return None
     per_input = entry.get("input_cost_per_token")
     per_output = entry.get("output_cost_per_token")
-    if not _is_number(per_input) or not _is_number(per_output):
+    if not isinstance(per_input, (int, float)) or not isinstance(per_output, (int, float)):
+        return None
+    if isinstance(per_input, bool) or isinstance(per_output, bool):
         return None
     return Price(
         # Rounded so that 1.5e-07/token reads as 0.15, not 0.15000000000000002.
@@ -132,8 +135,6 @@ def model_price(model: str) -> Price | None:
 def max_input_tokens(model: str) -> int | None:
     entry = model_info(model)
     value = entry.get("max_input_tokens") if entry is not None else None
-    return int(value) if _is_number(value) else None
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value)

@@ -24,9 +24,10 @@ import math
 import os
 import re
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from .prices import model_provider
 
@@ -276,7 +277,7 @@ def _response_to_llm(litellm: Any, response: Any, request: LlmRequest) -> LlmRes
     if cost is None:
         try:
             cost = litellm.completion_cost(completion_response=response)
-        except Exception:  # LiteLLM raises for a model it cannot price: unknown, not free
+        except Exception:  # noqa: BLE001 - LiteLLM raises for a model it cannot price: unknown, not free
             cost = None
     return LlmResponse(
         text=text,
@@ -403,7 +404,7 @@ class ScriptedProvider:
         self._used = {state: 0 for state in script}
 
     @classmethod
-    def from_data(cls, data: Any, source: str = "<script>") -> "ScriptedProvider":
+    def from_data(cls, data: Any, source: str = "<script>") -> ScriptedProvider:
         if not isinstance(data, Mapping):
             raise ScriptError(f"{source}: a script maps state names to lists of replies, e.g. `draft: [\"first reply\"]`")
         parsed: dict[str, list[_Entry]] = {}
@@ -413,7 +414,7 @@ class ScriptedProvider:
         return cls(parsed, source)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> "ScriptedProvider":
+    def from_file(cls, path: str | os.PathLike[str]) -> ScriptedProvider:
         file = Path(path)
         try:
             text = file.read_text(encoding="utf-8")

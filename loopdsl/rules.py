@@ -25,9 +25,19 @@ Rule = Callable[["LintContext"], Iterable[Diagnostic]]
 RULES: list[Rule] = []
 
 
+GRAPH_RULES: set[str] = set()
+
+
 def rule(fn: Rule) -> Rule:
     RULES.append(fn)
     return fn
+
+
+def graph_rule(fn: Rule) -> Rule:
+    """A rule about the shape of the state graph. Skipped when the schema found errors:
+    a misspelt `next` would otherwise also show up as unreachable states and dead ends."""
+    GRAPH_RULES.add(fn.__name__)
+    return rule(fn)
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
@@ -264,12 +274,32 @@ def unknown_state(ctx: LintContext) -> Iterator[Diagnostic]:
 # ================================================================ graph shape
 
 
-@rule
+def _reachable_despite_typos(ctx: LintContext) -> set[str]:
+    """States reachable when each unknown destination is read as its did-you-mean: a state
+    is not "unreachable" just because a misspelt `next` (reported by unknown-state) misses it."""
+    names = sorted(ctx.states)
+    seen: set[str] = set()
+    stack = [ctx.loop.start]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for _, dest, _ in ctx.states[name].targets():
+            if dest in ctx.states:
+                stack.append(dest)
+            else:
+                stack.extend(difflib.get_close_matches(str(dest), names, n=1, cutoff=0.6))
+    return seen
+
+
+@graph_rule
 def unreachable_state(ctx: LintContext) -> Iterator[Diagnostic]:
     if ctx.loop.start not in ctx.states:
         return  # unknown-state already explains; everything would be "unreachable"
+    reachable = _reachable_despite_typos(ctx)
     for name in ctx.states:
-        if name not in ctx.reachable:
+        if name not in reachable:
             yield ctx.diag(
                 "unreachable-state",
                 f'state "{name}" can never be reached from start state "{ctx.loop.start}"',
@@ -279,9 +309,13 @@ def unreachable_state(ctx: LintContext) -> Iterator[Diagnostic]:
             )
 
 
-@rule
+@graph_rule
 def no_path_to_end(ctx: LintContext) -> Iterator[Diagnostic]:
-    can_end = {n for n, s in ctx.states.items() if s.is_end}
+    # A state with an unknown destination may have been meant to end: unknown-state says so.
+    can_end = {
+        n for n, s in ctx.states.items()
+        if s.is_end or any(dest not in ctx.states for _, dest, _ in s.targets())
+    }
     changed = True
     while changed:
         changed = False
@@ -289,24 +323,35 @@ def no_path_to_end(ctx: LintContext) -> Iterator[Diagnostic]:
             if name not in can_end and any(d in can_end for d in dests):
                 can_end.add(name)
                 changed = True
-    for name, state in ctx.states.items():
-        if name in can_end or name not in ctx.reachable:
-            continue
-        if not ctx.edges[name] and not any(True for _ in state.targets()):
+    stuck = [n for n in ctx.states if n not in can_end and n in ctx.reachable]
+    stuck_set = set(stuck)
+    sub_edges = {n: [d for d in ctx.edges[n] if d in stuck_set] for n in stuck}
+    order = {n: i for i, n in enumerate(ctx.states)}
+    # Report where the run gets stuck (a dead end, or a group of states that only lead to
+    # each other), not every state upstream of it.
+    components = strongly_connected(stuck, sub_edges)
+    member_of = {n: i for i, comp in enumerate(components) for n in comp}
+    for i, component in enumerate(components):
+        if any(member_of[d] != i for n in component for d in sub_edges[n]):
+            continue  # it flows into another stuck group, which is reported
+        first = min(component, key=order.__getitem__)
+        if len(component) == 1 and not sub_edges[first]:
             yield ctx.diag(
                 "no-path-to-end",
-                f'state "{name}" has no `next` or `transitions`, so the run cannot go on from it',
-                state_key(name),
+                f'state "{first}" has no `next` or `transitions`, so the run cannot go on from it',
+                state_key(first),
                 hint="add `next: STATE` (or `transitions:`) leading towards an `end` state",
             )
-        else:
-            yield ctx.diag(
-                "no-path-to-end",
-                f'no path leads from state "{name}" to an `end` state',
-                state_key(name),
-                hint="every state needs a way out: route one of its transitions (or a state after "
-                "it) to a state with `end: completed|failed|escalated`",
-            )
+            continue
+        names = sorted(component, key=order.__getitem__)
+        group = f'state "{first}" only leads back to itself' if len(names) == 1 else (
+            "states " + ", ".join(f'"{n}"' for n in names) + " only lead to each other")
+        yield ctx.diag(
+            "no-path-to-end",
+            f"no path leads to an `end` state: {group}",
+            state_key(first),
+            hint="route one of their transitions to a state with `end: completed|failed|escalated`",
+        )
 
 
 def _cycle_through(start: str, members: set[str], edges: Mapping[str, list[str]]) -> list[str]:
@@ -382,7 +427,7 @@ def strongly_connected(nodes: list[str], edges: Mapping[str, list[str]]) -> list
     return out
 
 
-@rule
+@graph_rule
 def unbounded_cycle(ctx: LintContext) -> Iterator[Diagnostic]:
     budget = ctx.loop.budget
     if budget.steps is not None or budget.wall_time is not None:

@@ -252,10 +252,10 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[
                 hint="read it in an after-gate, a transition guard or a later state; "
                 "`feedback` carries the previous attempt's failure",
             )
-        where = f'state "{site.state}"' if site.state else "the outputs"
+        where = f'state "{site.state}" reads' if site.state else "top-level `outputs` read"
         return ctx.diag(
             "undefined-variable",
-            f'{where} reads "{use.root}", which may not have run yet: a path from start '
+            f'{where} "{use.root}", which may not have run yet: a path from start '
             f'"{loop.start}" avoids it',
             position=position,
             hint=_state_hint(site, use.root) if site.state else
@@ -274,6 +274,8 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[
 def _secret_diagnostic(ctx: LintContext, site: Site, use: NameUse) -> Diagnostic | None:
     if use.root != "secrets" or site.where == "other":
         return None
+    if use.attr is not None and use.attr not in ctx.loop.secrets:
+        return None  # not a secret at all: unknown-secret reports it
     name = use.attr or "NAME"
     position = ctx.at_offset(site.path, site.source, use_offset(site.source, use))
     if site.where == "command":

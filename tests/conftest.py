@@ -1,10 +1,9 @@
 """Generic fixtures shared by the test suite."""
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
-
 from stub_server import StubServer
 
 

@@ -67,7 +67,7 @@ class StubServer:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------
-    def start(self) -> "StubServer":
+    def start(self) -> StubServer:
         handler = _make_handler(self)
         self._server = _QuietServer((self._host, self._port), handler)
         # A short poll interval: shutdown() waits up to one interval, once per test.
@@ -86,7 +86,7 @@ class StubServer:
             self._thread.join(timeout=5)
         self._server = None
 
-    def __enter__(self) -> "StubServer":
+    def __enter__(self) -> StubServer:  # noqa: PYI034 - also runs on Python 3.10 (no typing.Self)
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -177,10 +177,10 @@ def _make_handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr
+        def log_message(self, format: str, *args: Any) -> None:
             return
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server naming
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
             try:

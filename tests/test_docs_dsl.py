@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from loopdsl.loader import load_text
 from loopdsl.schema import SCHEMA_RULES, check, load_schema
@@ -32,13 +33,13 @@ def test_every_schema_key_is_documented() -> None:
 
 def test_every_schema_rule_id_is_in_the_lint_rules_section() -> None:
     section = DOC.split("## Lint rules", 1)[1]
-    rows = set(re.findall(r"^\| `([a-z-]+)` \|", section, flags=re.M))
+    rows = set(re.findall(r"^\| `([a-z-]+)` \|", section, flags=re.MULTILINE))
     assert set(SCHEMA_RULES) <= rows
 
 
 def test_every_complete_loop_in_the_docs_is_schema_valid() -> None:
-    blocks = re.findall(r"```yaml\n(.*?)```", DOC, flags=re.S)
-    loops = [b for b in blocks if re.search(r"^loopdsl: ", b, flags=re.M)]
+    blocks = re.findall(r"```yaml\n(.*?)```", DOC, flags=re.DOTALL)
+    loops = [b for b in blocks if re.search(r"^loopdsl: ", b, flags=re.MULTILINE)]
     assert loops, "the reference shows at least one complete loop"
     for text in loops:
         doc, problems = load_text(text, "docs/dsl.md")
@@ -48,7 +49,7 @@ def test_every_complete_loop_in_the_docs_is_schema_valid() -> None:
 
 def test_state_snippets_in_the_docs_are_schema_valid() -> None:
     """Snippets of states (`name:` then an indented state) are checked inside a minimal loop."""
-    blocks = re.findall(r"```yaml\n(.*?)```", DOC, flags=re.S)
+    blocks = re.findall(r"```yaml\n(.*?)```", DOC, flags=re.DOTALL)
     snippets = [b for b in blocks if re.match(r"[a-z_]+:\n  (shell|llm|evaluate|checkpoint|set|loop):", b)]
     assert len(snippets) >= 5
     for snippet in snippets:

@@ -35,6 +35,9 @@ def _load_fuzz_module() -> ModuleType:
 fuzz = _load_fuzz_module()
 SEEDS = fuzz.seed_texts()
 PIPELINE = fuzz.build_pipeline()
+TOP_LEVEL_KEYS = ["name", "description", "schedule", "inputs", "secrets", "models", "budget",
+                  "workspace", "imports", "gates", "start", "states", "outputs", "unattended",
+                  "concurrency"]
 SEED_JSON = [json.dumps(doc.data) for doc, _ in map(load_text, SEEDS) if doc is not None]
 
 
@@ -75,8 +78,12 @@ dsl_like_data = st.recursive(
 def dsl_like_documents(draw: st.DrawFn) -> str:
     """Schema-shaped noise: a mapping with the DSL's own keys, often near-valid."""
     data = draw(st.dictionaries(st.sampled_from(fuzz.KEYS), dsl_like_data, max_size=10))
-    if draw(st.booleans()):  # start from a real loop and overwrite parts of it
+    shape = draw(st.integers(0, 2))
+    if shape == 1:  # start from a real loop and overwrite parts of it
         data = {**json.loads(draw(st.sampled_from(SEED_JSON))), **data}
+    elif shape == 2:  # a versioned loop file with only a few top-level sections, any type
+        data = {"loopdsl": 1, **draw(st.dictionaries(st.sampled_from(TOP_LEVEL_KEYS),
+                                                     dsl_like_data, max_size=4))}
     return json.dumps(data)
 
 
@@ -141,3 +148,37 @@ def test_fuzz_script_finds_nothing_on_a_short_run(tmp_path: Path) -> None:
     """The script itself runs end to end and reports zero failures on 40 cases."""
     code = fuzz.main(["--cases", "40", "--seed", "7", "--out", str(tmp_path)])
     assert code == 0, sorted(p.name for p in tmp_path.iterdir())
+
+
+def test_the_harness_catches_escapes_internal_errors_bad_positions_and_hangs() -> None:
+    """The checks above are only worth something if check_case can fail."""
+    import time as time_module
+
+    from loopdsl.diagnostics import Severity
+
+    def crash(path: str, source: str | bytes) -> list[Any]:
+        raise KeyError("boom")
+
+    def internal(path: str, source: str | bytes) -> list[Any]:
+        return [Diagnostic(path, 0, 0, Severity.ERROR, "internal-error", "TypeError at x.py:1")]
+
+    def negative_line(path: str, source: str | bytes) -> list[Any]:
+        return [Diagnostic(path, -1, 1, Severity.ERROR, "some-rule", "m")]
+
+    def hang(path: str, source: str | bytes) -> list[Any]:
+        time_module.sleep(5)
+        return []
+
+    outcomes = {name: fuzz.check_case(fuzz.Pipeline(name, fn), "f.yaml", "a: 1\n", timeout=0.3)
+                for name, fn in [("crash", crash), ("internal", internal),
+                                 ("negative", negative_line), ("hang", hang)]}
+    assert "KeyError: 'boom'" in outcomes["crash"]
+    assert outcomes["internal"].startswith("InternalError")
+    assert outcomes["negative"].startswith("BadDiagnostic")
+    assert outcomes["hang"].startswith("Timeout")
+
+
+def test_fuzz_cases_are_reproducible_by_seed_and_index() -> None:
+    seeds = fuzz.seed_texts()
+    assert fuzz.make_case(5, 123, seeds) == fuzz.make_case(5, 123, seeds)
+    assert len({str(fuzz.make_case(5, i, seeds)) for i in range(30)}) > 25

@@ -374,3 +374,20 @@ def test_escaped_emoji_is_fine() -> None:
 
 def test_lone_surrogate_in_str_input() -> None:
     assert where(only_error("a: 1\nb: x\ud800\n")) == ("yaml-encoding", 2, 5)
+
+
+def test_bad_utf8_after_multibyte_characters_counts_columns_as_characters() -> None:
+    diag = only_error("x: 1\r\nname: caf\u00e9 ".encode() + b"\xff\n")
+    assert where(diag) == ("yaml-encoding", 2, 12) and "byte offset 18" in diag.message
+
+
+def test_old_mac_line_endings_position_control_characters() -> None:
+    assert where(only_error("a: 1\rb: \x07\r")) == ("yaml-encoding", 2, 4)
+
+
+def test_oversized_input_is_refused_without_reading_it_all(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as handle:
+        handle.truncate(11 * 1024 * 1024)  # sparse: 11 MiB of NULs, cheap to create
+    doc, diags = load_document(big)
+    assert doc is None and diags[0].rule == "file-unreadable" and "10 MiB" in diags[0].message

@@ -8,7 +8,6 @@ import textwrap
 import pytest
 
 from loopdsl import prices
-from loopdsl.model import Price
 
 
 def _table_entry(key: str) -> dict:
@@ -27,10 +26,9 @@ def _table_entry(key: str) -> dict:
 def test_model_price_resolves_like_litellm(model: str, key: str) -> None:
     entry = _table_entry(key)
     price = prices.model_price(model)
-    assert price == Price(
-        input_per_mtok=pytest.approx(entry["input_cost_per_token"] * 1e6),
-        output_per_mtok=pytest.approx(entry["output_cost_per_token"] * 1e6),
-    )
+    assert price is not None
+    assert price.input_per_mtok == pytest.approx(entry["input_cost_per_token"] * 1e6)
+    assert price.output_per_mtok == pytest.approx(entry["output_cost_per_token"] * 1e6)
     assert prices.max_input_tokens(model) == entry["max_input_tokens"]
 
 
@@ -116,5 +114,5 @@ def test_prices_agree_with_litellm_itself() -> None:
         assert price.input_per_mtok == pytest.approx(info["input_cost_per_token"] * 1e6)
         assert price.output_per_mtok == pytest.approx(info["output_cost_per_token"] * 1e6)
         assert prices.max_input_tokens(model) == info["max_input_tokens"]
-    with pytest.raises(Exception):
+    with pytest.raises(Exception, match="not mapped|isn't mapped"):
         litellm.get_model_info("openai/not-a-real-model-xyz")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stub_server import StubReply, StubServer
 
 from loopdsl.budget import cost_for
 from loopdsl.prices import model_price
@@ -27,7 +28,6 @@ from loopdsl.providers import (
     ensure_litellm,
     map_litellm_error,
 )
-from stub_server import StubReply, StubServer
 
 MESSAGES = ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello."})
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -334,6 +334,11 @@ def test_misspelt_action_is_reported_once_with_a_suggestion() -> None:
     diags = lint(BASE + "  a:\n    shel: make\n    next: b\n")
     assert [(d.rule, d.line, d.col) for d in diags] == [("schema-unknown-key", 6, 5)]
     assert "did you mean `shell`" in diags[0].message
+
+
+def test_a_misspelt_routing_key_does_not_hide_a_missing_action() -> None:
+    diags = lint(BASE + "  a:\n    nxt: b\n")
+    assert [(d.rule, d.line, d.col) for d in diags] == [("schema-one-action", 5, 3), ("schema-unknown-key", 6, 5)]
 
 
 def test_every_problem_of_a_file_is_reported_in_order() -> None:

@@ -308,12 +308,15 @@ from loopdsl.store import RunStore
 store = RunStore(Path(sys.argv[1]))
 run_id = sys.argv[2]
 n = store.load(run_id)["n_events"]
-print("ready", flush=True)
+commits = 0
 while True:
     batch = 1 + n % 3   # 1, 2 or 3 events per commit
     events = [{"n": n + i + 1, "pad": "p" * 300} for i in range(batch)]
     n += batch
     store.commit(run_id, {"status": "running", "n_events": n}, events)
+    commits += 1
+    if commits == 1:
+        print("ready", flush=True)  # at least one commit landed this round
 """
 
 
@@ -381,9 +384,9 @@ def test_lock_across_processes_and_release(store: RunStore, store_dir: Path) -> 
 
 
 def test_heartbeat_keeps_the_lock_past_its_ttl(store: RunStore, store_dir: Path) -> None:
-    holder = _start_holder(store_dir, "r1", ttl=0.6, hold=30.0)
+    holder = _start_holder(store_dir, "r1", ttl=1.0, hold=30.0)
     try:
-        time.sleep(1.5)  # well past the ttl: only the heartbeat keeps it
+        time.sleep(2.3)  # more than twice the ttl: only the heartbeat keeps it
         with pytest.raises(RunLocked):
             store.lock("r1")
         assert holder.poll() is None

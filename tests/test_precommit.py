@@ -1,0 +1,89 @@
+"""The pre-commit hooks, run for real with `pre-commit try-repo`.
+
+try-repo installs the hook repository into a fresh virtualenv (pip, with the whole
+dependency set) and runs it on a scratch git repository. We point it at a committed
+copy of this checkout's working tree, so the test checks the files as they are now,
+committed or not. PRE_COMMIT_HOME lives in tmp_path, so nothing outside it is touched;
+pip's own cache makes the install take tens of seconds rather than minutes.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data"
+pytestmark = pytest.mark.slow
+
+# What the hook repository needs to install; tests and benchmarks are left out.
+_SKIP = shutil.ignore_patterns(".git", "tests", "bench", "__pycache__", "*.egg-info", ".loopdsl", ".pytest_cache")
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"})
+
+
+def snapshot_of_this_checkout(target: Path) -> Path:
+    shutil.copytree(REPO, target, ignore=_SKIP)
+    git(target, "init", "-q")
+    git(target, "add", "-A")
+    git(target, "commit", "-q", "-m", "snapshot")
+    return target
+
+
+@pytest.fixture(scope="module")
+def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("pre-commit") is None:
+        pytest.fail("pre-commit is not installed (pip install pre-commit): it is a test dependency")
+    return snapshot_of_this_checkout(tmp_path_factory.mktemp("hook") / "loopdsl")
+
+
+def try_repo(project: Path, hook_repo: Path, home: Path, hook: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PRE_COMMIT_HOME": str(home), "PRE_COMMIT_COLOR": "never"}
+    env.pop("VIRTUAL_ENV", None)
+    return subprocess.run(
+        ["pre-commit", "try-repo", str(hook_repo), hook, "--all-files"],
+        cwd=project, capture_output=True, text=True, env=env, timeout=900,
+    )
+
+
+def test_hooks_fail_on_a_bad_loop_and_pass_once_fixed(tmp_path: Path, hook_repo: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    git(project, "init", "-q")
+    (project / "loops").mkdir()
+    shutil.copy(DATA / "ok" / "unknown_state.yaml", project / "loops" / "good.yaml")
+    shutil.copy(DATA / "err" / "unknown_state.yaml", project / "loops" / "bad.yaml")
+    # YAML that is not a loop must not trip the hook.
+    (project / "ci.yml").write_text("on: push\njobs: {test: {runs-on: ubuntu-latest}}\n")
+    (project / "chart.yaml").write_text("image: {{ .Values.image }}\n")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "loops")
+    home = tmp_path / "pre-commit-home"
+
+    failing = try_repo(project, hook_repo, home, "loopdsl-lint")
+    output = failing.stdout + failing.stderr
+    assert failing.returncode == 1, output
+    assert 'loops/bad.yaml:10:11: error: next of state "draft" names unknown state "dnoe"' in output
+    assert "good.yaml:" not in output and "ci.yml:" not in output and "chart.yaml:" not in output
+
+    shutil.copy(DATA / "ok" / "unknown_state.yaml", project / "loops" / "bad.yaml")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "fix")
+    passing = try_repo(project, hook_repo, home, "loopdsl-lint")
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+    assert "Passed" in passing.stdout
+
+    # validate is lint --strict: a warning (a secret in a prompt) fails it, not lint.
+    shutil.copy(DATA / "err" / "secret_in_prompt.yaml", project / "loops" / "warn.yaml")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "warning")
+    assert try_repo(project, hook_repo, home, "loopdsl-lint").returncode == 0
+    strict = try_repo(project, hook_repo, home, "loopdsl-validate")
+    assert strict.returncode == 1 and "[secret-in-prompt]" in strict.stdout + strict.stderr
