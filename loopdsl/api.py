@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -99,25 +98,9 @@ def _resolve_loop(loop: str | Path | Loop) -> Loop:
 
 def loop_files(loop: Loop) -> dict[str, str]:
     """Every file the run depends on (loop, imports, skills, sub-loops) -> sha256."""
-    files: dict[str, str] = {}
+    from .lockfile import dependencies
 
-    def add(path: Path) -> None:
-        try:
-            files[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError:
-            files[str(path)] = "missing"
-
-    if loop.source is not None:
-        add(loop.source)
-    base = loop.base_dir
-    for imp in loop.imports:
-        add((base / imp.path).resolve())
-    for state in loop.states.values():
-        if isinstance(state.action, LlmAction) and state.action.skill:
-            add((base / state.action.skill).resolve())
-        if isinstance(state.action, LoopAction) and not state.action.path.startswith("pkg:"):
-            add((base / state.action.path).resolve())
-    return files
+    return dependencies(loop)
 
 
 def _skills(loop: Loop) -> dict[str, str]:

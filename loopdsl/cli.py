@@ -28,11 +28,62 @@ def cli() -> None:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
-def lint(paths: Sequence[str], fmt: str, strict: bool) -> None:
+@click.option("--locked", is_flag=True, help="Also fail when a pinned file changed since `loopdsl lock`.")
+def lint(paths: Sequence[str], fmt: str, strict: bool, locked: bool) -> None:
     """Check loop files (and directories of them) for mistakes."""
     from .lint import run_lint_cli
 
-    sys.exit(run_lint_cli(paths, fmt, strict))
+    code = run_lint_cli(paths, fmt, strict)
+    if locked and code in (EXIT_OK, EXIT_FINDINGS):
+        code = max(code, _check_lock(paths, fmt))
+    sys.exit(code)
+
+
+def _loop_files(paths: Sequence[str]) -> list[Path]:
+    from .lint import is_loop_text
+
+    found: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        candidates = sorted(p for p in path.rglob("*.y*ml") if ".loopdsl" not in p.parts) if path.is_dir() else [path]
+        for file in candidates:
+            try:
+                if is_loop_text(file.read_bytes()[:65536]):
+                    found.append(file)
+            except OSError:
+                continue
+    return found
+
+
+def _loadable(files: Sequence[Path]) -> list[tuple[str, Any]]:
+    from .diagnostics import LoopError
+    from .lint import load_loop
+
+    loops = []
+    for file in files:
+        try:
+            loops.append((str(file), load_loop(file)))
+        except LoopError:
+            continue  # lint has reported it already
+    return loops
+
+
+def _check_lock(paths: Sequence[str], fmt: str) -> int:
+    from .diagnostics import format_github, format_json, format_text
+    from .lockfile import LOCK_NAME, check_locked, find_lock
+
+    lock = find_lock(Path(paths[0]) if Path(paths[0]).is_dir() else Path(paths[0]).parent)
+    if lock is None:
+        _fail(f"--locked: no {LOCK_NAME} here or in a parent folder", "run `loopdsl lock` first", EXIT_FINDINGS)
+    problems = check_locked(_loadable(_loop_files(paths)), lock)  # type: ignore[arg-type]
+    if problems:
+        render = {"json": format_json, "github": format_github}.get(fmt)
+        click.echo(render(problems) if render else format_text(problems))
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+
 
 
 @cli.command()
@@ -46,6 +97,7 @@ def validate(paths: Sequence[str], fmt: str) -> None:
 
 
 # ---------------------------------------------------------------- user errors
+
 
 
 def _fail(message: str, hint: str = "", code: int = EXIT_USAGE) -> None:
@@ -328,6 +380,34 @@ def graph(loop: str, fmt: str) -> None:
     model = _resolve_loop(loop)
     config = machine_config(model)
     click.echo(to_mermaid(model, config) if fmt == "mermaid" else to_dot(model, config), nl=False)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1)
+@_user_errors
+def lock(paths: Sequence[str]) -> None:
+    """Pin every file the loops under PATHS depend on (default: loops/) in loopdsl.lock."""
+    from .lockfile import write_lock
+
+    targets = list(paths) or ["loops"]
+    loops = _loadable(_loop_files(targets))
+    if not loops:
+        _fail(f"no loadable loop files under {', '.join(targets)}", "lint them: `loopdsl lint " + " ".join(targets) + "`")
+    written = write_lock([loop for _, loop in loops], Path.cwd())
+    click.echo(f"wrote {written} ({len(loops)} loop(s))")
+
+
+@cli.command()
+def patterns() -> None:
+    """List loops shipped by installed packages (entry point group loopdsl.loops)."""
+    from .packages import installed_loops
+
+    found = installed_loops()
+    if not found:
+        click.echo("no loop packages installed (a package ships loops with an entry point in group 'loopdsl.loops')")
+        return
+    for item in found:
+        click.echo(f"pkg:{item.name:<28} {item.distribution} {item.version}")
 
 
 def main() -> None:

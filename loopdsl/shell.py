@@ -171,6 +171,25 @@ async def _stop_group(proc: asyncio.subprocess.Process, pgid: int, grace: float)
     await _exited(proc)
 
 
+async def _stop_after_cancelled_spawn(spawn: asyncio.Future[asyncio.subprocess.Process], grace: float) -> None:
+    try:
+        proc = await spawn
+    except asyncio.CancelledError:
+        spawn.add_done_callback(_kill_spawned_group)
+        return
+    except Exception:
+        return  # it never started
+    try:
+        await _stop_group(proc, proc.pid, grace)
+    except asyncio.CancelledError:
+        _signal_group(proc.pid, signal.SIGKILL)
+
+
+def _kill_spawned_group(spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    if not spawn.cancelled() and spawn.exception() is None:
+        _signal_group(spawn.result().pid, signal.SIGKILL)
+
+
 async def _await_readers(proc: asyncio.subprocess.Process, readers: asyncio.Future[Any], timeout: float) -> None:
     """Give the pipe readers `timeout` seconds to reach EOF, then abandon them (a process
     that left our group with setsid could hold the pipe open indefinitely)."""
@@ -235,8 +254,8 @@ async def run_command(
     workdir = Path(cwd)
     if not workdir.is_dir():
         return failed_to_start(EXIT_CANNOT_RUN, f"working directory does not exist: {workdir}")
-    try:
-        proc = await asyncio.create_subprocess_exec(
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
             *command,
             cwd=str(workdir),
             env=dict(env),
@@ -245,6 +264,14 @@ async def run_command(
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
         )
+    )
+    try:
+        # Shielded: a cancellation that lands while asyncio is still wiring the pipes would
+        # make asyncio kill only the direct child, leaving its own children running.
+        proc = await spawn
+    except asyncio.CancelledError:
+        await _stop_after_cancelled_spawn(spawn, kill_grace)
+        raise
     except FileNotFoundError:
         return failed_to_start(EXIT_NOT_FOUND, f"command not found: {command[0]}")
     except PermissionError:

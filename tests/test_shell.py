@@ -137,6 +137,36 @@ def test_cancellation_kills_the_group(tmp_path: Path, pid_file: Path) -> None:
     assert not marker.exists()
 
 
+def processes_running(needle: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if needle in line and not line.lstrip().startswith("Z")]
+
+
+def test_cancellation_at_any_moment_leaves_nothing_running(tmp_path: Path) -> None:
+    # Cancelling while asyncio is still setting up the pipes is the racy case: asyncio
+    # would kill only bash there, and bash's children would live on.
+    tag = f"99.{os.getpid()}{time.monotonic_ns() % 10**6}"
+
+    async def cancel_after(delay: float) -> None:
+        task = asyncio.create_task(run_command(script=f"sleep {tag} & sleep {tag}", cwd=tmp_path,
+                                               env=ENV, timeout=None, kill_grace=0.2))
+        await asyncio.sleep(delay)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        for delay in (0, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05):
+            asyncio.run(cancel_after(delay))
+            assert processes_running(tag) == [], f"left running after a cancel at {delay}s"
+    finally:
+        out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if f"sleep {tag}" in line:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(line.split()[0]), signal.SIGKILL)
+
+
 def test_background_process_holding_the_pipes_does_not_hang_the_command(tmp_path: Path, pid_file: Path) -> None:
     started = time.monotonic()
     result = run(script=f"echo $$ > {pid_file}; sleep 30 & echo hi", cwd=tmp_path, timeout=20)
