@@ -50,7 +50,7 @@ from stub_server import RecordedRequest, StubReply, StubServer  # noqa: E402
 from loopdsl.store import RunStore, StoreError  # noqa: E402
 
 LOOP_TEMPLATE = ROOT / "tests" / "data" / "durable" / "crash_loop.yaml"
-LOCK_TTL_S = 1.0
+LOCK_TTL_S = 0.5
 # Runs the real CLI entry point with a shorter default run-lock TTL (see the docstring).
 LAUNCHER = (
     "import os, sys\n"

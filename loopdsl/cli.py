@@ -410,6 +410,11 @@ def patterns() -> None:
         click.echo(f"pkg:{item.name:<28} {item.distribution} {item.version}")
 
 
+from .cli_project import register as _register_project_commands  # noqa: E402
+
+_register_project_commands(cli)
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)

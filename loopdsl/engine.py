@@ -90,8 +90,18 @@ class _Waiting(Exception):
     """The run must stop and wait for a person."""
 
 
+_last_stamp: list[Any] = [0, ""]
+
+
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    """ISO-8601 UTC to the millisecond; formatting is cached per millisecond because a
+    fast loop stamps several events within one."""
+    now = time.time()
+    ms = int(now * 1000)
+    if ms != _last_stamp[0]:
+        _last_stamp[0] = ms
+        _last_stamp[1] = datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    return str(_last_stamp[1])
 
 
 class _Dispatch:
@@ -424,8 +434,9 @@ class Engine:
             if shell.cwd is not None:
                 cwd = (cwd / shell.cwd.render(ctx)).resolve()
             if shell.command is not None:
-                env.update(shell.command.environment(ctx))
-                script, argv = shell.command.script, None
+                script, placeholders = shell.command.prepare(ctx)
+                env.update(placeholders)
+                argv = None
             else:
                 script, argv = None, [t.render(ctx) for t in shell.argv or ()]
         except RenderError as exc:

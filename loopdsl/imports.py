@@ -9,13 +9,22 @@ one name are lint errors that point at both places.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .diagnostics import Diagnostic, Severity
 from .loader import Document, load_document
-from .model import GATE_NAME_RE, NAME_RE, Gate, ModelAlias, YamlPath, build_gate, build_model_alias
+from .model import (
+    GATE_NAME_RE,
+    NAME_RE,
+    Gate,
+    ModelAlias,
+    YamlPath,
+    build_gate,
+    build_model_alias,
+)
 
 LIBRARY_KEYS = ("loopdsl", "description", "imports", "gates", "models")
 Location = tuple[str, int, int]  # display path, line, col

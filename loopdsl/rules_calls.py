@@ -1,11 +1,20 @@
 """Lint rules about what states call: models, prices, gates, skills, checkpoints, sub-loops."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .diagnostics import Diagnostic, Severity, format_plain
-from .model import BUILTIN_GATES, EvaluateAction, Gate, LlmAction, LoopAction, ModelAlias, State
+from .model import (
+    BUILTIN_GATES,
+    EvaluateAction,
+    Gate,
+    LlmAction,
+    LoopAction,
+    ModelAlias,
+    State,
+)
 from .rules import LintContext, did_you_mean, quoted_list, rule, state_key
 from .rules_templates import names_read
 from .skills import check_skill
@@ -149,15 +158,15 @@ def _all_gate_uses(ctx: LintContext) -> Iterator[tuple[Gate, str]]:
         for gate in state.gates_after:
             yield gate, "after"
     for name in ctx.local_gates:
-        gate = ctx.loop.gates.get(name)
-        if gate is not None:
-            yield gate, "definition"
+        named = ctx.loop.gates.get(name)
+        if named is not None:
+            yield named, "definition"
 
 
 def _ref_path(ctx: LintContext, gate: Gate) -> tuple[Any, ...]:
     raw: Any = ctx.doc.data
     for key in gate.path:
-        raw = raw[key] if isinstance(raw, (dict, list)) else None
+        raw = raw[key] if isinstance(raw, (dict, list)) else None  # type: ignore[index]
     return gate.path + ("ref",) if isinstance(raw, dict) else gate.path
 
 
@@ -362,3 +371,36 @@ def _check_sub_loop(ctx: LintContext, state: State, action: LoopAction) -> Itera
                 value=True,
                 hint=f"add {secret} to this loop's `secrets:`: a child only gets secrets its parent has",
             )
+
+
+# ================================================================ schedule
+
+
+@rule
+def bad_schedule(ctx: LintContext) -> Iterator[Diagnostic]:
+    schedule = ctx.loop.schedule
+    if schedule is None:
+        return
+    from croniter import croniter  # deferred: only scheduled loops pay for it
+
+    if not croniter.is_valid(schedule.cron):
+        yield ctx.diag(
+            "bad-schedule",
+            f'"{schedule.cron}" is not a valid cron expression',
+            ("schedule", "cron"),
+            value=True,
+            hint='five fields: minute hour day-of-month month day-of-week, e.g. "0 9 * * 1-5" '
+            "(09:00 on weekdays)",
+        )
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(schedule.timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        yield ctx.diag(
+            "bad-schedule",
+            f'unknown time zone "{schedule.timezone}"',
+            ("schedule", "timezone"),
+            value=True,
+            hint='use an IANA name such as "UTC", "Europe/Paris" or "America/New_York"',
+        )

@@ -8,9 +8,10 @@ reaches it, and that secrets do not leak into commands or prompts.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from .diagnostics import Diagnostic, Severity
 from .model import RESERVED_NAMES, Gate, ShellSpec, State, YamlPath
@@ -59,8 +60,9 @@ def _shell_sites(ctx: LintContext, spec: ShellSpec, phase: Phase, state: str | N
         yield Site(path + ("argv", i), arg, "template", "command", phase, state)
     if spec.cwd is not None:
         yield Site(path + ("cwd",), str(spec.cwd), "template", "command", phase, state)
+    # env values reach the process as environment variables, the safe way to pass a secret.
     for key, value in spec.env.items():
-        yield Site(path + ("env", key), value, "template", "command", phase, state)
+        yield Site(path + ("env", key), value, "template", "other", phase, state)
 
 
 def _gate_sites(ctx: LintContext, gate: Gate, phase: Phase, state: str | None) -> Iterator[Site]:
@@ -259,7 +261,7 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[
             f'"{loop.start}" avoids it',
             position=position,
             hint=_state_hint(site, use.root) if site.state else
-            f'read only states that every path to a `completed` end passes through, or set the value in that end\'s `output`',
+            'read only states that every path to a `completed` end passes through, or set the value in that end\'s `output`',
         )
     candidates = list(ctx.states) + sorted(TEMPLATE_ROOTS)
     return ctx.diag(

@@ -177,7 +177,7 @@ async def _stop_after_cancelled_spawn(spawn: asyncio.Future[asyncio.subprocess.P
     except asyncio.CancelledError:
         spawn.add_done_callback(_kill_spawned_group)
         return
-    except Exception:
+    except (OSError, ValueError):
         return  # it never started
     try:
         await _stop_group(proc, proc.pid, grace)
@@ -268,7 +268,7 @@ async def run_command(
     try:
         # Shielded: a cancellation that lands while asyncio is still wiring the pipes would
         # make asyncio kill only the direct child, leaving its own children running.
-        proc = await spawn
+        proc = await asyncio.shield(spawn)
     except asyncio.CancelledError:
         await _stop_after_cancelled_spawn(spawn, kill_grace)
         raise
@@ -296,8 +296,11 @@ async def run_command(
             try:
                 await asyncio.wait_for(asyncio.shield(readers), PIPE_DRAIN_GRACE_S)
             except asyncio.TimeoutError:
-                leftovers_stopped = True
-                await _stop_group(proc, pgid, kill_grace)
+                # Only a live group member can still be holding the pipes; a busy event
+                # loop alone can also make the readers late.
+                if group_alive(pgid):
+                    leftovers_stopped = True
+                    await _stop_group(proc, pgid, kill_grace)
         await _await_readers(proc, readers, kill_grace + PIPE_DRAIN_GRACE_S)
     except asyncio.CancelledError:
         # Stop the group even if we are cancelled again meanwhile: the SIGKILL in the

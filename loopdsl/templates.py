@@ -12,6 +12,7 @@ allocate, and each render or evaluation has a step and allocation budget.
 from __future__ import annotations
 
 import functools
+from collections import ChainMap
 import json
 import re
 import string
@@ -278,6 +279,16 @@ _FILTER_CHECKS: dict[str, Callable[..., None]] = {
 class _LoopSandbox(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "+", "%"})
 
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        # Results are mappings: `plan.items` or `x.keys` must mean the key a loop wrote,
+        # not the dict method Jinja would find first.
+        if isinstance(obj, Mapping) and isinstance(attribute, str):
+            try:
+                return obj[attribute]
+            except (KeyError, TypeError):
+                pass
+        return super().getattr(obj, attribute)
+
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         _check_binop(operator, left, right)
         result = super().call_binop(context, operator, left, right)
@@ -485,7 +496,11 @@ class Expression:
 
     def __call__(self, context: Mapping[str, Any]) -> Any:
         def run() -> Any:
-            ctx = self._template.new_context(dict(context))
+            # shared=True uses the caller's mapping as the context's parent instead of
+            # copying it (a copy per guard is most of an expression's cost); the
+            # environment's globals are layered beneath it.
+            scope = ChainMap(context, self._template.globals)  # type: ignore[arg-type]
+            ctx = self._template.new_context(scope, shared=True)  # type: ignore[arg-type]
             for _ in self._template.root_render_func(ctx):
                 pass
             result = ctx.vars["result"]

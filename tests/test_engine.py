@@ -837,6 +837,40 @@ def test_token_budget_refuses_a_call_that_might_not_fit(tmp_path: Path) -> None:
     assert result.state.results["a"]["text"] == "x"
 
 
+def test_wall_time_budget_stops_a_running_command(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = run(tmp_path, """\
+        budget: {wall_time: 0.5s}
+        start: quick
+        states:
+          quick: {shell: "echo fast", next: slow}
+          slow: {shell: "sleep 20; touch slow-finished", next: done}
+          done: {end: completed}
+        """)
+    assert time.monotonic() - started < 5
+    assert result.status == "budget_exhausted"
+    assert result.state.results["quick"]["stdout"] == "fast\n"
+    assert not (workdir(tmp_path) / "slow-finished").exists()
+
+
+def test_call_max_tokens_and_alias_parameters_reach_the_provider(tmp_path: Path) -> None:
+    provider = CapturingProvider({"ask": ["x"]})
+    result = run(tmp_path, """\
+        budget: {tokens: 50}
+        start: ask
+        states:
+          ask: {llm: {model: warm, prompt: "hi", system: "Be brief about {{ inputs.topic }}.", max_tokens: 7}, next: done}
+          done: {end: completed}
+        """, header=HEADER + "  warm: {model: openai/gpt-4o-mini, max_tokens: 100, temperature: 0.9}\n"
+                              "inputs: {topic: {type: string, default: owls}}\n", provider=provider)
+    assert result.status == "completed", result.state.error
+    (_, request), = provider.requests
+    assert (request.model, request.max_tokens, request.temperature) == ("openai/gpt-4o-mini", 7, 0.9)
+    assert request.messages == ({"role": "system", "content": "Be brief about owls."}, {"role": "user", "content": "hi"})
+    # the reservation (40 counted + 7) fit the 50-token cap: the alias's 100 would not have
+    assert result.usage["ask"]["tokens"] == 35
+
+
 # ---------------------------------------------------------------- run context
 
 

@@ -64,7 +64,7 @@ def test_every_rule_has_a_failing_case() -> None:
         "shell-statement", "secret-in-command", "secret-in-prompt", "shell-unsafe-raw",
         "llm-max-tokens", "unknown-price", "checkpoint-unattended", "evaluator-mirrors-generator",
         "with-unknown-input", "with-missing-input", "with-type", "child-invalid", "child-secret",
-        "gate-needs-value", "import-cycle", "import-clash", "import-invalid", "loop-recursion",
+        "gate-needs-value", "import-cycle", "import-clash", "import-invalid", "loop-recursion", "bad-schedule",
     }
     loader = {
         "yaml-syntax", "yaml-duplicate-key", "yaml-tag", "yaml-anchor-bomb", "yaml-too-deep",

@@ -427,3 +427,18 @@ def test_report_exit_codes_directly() -> None:
     assert LintReport([warn], {}, 1).exit_code(True) == 1
     assert LintReport([err], {}, 1).exit_code(False) == 1
     assert LintReport([replace(err, rule="internal-error")], {}, 1).exit_code(False) == 3
+
+
+def test_source_files_lists_what_a_run_depends_on(tmp_path: Path) -> None:
+    from loopdsl.lint import source_files
+
+    main = _project(tmp_path)
+    write(tmp_path, "loops/skills/s.md", "## When\n## Read\n## Judge\n## Output\n## Stop\n")
+    write(tmp_path, "loops/child.yaml", GOOD)
+    main.write_text(main.read_text().replace(
+        'llm: {model: writer, prompt: "Write a haiku."}',
+        'llm: {model: writer, skill: skills/s.md, prompt: "Write a haiku."}',
+    ).replace("next: done\n  done:", "next: sub\n  sub: {loop: child.yaml, next: done}\n  done:"))
+    assert lint_paths([main]).diagnostics == []
+    names = [p.relative_to(tmp_path).as_posix() for p in source_files(main)]
+    assert names == ["loops/main.yaml", "shared/gates.yaml", "loops/skills/s.md", "loops/child.yaml"]

@@ -152,15 +152,16 @@ def test_cancellation_at_any_moment_leaves_nothing_running(tmp_path: Path) -> No
                                                env=ENV, timeout=None, kill_grace=0.2))
         await asyncio.sleep(delay)
         task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        done, _ = await asyncio.wait({task}, timeout=10)
+        assert done, f"a cancel at {delay}s did not stop the command"
+        assert task.cancelled()
 
     try:
         for delay in (0, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05):
             asyncio.run(cancel_after(delay))
             assert processes_running(tag) == [], f"left running after a cancel at {delay}s"
     finally:
-        out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+        out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=False).stdout
         for line in out.splitlines():
             if f"sleep {tag}" in line:
                 with contextlib.suppress(ProcessLookupError, ValueError):

@@ -1,0 +1,110 @@
+"""Finding a project's loop files, loop tests and sub-loops."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ..model import LoopAction, Loop
+
+# Folders that never hold a project's own loops or tests.
+SKIPPED_DIRS = frozenset({".git", ".loopdsl", "node_modules", ".venv", "venv", "__pycache__", ".tox",
+                          ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis"})
+TEST_SUFFIXES = (".test.yaml", ".test.yml")
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def walk(root: Path) -> list[Path]:
+    """Every file under `root`, sorted, skipping tool and cache folders."""
+    found: list[Path] = []
+    for here, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+        found.extend(Path(here) / f for f in sorted(files))
+    return found
+
+
+def is_test_file(path: Path) -> bool:
+    return path.name.endswith(TEST_SUFFIXES)
+
+
+def find_test_files(paths: Sequence[str | Path]) -> list[Path]:
+    """`*.test.yaml` files named or found under the given folders, once each, in order."""
+    out: list[Path] = []
+    seen: set[Path] = set()
+    for given in paths:
+        target = Path(given)
+        candidates = [p for p in walk(target) if is_test_file(p)] if target.is_dir() else [target]
+        for file in candidates:
+            key = file.resolve()
+            if key not in seen:
+                seen.add(key)
+                out.append(file)
+    return out
+
+
+def find_loop_files(root: Path) -> list[Path]:
+    """Loop files (a top-level `loopdsl:` key) under `root`; loop tests are never loops."""
+    from ..lint import is_loop_text
+
+    out = []
+    for file in walk(root) if root.is_dir() else [root]:
+        if not file.name.endswith(YAML_SUFFIXES) or is_test_file(file):
+            continue
+        try:
+            head = file.read_bytes()[:65536]
+        except OSError:
+            continue
+        if is_loop_text(head, explicit=not root.is_dir()):
+            out.append(file)
+    return out
+
+
+def child_path(loop: Loop, action: LoopAction) -> Path | None:
+    """Where a `loop:` state's child file is (None for an uninstalled `pkg:` reference)."""
+    from ..packages import PackageError, resolve_loop_ref
+
+    if action.path.startswith("pkg:"):
+        try:
+            return resolve_loop_ref(action.path)
+        except PackageError:
+            return None
+    return (loop.base_dir / action.path).resolve()
+
+
+def loop_tree(loop: Loop) -> list[Loop]:
+    """The loop and every sub-loop it can run (loaded; children that fail to load are left out)."""
+    from ..diagnostics import LoopError
+    from ..lint import load_loop
+
+    out: list[Loop] = []
+    seen: set[Path] = set()
+    pending = [loop]
+    while pending:
+        current = pending.pop(0)
+        key = current.source.resolve() if current.source else Path(f"<{id(current)}>")
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(current)
+        for state in current.states.values():
+            if isinstance(state.action, LoopAction):
+                path = child_path(current, state.action)
+                if path is None or path in seen:
+                    continue
+                try:
+                    pending.append(load_loop(path))
+                except (LoopError, OSError):
+                    continue
+    return out
+
+
+def sub_loop_files(loops: Iterable[Loop]) -> set[Path]:
+    """Files that some loop runs as a child: parts of a loop, not loops on their own."""
+    parts: set[Path] = set()
+    for loop in loops:
+        for state in loop.states.values():
+            if isinstance(state.action, LoopAction):
+                path = child_path(loop, state.action)
+                if path is not None:
+                    parts.add(path.resolve())
+    return parts

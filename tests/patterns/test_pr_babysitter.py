@@ -1,0 +1,183 @@
+"""pr-babysitter end to end: real branches, real test runs, scripted model, reports on the run branch."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import loopdsl
+
+from .conftest import LOOPS_DIR, SCRIPTS_DIR, branches, checkout_snapshot, commit_file, git, run_loop
+
+LOOP = LOOPS_DIR / "pr-babysitter.yaml"
+REPLIES = SCRIPTS_DIR / "pr-babysitter.replies.yaml"
+# unittest starts in milliseconds; pytest would do the same job, only slower.
+TEST_COMMAND = "python3 -m unittest -q"
+
+CALC_OK = "def add(a, b):\n    return a + b\n"
+CALC_BROKEN = "def add(a, b):\n    return a - b\n"
+TESTS = (
+    "import unittest\n\nfrom calc import add\n\n\n"
+    "class CalcTest(unittest.TestCase):\n"
+    "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
+)
+
+
+def build_project(repo: Path) -> dict[str, str]:
+    """main passes; feature/docs passes; fix/subtract fails; already-merged has nothing new.
+
+    Leaves the user on main with an uncommitted edit and an untracked file, which the
+    run must not touch. Returns the branch tips.
+    """
+    commit_file(repo, "calc.py", CALC_OK, "add calc.add")
+    commit_file(repo, "test_calc.py", TESTS, "test calc.add")
+    git(repo, "branch", "already-merged")
+    git(repo, "checkout", "-q", "-b", "feature/docs")
+    commit_file(repo, "docs/usage.md", "Call calc.add(a, b).\n", "document calc.add")
+    git(repo, "checkout", "-q", "-b", "fix/subtract", "main")
+    commit_file(repo, "calc.py", CALC_BROKEN, "make add subtract")
+    git(repo, "checkout", "-q", "main")
+    (repo / "README.md").write_text("# scratch\n\nwork in progress\n")
+    (repo / "notes.txt").write_text("not committed\n")
+    return {name: git(repo, "rev-parse", name).strip() for name in ("main", "feature/docs", "fix/subtract")}
+
+
+def scripted_tokens(state: str) -> int:
+    from ruamel.yaml import YAML
+
+    replies = YAML(typ="safe").load(REPLIES.read_text())
+    return sum(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] for r in replies[state])
+
+
+def worktree_count(repo: Path) -> int:
+    return git(repo, "worktree", "list", "--porcelain").count("\nworktree ") + 1
+
+
+def test_local_branches_get_reports_with_verdicts(scratch_repo: Path, tmp_path: Path) -> None:
+    tips = build_project(scratch_repo)
+    before = checkout_snapshot(scratch_repo)
+    branches_before = branches(scratch_repo)
+
+    result = run_loop("pr-babysitter", scratch_repo, tmp_path / "store",
+                      {"source": "git", "test_command": TEST_COMMAND})
+
+    assert result.status == "completed", result.state.error
+    assert result.path == ["list_prs", "prs", "check_each", "tally", "tidy", "write_index", "done"]
+    assert json.loads(result.outputs["verdicts"]) == {"feature/docs": "pass", "fix/subtract": "fail"}
+    assert (result.outputs["checked"], result.outputs["failing"]) == ("2", "1")
+    # The model was asked once, for the failing branch only.
+    assert result.tokens == scripted_tokens("summarise")
+
+    run_branch = f"loopdsl/{result.run_id}"
+    assert branches(scratch_repo) == branches_before | {run_branch}
+    assert git(scratch_repo, "rev-list", "--count", f"main..{run_branch}").strip() == "1"
+    assert sorted(git(scratch_repo, "diff", "--name-only", f"main...{run_branch}").split()) == [
+        "reports/README.md", "reports/feature/docs.md", "reports/fix/subtract.md"]
+
+    failing = git(scratch_repo, "show", f"{run_branch}:reports/fix/subtract.md")
+    assert failing.startswith("# fix/subtract: tests fail")
+    assert "Verdict: **fail**" in failing
+    assert "add(2, 3) returns -1 instead of 5" in failing          # the model's summary
+    assert "`test_add (test_calc.CalcTest.test_add)`" in failing
+    assert "AssertionError: -1 != 5" in failing                     # the real test output
+    assert tips["fix/subtract"][:7] in failing
+    passing = git(scratch_repo, "show", f"{run_branch}:reports/feature/docs.md")
+    assert "Verdict: **pass**" in passing and tips["feature/docs"][:7] in passing
+    index = git(scratch_repo, "show", f"{run_branch}:reports/README.md")
+    assert "| feature/docs |  | pass | [feature/docs.md](feature/docs.md) |" in index
+    assert "| fix/subtract |  | fail | [fix/subtract.md](fix/subtract.md) |" in index
+    assert "already-merged" not in index
+
+    # The branches checked were only read, their worktrees are gone, the checkout is as it was.
+    assert {name: git(scratch_repo, "rev-parse", name).strip() for name in tips} == tips
+    assert worktree_count(scratch_repo) == 1
+    assert checkout_snapshot(scratch_repo) == before
+
+
+def test_a_base_that_does_not_exist_is_a_clear_failure(scratch_repo: Path, tmp_path: Path) -> None:
+    build_project(scratch_repo)
+    result = run_loop("pr-babysitter", scratch_repo, tmp_path / "store",
+                      {"source": "git", "base": "trunk", "test_command": TEST_COMMAND})
+    assert result.status == "failed"
+    assert result.path == ["list_prs"]
+    assert "base branch 'trunk' does not exist" in result.state.error["message"]
+    assert "--input base=" in result.state.error["message"]
+
+
+FAKE_GH = """#!/bin/sh
+# A stand-in for the GitHub CLI: logged in, two open pull requests, comments recorded.
+echo "$*" >> "$FAKE_GH_DIR/calls.log"
+case "$1 $2" in
+  "auth status") exit 0 ;;
+  "pr list") printf '7 feature/docs\\n8 fix/subtract\\n' ;;
+  "pr comment") cp "$5" "$FAKE_GH_DIR/comment-$3.md" ;;
+  *) echo "fake gh: unexpected arguments: $*" >&2; exit 1 ;;
+esac
+"""
+
+
+def test_pull_requests_are_commented_only_after_approval(
+    scratch_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tips = build_project(scratch_repo)
+    # A remote that serves the pull requests' heads as GitHub does (refs/pull/<n>/head).
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(scratch_repo, "remote", "add", "origin", str(origin))
+    git(scratch_repo, "push", "-q", "origin", "main", "feature/docs:refs/pull/7/head",
+        "fix/subtract:refs/pull/8/head")
+    fake = tmp_path / "fake-gh"
+    (fake / "bin").mkdir(parents=True)
+    (fake / "bin" / "gh").write_text(FAKE_GH)
+    (fake / "bin" / "gh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GH_DIR", str(fake))
+    before = checkout_snapshot(scratch_repo)
+
+    result = run_loop("pr-babysitter", scratch_repo, tmp_path / "store", {"test_command": TEST_COMMAND})
+
+    assert result.status == "completed", result.state.error
+    assert result.path == ["list_prs", "prs", "check_each", "tally", "tidy", "write_index",
+                           "approve_comments", "post_comments", "commented"]
+    assert json.loads(result.outputs["verdicts"]) == {"feature/docs": "pass", "fix/subtract": "fail"}
+    assert result.outputs["commented"] == "2"
+    decided = [e for e in result.events if e["type"] == "decided"]
+    assert [(e["state"], e["decision"]) for e in decided] == [("approve_comments", "approve")]
+    # The comment was posted after the decision, never before it.
+    order = [e["type"] for e in result.events if e["type"] in ("decided", "enter") and
+             e.get("state") in ("approve_comments", "post_comments")]
+    assert order == ["enter", "decided", "enter"]
+
+    calls = (fake / "calls.log").read_text().splitlines()
+    assert calls[0] == "auth status"
+    assert calls[1].startswith("pr list --state open --base main --limit 10 --json number,headRefName")
+    assert calls[2:] == ["pr comment 7 --body-file reports/feature/docs.md",
+                         "pr comment 8 --body-file reports/fix/subtract.md"]
+    run_branch = f"loopdsl/{result.run_id}"
+    for number, report in (("7", "reports/feature/docs.md"), ("8", "reports/fix/subtract.md")):
+        assert (fake / f"comment-{number}.md").read_text() == git(scratch_repo, "show", f"{run_branch}:{report}")
+    assert "Pull request #8." in (fake / "comment-8.md").read_text()
+    assert "Verdict: **fail**" in (fake / "comment-8.md").read_text()
+
+    assert {name: git(scratch_repo, "rev-parse", name).strip() for name in tips} == tips
+    assert worktree_count(scratch_repo) == 1
+    assert checkout_snapshot(scratch_repo) == before
+
+
+def test_lint_strict_passes() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "loopdsl", "lint", "--strict", str(LOOP), str(LOOPS_DIR / "parts" / "pr-check.yaml")],
+        capture_output=True, text=True,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "0 errors, 0 warnings in 2 files" in completed.stdout + completed.stderr
+
+
+def test_loads_through_the_python_api() -> None:
+    loop = loopdsl.load(LOOP)
+    assert loop.workspace.worktree and loop.budget.cost_usd is not None
+    assert {"base", "test_command", "source", "max_prs"} <= set(loop.inputs)
