@@ -50,6 +50,7 @@ from stub_server import RecordedRequest, StubReply, StubServer  # noqa: E402
 from loopdsl.store import RunStore, StoreError  # noqa: E402
 
 LOOP_TEMPLATE = ROOT / "tests" / "data" / "durable" / "crash_loop.yaml"
+STUB_PLACEHOLDER = "http://stub.invalid/v1"  # the api_base the loop files name, replaced by the stub's
 LOCK_TTL_S = 0.5
 # Runs the real CLI entry point with a shorter default run-lock TTL (see the docstring).
 LAUNCHER = (
@@ -113,10 +114,11 @@ class CountingStub(StubServer):
 # --------------------------------------------------------------------------- processes
 
 
-def write_loop(directory: Path, api_base: str) -> Path:
+def write_loop(directory: Path, api_base: str, template: Path = LOOP_TEMPLATE) -> Path:
+    """Write `template` into `directory` with its model pointed at the stub."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "loop.yaml"
-    path.write_text(LOOP_TEMPLATE.read_text(encoding="utf-8").replace("__API_BASE__", api_base), encoding="utf-8")
+    path.write_text(template.read_text(encoding="utf-8").replace(STUB_PLACEHOLDER, api_base), encoding="utf-8")
     return path
 
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from .diagnostics import Diagnostic, Severity
 from .loader import Document, load_document
 from .model import (
-    GATE_NAME_RE,
-    NAME_RE,
     Gate,
     ModelAlias,
     YamlPath,
@@ -148,7 +147,8 @@ def local_clashes(doc: Document, imported: ImportResult) -> list[Diagnostic]:
     data = doc.data if isinstance(doc.data, dict) else {}
     for kind, section in (("gate", "gates"), ("model", "models")):
         table = imported.gates if kind == "gate" else imported.models
-        for name in data.get(section) or {}:
+        defined = data.get(section)
+        for name in defined if isinstance(defined, dict) else ():
             if name in table:
                 origin = imported.origins.get((kind, name), (doc.path, 1, 1))
                 out.append(_err(
@@ -175,61 +175,89 @@ def _bad(doc: Document, path: YamlPath, message: str, hint: str, *, value: bool 
     return _err(doc.path, doc.locate(path, value=value), "import-invalid", message, hint)
 
 
+_LIBRARY_HINT = (
+    'a gate is {shell: CMD}, {expr: EXPR}, {json_schema: {...}}, {builtin: python_syntax|no_secrets} '
+    "or {ref: NAME}; a model alias is {model: provider/name, max_tokens: N, ...} (see docs/dsl.md)"
+)
+
+
+@lru_cache(maxsize=1)
+def _library_validator() -> Any:
+    """The loop schema's own definitions of gates and models, applied to a library file."""
+    from jsonschema import Draft7Validator
+
+    from .schema import load_schema
+
+    loop_schema = load_schema()
+    library = {key: loop_schema[key] for key in ("$schema", "definitions") if key in loop_schema}
+    library.update(
+        type="object",
+        additionalProperties=False,
+        properties={k: loop_schema["properties"][k] for k in LIBRARY_KEYS if k in loop_schema["properties"]},
+    )
+    return Draft7Validator(library)
+
+
+def _schema_problems(doc: Document) -> tuple[list[Diagnostic], set[YamlPath]]:
+    """import-invalid findings (one per node) and the paths of the entries they concern."""
+    from jsonschema.exceptions import best_match
+
+    found: dict[YamlPath, Diagnostic] = {}
+    for error in _library_validator().iter_errors(doc.data):
+        worst = best_match([error])
+        path: YamlPath = tuple(worst.absolute_path)
+        if error.validator == "additionalProperties" and not path:
+            for key in doc.data:
+                if key not in LIBRARY_KEYS:
+                    hint = ("an imported file brings only `gates` and `models`; a loop with states is run "
+                            "with `loop: PATH` instead") if key in ("states", "start", "name") else \
+                        f"allowed keys: {', '.join(LIBRARY_KEYS)}"
+                    found.setdefault((key,), _bad(doc, (key,), f'unexpected key "{key}" in an imported file', hint))
+            continue
+        if error.validator == "propertyNames" or worst.validator == "pattern" and len(path) == 1:
+            bad_name = worst.instance
+            path = tuple(error.absolute_path) + (bad_name,)
+            found.setdefault(path, _bad(doc, path, f'name "{bad_name}" must match {worst.validator_value}',
+                                        "use lowercase letters, digits and '_' (gate names may also use '-')"))
+            continue
+        where = ".".join(str(p) for p in path) or "the file"
+        if worst.validator in ("oneOf", "anyOf"):
+            noun = {"gates": "gate", "models": "model alias", "imports": "import"}.get(str(path[0]), "value") \
+                if path else "value"
+            message = f"`{where}` is not a valid {noun}"
+        elif worst.validator == "required":
+            missing = [k for k in worst.validator_value if k not in (worst.instance or {})]
+            message = f"`{where}` is missing the required key `{missing[0] if missing else '?'}`"
+        else:
+            message = f"`{where}`: {worst.message}"
+        found.setdefault(path, _bad(doc, path, message, _LIBRARY_HINT, value=bool(path)))
+    return list(found.values()), set(found)
+
+
 def lint_library(doc: Document, source: Path, *, cache: ImportCache | None = None,
                  _chain: tuple[_Frame, ...] = ()) -> ImportResult:
     """Check a library file and build its gates and models (its own imports included)."""
     data = doc.data
+    problems, broken = _schema_problems(doc)
     result = resolve_imports(doc, source, cache=cache, _chain=_chain)
-    for key in data:
-        if key not in LIBRARY_KEYS:
-            hint = ("an imported file brings only `gates` and `models`; a loop with states is run with "
-                    "`loop: PATH` instead") if key in ("states", "start", "name") else \
-                f"allowed keys: {', '.join(LIBRARY_KEYS)}"
-            result.diagnostics.append(_bad(doc, (key,), f'unexpected key "{key}" in an imported file', hint))
+    result.diagnostics.extend(problems)
     result.diagnostics.extend(local_clashes(doc, result))
+
+    def usable(section: str, name: str) -> bool:
+        return not any(p[:2] == (section, name) or p == (section,) for p in broken)
+
     gates = data.get("gates")
-    if gates is not None and not isinstance(gates, dict):
-        result.diagnostics.append(_bad(doc, ("gates",), "`gates` must be a mapping of name -> gate",
-                                       "e.g. `tests_pass: {shell: \"pytest -q\"}`", value=True))
-        gates = {}
-    for name, raw in (gates or {}).items():
-        path: YamlPath = ("gates", name)
-        if not GATE_NAME_RE.match(str(name)):
-            result.diagnostics.append(_bad(doc, path, f'gate name "{name}" must match ^[a-z][a-z0-9_-]*$',
-                                           "use lowercase letters, digits, '_' and '-'"))
-            continue
-        if not (isinstance(raw, str) or (isinstance(raw, dict) and any(
-                k in raw for k in ("shell", "expr", "json_schema", "builtin", "ref")))):
-            result.diagnostics.append(_bad(doc, path, f'gate "{name}" needs one of shell, expr, json_schema, '
-                                           "builtin or ref", 'e.g. `{shell: "pytest -q"}`'))
-            continue
-        result.gates[name] = build_gate(raw, path, name=name)
-        result.origins[("gate", name)] = (doc.path, *doc.locate(path))
+    for name, raw in (gates.items() if isinstance(gates, dict) else ()):
+        if usable("gates", name):
+            result.gates[name] = build_gate(raw, ("gates", name), name=name)
+            result.origins[("gate", name)] = (doc.path, *doc.locate(("gates", name)))
     models = data.get("models")
-    if models is not None and not isinstance(models, dict):
-        result.diagnostics.append(_bad(doc, ("models",), "`models` must be a mapping of alias -> model",
-                                       "e.g. `writer: {model: openai/gpt-4o-mini, max_tokens: 1000}`",
-                                       value=True))
-        models = {}
-    for name, raw in (models or {}).items():
-        path = ("models", name)
-        if not NAME_RE.match(str(name)):
-            result.diagnostics.append(_bad(doc, path, f'model alias "{name}" must match ^[a-z][a-z0-9_]*$',
-                                           "use lowercase letters, digits and '_'"))
-            continue
-        if not isinstance(raw, dict) or not isinstance(raw.get("model"), str):
-            result.diagnostics.append(_bad(doc, path, f'model alias "{name}" needs `model: provider/name`',
-                                           "e.g. `{model: openai/gpt-4o-mini, max_tokens: 1000}`"))
-            continue
-        try:
-            alias = build_model_alias(name, raw, path)
-        except (TypeError, ValueError, KeyError) as exc:
-            result.diagnostics.append(_bad(doc, path, f'model alias "{name}" is malformed: {exc}',
-                                           "see the `models` section of docs/dsl.md"))
-            continue
-        result.models[name] = alias
-        result.origins[("model", name)] = (doc.path, *doc.locate(path))
-        result.diagnostics.extend(_price_problems(doc, name, alias))
+    for name, raw in (models.items() if isinstance(models, dict) else ()):
+        if usable("models", name):
+            alias = build_model_alias(name, raw, ("models", name))
+            result.models[name] = alias
+            result.origins[("model", name)] = (doc.path, *doc.locate(("models", name)))
+            result.diagnostics.extend(_price_problems(doc, name, alias))
     return result
 
 

@@ -897,6 +897,8 @@ def test_run_date_attempt_and_visits(tmp_path: Path) -> None:
 def test_run_date_uses_schedule_timezone(tmp_path: Path) -> None:
     from zoneinfo import ZoneInfo
 
+    zone = ZoneInfo("Pacific/Kiritimati")  # UTC+14: its date differs from UTC's for 14 hours a day
+    before = datetime.now(zone).date().isoformat()
     result = run(tmp_path, """\
         schedule: {cron: "0 9 * * *", timezone: Pacific/Kiritimati}
         start: d
@@ -904,9 +906,24 @@ def test_run_date_uses_schedule_timezone(tmp_path: Path) -> None:
           d: {set: {date: "run.date"}, next: done}
           done: {end: completed}
         """)
-    before = datetime.now(ZoneInfo("Pacific/Kiritimati")).date().isoformat()
-    assert result.state.results["d"]["date"] == before or abs(
-        datetime.fromisoformat(result.state.results["d"]["date"]) - datetime.fromisoformat(before)).days <= 1
+    after = datetime.now(zone).date().isoformat()
+    assert result.state.results["d"]["date"] in (before, after)
+
+
+def test_scripted_rate_limit_retry_after_is_honoured(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = run(tmp_path, """\
+        start: ask
+        states:
+          ask:
+            llm: {model: m, prompt: "hi"}
+            retry: {max_attempts: 2, backoff: {initial: 0s}}
+            next: done
+          done: {end: completed}
+        """, replies={"ask": [{"error": "rate_limit", "retry_after": 0.4}, "fine"]})
+    assert result.status == "completed", result.state.error
+    assert events(result, "retry")[0]["delay_s"] >= 0.4
+    assert time.monotonic() - started >= 0.4
 
 
 def test_budget_is_visible_to_templates(tmp_path: Path) -> None:

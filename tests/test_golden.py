@@ -64,7 +64,8 @@ def test_every_rule_has_a_failing_case() -> None:
         "shell-statement", "secret-in-command", "secret-in-prompt", "shell-unsafe-raw",
         "llm-max-tokens", "unknown-price", "checkpoint-unattended", "evaluator-mirrors-generator",
         "with-unknown-input", "with-missing-input", "with-type", "child-invalid", "child-secret",
-        "gate-needs-value", "import-cycle", "import-clash", "import-invalid", "loop-recursion", "bad-schedule",
+        "gate-needs-value", "import-cycle", "import-clash", "import-invalid", "loop-recursion",
+        "bad-schedule", "shell-arithmetic", "shell-escaped-placeholder",
     }
     loader = {
         "yaml-syntax", "yaml-duplicate-key", "yaml-tag", "yaml-anchor-bomb", "yaml-too-deep",
@@ -91,3 +92,14 @@ def test_every_err_case_has_a_close_passing_twin_or_is_a_file_level_case() -> No
         if name in file_level:
             continue
         assert name in twins or shared.get(name) in twins, f"{name} has no passing twin"
+
+
+def test_rule_catalogue_covers_what_the_golden_cases_report() -> None:
+    from loopdsl.rules import RULE_DOCS
+
+    reported = set()
+    for out in (DATA / "err").glob("*.out"):
+        for line in out.read_text(encoding="utf-8").splitlines():
+            reported.add(line.rsplit("[", 1)[-1].rstrip("]"))
+    semantic = {r for r in reported if not r.startswith(("yaml-", "schema")) and r != "unsupported-version"}
+    assert semantic <= set(RULE_DOCS), sorted(semantic - set(RULE_DOCS))

@@ -53,13 +53,19 @@ states:
       after:
         - name: llm-gate
           shell: printf '%s' {{ gen.text }} > gate_llm_bare && printf '%s' "<{{ gen.text }}>" > gate_llm_dq
+    next: argv
+  argv:
+    shell: {argv: [bash, -c, "printf '%s' \\"$1\\" > argv_out", argv0, "{{ inputs.v }}"]}
+    next: envvar
+  envvar:
+    shell: {cmd: "printf '%s' \\"$HOSTILE\\" > env_out", env: {HOSTILE: "{{ gen.text }}"}}
     next: done
   done: {end: completed}
 """
 FILES = {
     "in_bare": lambda v: v, "in_dq": lambda v: v, "gate_in_bare": lambda v: v, "gate_in_dq": lambda v: v,
     "llm_bare": lambda v: v, "llm_dq": lambda v: f"<{v}>", "gate_llm_bare": lambda v: v,
-    "gate_llm_dq": lambda v: f"<{v}>",
+    "gate_llm_dq": lambda v: f"<{v}>", "argv_out": lambda v: v, "env_out": lambda v: v,
 }
 
 
@@ -122,8 +128,6 @@ def test_value_above_one_env_variable_arrives_in_a_gate(tmp_path: Path) -> None:
     assert (tmp_path / "out").read_text() == BIG_VALUE
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: engine._shell uses ShellCommand.environment(), not prepare(): "
-                   "a rendered value over 128 KiB (under the 1 MiB cap) fails a shell state")
 def test_value_above_one_env_variable_arrives_in_a_shell_state(tmp_path: Path) -> None:
     result = run_big_value(tmp_path, """\
         shell: printf '%s' "{{ inputs.v }}" > out

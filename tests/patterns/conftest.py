@@ -8,8 +8,9 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pytest
 
@@ -47,7 +48,7 @@ def git(repo: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
     command = ["git", "-c", f"user.name={TEST_NAME}", "-c", f"user.email={TEST_EMAIL}",
                "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false",
                *args]
-    completed = subprocess.run(command, cwd=repo, env=_clean_env(env), capture_output=True, text=True)
+    completed = subprocess.run(command, check=False, cwd=repo, env=_clean_env(env), capture_output=True, text=True)
     if completed.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed ({completed.returncode}) in {repo}:\n{completed.stderr}")
     return completed.stdout

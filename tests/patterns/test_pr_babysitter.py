@@ -11,7 +11,15 @@ import pytest
 
 import loopdsl
 
-from .conftest import LOOPS_DIR, SCRIPTS_DIR, branches, checkout_snapshot, commit_file, git, run_loop
+from .conftest import (
+    LOOPS_DIR,
+    SCRIPTS_DIR,
+    branches,
+    checkout_snapshot,
+    commit_file,
+    git,
+    run_loop,
+)
 
 LOOP = LOOPS_DIR / "pr-babysitter.yaml"
 REPLIES = SCRIPTS_DIR / "pr-babysitter.replies.yaml"
@@ -91,6 +99,7 @@ def test_local_branches_get_reports_with_verdicts(scratch_repo: Path, tmp_path: 
     assert "| feature/docs |  | pass | [feature/docs.md](feature/docs.md) |" in index
     assert "| fix/subtract |  | fail | [fix/subtract.md](fix/subtract.md) |" in index
     assert "already-merged" not in index
+    assert "base `main`" in index                                   # found, not given
 
     # The branches checked were only read, their worktrees are gone, the checkout is as it was.
     assert {name: git(scratch_repo, "rev-parse", name).strip() for name in tips} == tips
@@ -108,6 +117,16 @@ def test_a_base_that_does_not_exist_is_a_clear_failure(scratch_repo: Path, tmp_p
     assert "--input base=" in result.state.error["message"]
 
 
+def test_nothing_unmerged_means_nothing_to_check(scratch_repo: Path, tmp_path: Path) -> None:
+    commit_file(scratch_repo, "calc.py", CALC_OK, "add calc.add")
+    git(scratch_repo, "branch", "already-merged")
+    result = run_loop("pr-babysitter", scratch_repo, tmp_path / "store", {"source": "git"})
+    assert result.status == "completed"
+    assert result.path == ["list_prs", "prs", "nothing_open"]
+    assert result.outputs["checked"] == "0" and result.tokens == 0
+    assert git(scratch_repo, "rev-parse", f"loopdsl/{result.run_id}") == git(scratch_repo, "rev-parse", "main")
+
+
 FAKE_GH = """#!/bin/sh
 # A stand-in for the GitHub CLI: logged in, two open pull requests, comments recorded.
 echo "$*" >> "$FAKE_GH_DIR/calls.log"
@@ -120,22 +139,27 @@ esac
 """
 
 
-def test_pull_requests_are_commented_only_after_approval(
-    scratch_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    tips = build_project(scratch_repo)
+def with_fake_github(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Pull requests #7 (feature/docs) and #8 (fix/subtract) on a real remote, a fake gh on PATH."""
     # A remote that serves the pull requests' heads as GitHub does (refs/pull/<n>/head).
     origin = tmp_path / "origin.git"
     git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(scratch_repo, "remote", "add", "origin", str(origin))
-    git(scratch_repo, "push", "-q", "origin", "main", "feature/docs:refs/pull/7/head",
-        "fix/subtract:refs/pull/8/head")
+    git(repo, "remote", "add", "origin", str(origin))
+    git(repo, "push", "-q", "origin", "main", "feature/docs:refs/pull/7/head", "fix/subtract:refs/pull/8/head")
     fake = tmp_path / "fake-gh"
     (fake / "bin").mkdir(parents=True)
     (fake / "bin" / "gh").write_text(FAKE_GH)
     (fake / "bin" / "gh").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_GH_DIR", str(fake))
+    return fake
+
+
+def test_pull_requests_are_commented_only_after_approval(
+    scratch_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tips = build_project(scratch_repo)
+    fake = with_fake_github(scratch_repo, tmp_path, monkeypatch)
     before = checkout_snapshot(scratch_repo)
 
     result = run_loop("pr-babysitter", scratch_repo, tmp_path / "store", {"test_command": TEST_COMMAND})
@@ -171,7 +195,7 @@ def test_pull_requests_are_commented_only_after_approval(
 def test_lint_strict_passes() -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "loopdsl", "lint", "--strict", str(LOOP), str(LOOPS_DIR / "parts" / "pr-check.yaml")],
-        capture_output=True, text=True,
+        capture_output=True, text=True, check=False,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "0 errors, 0 warnings in 2 files" in completed.stdout + completed.stderr
@@ -181,3 +205,32 @@ def test_loads_through_the_python_api() -> None:
     loop = loopdsl.load(LOOP)
     assert loop.workspace.worktree and loop.budget.cost_usd is not None
     assert {"base", "test_command", "source", "max_prs"} <= set(loop.inputs)
+
+
+def test_an_unanswered_checkpoint_posts_nothing_until_approved(
+    scratch_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build_project(scratch_repo)
+    fake = with_fake_github(scratch_repo, tmp_path, monkeypatch)
+    from ruamel.yaml import YAML
+
+    script = tmp_path / "no-decision.replies.yaml"     # the model's replies, but no person's decision
+    YAML(typ="safe").dump({"summarise": YAML(typ="safe").load(REPLIES.read_text())["summarise"]}, script)
+    store = tmp_path / "store"
+
+    waiting = loopdsl.run(LOOP, {"test_command": TEST_COMMAND}, script=script, store=store, workdir=scratch_repo)
+
+    assert waiting.status == "waiting" and waiting.path[-1] == "approve_comments"
+    assert "#7 pass, #8 fail" in waiting.state.waiting["message"]
+    assert not any(line.startswith("pr comment") for line in (fake / "calls.log").read_text().splitlines())
+    worktree = Path(waiting.state.meta["worktree"]["path"])
+    assert (worktree / "reports" / "fix" / "subtract.md").is_file()  # the reports wait with the run
+
+    from loopdsl.durable import decide
+
+    decide(waiting.run_id, "approve", "ok", store=store, by="reviewer")
+    resumed = loopdsl.resume(waiting.run_id, store=store)
+
+    assert resumed.status == "completed", resumed.state.error
+    assert resumed.path[-3:] == ["approve_comments", "post_comments", "commented"]
+    assert sorted(p.name for p in fake.glob("comment-*.md")) == ["comment-7.md", "comment-8.md"]

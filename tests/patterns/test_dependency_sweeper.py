@@ -1,0 +1,126 @@
+"""dependency-sweeper end to end: bumps one at a time, the failing one reverted, the rest committed."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+import loopdsl
+
+from .conftest import (
+    LOOPS_DIR,
+    checkout_snapshot,
+    commit_file,
+    git,
+    run_loop,
+)
+
+LOOP = LOOPS_DIR / "dependency-sweeper.yaml"
+CHILD = LOOPS_DIR / "parts" / "dependency-bump.yaml"
+TEST_COMMAND = "python3 check_pins.py"
+
+REQUIREMENTS = "# runtime\nrequests==2.31.0\nsix==1.15.0\nidna==3.4  # transitive, pinned\npytest>=7\n"
+# The project's "test suite": no network, no install; it refuses a requests major it cannot use.
+CHECK_PINS = '''"""This project uses requests 2.x APIs: refuse any other major version."""
+import re
+import sys
+
+pins = dict(re.findall(r"^([A-Za-z0-9._-]+)==(\\S+)", open("requirements.txt").read(), re.M))
+if int(pins["requests"].split(".")[0]) != 2:
+    sys.exit(f"requests {pins['requests']} is not supported: this project needs requests 2.x")
+print("pins ok:", ", ".join(f"{k}=={v}" for k, v in sorted(pins.items())))
+'''
+OUTDATED = [
+    {"name": "requests", "current": "2.31.0", "latest": "3.0.0"},
+    {"name": "six", "current": "1.15.0", "latest": "1.16.0"},
+    {"name": "IDNA", "current": "3.4", "latest": "3.7"},      # name spelt differently: still matched
+    {"name": "flask", "current": "2.0.0", "latest": "3.0.0"},  # not in the manifest: ignored
+]
+
+
+def pinned_project(repo: Path) -> str:
+    commit_file(repo, "requirements.txt", REQUIREMENTS, "pin dependencies")
+    commit_file(repo, "check_pins.py", CHECK_PINS, "check the pins")
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def test_failing_bump_is_reverted_and_the_rest_committed(scratch_repo: Path, tmp_path: Path) -> None:
+    base = pinned_project(scratch_repo)
+    # An untracked file in the user's checkout, found through the main checkout's path.
+    (scratch_repo / "outdated.json").write_text(json.dumps(OUTDATED))
+    before = checkout_snapshot(scratch_repo)
+
+    result = run_loop("dependency-sweeper", scratch_repo, tmp_path / "store",
+                      {"outdated_file": "outdated.json", "test_command": TEST_COMMAND})
+
+    assert result.status == "completed", result.state.error
+    assert result.path == ["find_outdated", "plan", "bump_each", "tally", "tidy", "summarise", "approve", "done"]
+    assert (result.outputs["kept"], result.outputs["reverted"]) == ("six idna", "requests")
+    assert "Not kept (reverted): requests 2.31.0 -> 3.0.0" in result.outputs["summary"]
+    children = result.state.results["bump_each"]["items"]
+    assert [(c["status"], c["outputs"]["name"], c["outputs"]["kept"]) for c in children] == [
+        ("completed", "requests", "no"), ("completed", "six", "yes"), ("completed", "idna", "yes")]
+    assert "this project needs requests 2.x" in children[0]["outputs"]["detail"]
+
+    run_branch = f"loopdsl/{result.run_id}"
+    assert git(scratch_repo, "rev-list", "--parents", "-n", "1", run_branch).split()[1] == base
+    assert git(scratch_repo, "diff", "--name-only", base, run_branch).split() == ["requirements.txt"]
+    assert git(scratch_repo, "show", f"{run_branch}:requirements.txt") == (
+        "# runtime\nrequests==2.31.0\nsix==1.16.0\nidna==3.7  # transitive, pinned\npytest>=7\n")
+    # The committed pins pass the project's check; the reverted one would not.
+    exported = tmp_path / "branch"
+    exported.mkdir()
+    for name in ("requirements.txt", "check_pins.py"):
+        (exported / name).write_text(git(scratch_repo, "show", f"{run_branch}:{name}"))
+    assert subprocess.run(TEST_COMMAND.split(), cwd=exported, capture_output=True, check=False).returncode == 0
+    assert git(scratch_repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert checkout_snapshot(scratch_repo) == before
+
+
+def test_pip_format_with_every_bump_failing_keeps_nothing(scratch_repo: Path, tmp_path: Path) -> None:
+    base = pinned_project(scratch_repo)
+    # pip list --outdated --format json, as outdated_command would print it.
+    pip_json = json.dumps([{"name": "requests", "version": "2.31.0", "latest_version": "3.1.0",
+                            "latest_filetype": "wheel"}])
+    script = tmp_path / "replies.yaml"
+    YAML(typ="safe").dump({"summarise": [{"text": "Kept (tests pass): none.\nNot kept (reverted): requests "
+                                          "2.31.0 -> 3.1.0: needs requests 2.x."}]}, script)
+    before = checkout_snapshot(scratch_repo)
+
+    result = loopdsl.run(LOOP, {"outdated_command": f"printf '%s' '{pip_json}'", "test_command": TEST_COMMAND},
+                         script=script, store=tmp_path / "store", workdir=scratch_repo)
+
+    assert result.status == "completed", result.state.error
+    assert result.path == ["find_outdated", "plan", "bump_each", "tally", "tidy", "summarise", "nothing_kept"]
+    assert (result.outputs["kept"], result.outputs["reverted"]) == ("", "requests")
+    assert git(scratch_repo, "rev-parse", f"loopdsl/{result.run_id}").strip() == base   # nothing committed
+    assert checkout_snapshot(scratch_repo) == before
+
+
+def test_up_to_date_pins_end_without_a_model_call(scratch_repo: Path, tmp_path: Path) -> None:
+    pinned_project(scratch_repo)
+    current = [{"name": "six", "current": "1.15.0", "latest": "1.15.0"}]
+    (tmp_path / "outdated.json").write_text(json.dumps(current))
+    result = run_loop("dependency-sweeper", scratch_repo, tmp_path / "store",
+                      {"outdated_file": str(tmp_path / "outdated.json"), "test_command": TEST_COMMAND})
+    assert result.status == "completed"
+    assert result.path == ["find_outdated", "plan", "up_to_date"]
+    assert result.tokens == 0
+
+
+def test_a_missing_manifest_is_a_clear_failure(scratch_repo: Path, tmp_path: Path) -> None:
+    pinned_project(scratch_repo)
+    result = run_loop("dependency-sweeper", scratch_repo, tmp_path / "store",
+                      {"manifest": "requirements/base.txt", "outdated_file": "x.json"})
+    assert result.status == "failed" and result.path == ["find_outdated"]
+    assert "manifest 'requirements/base.txt' is not in the repository" in result.state.error["message"]
+
+
+def test_lint_strict_passes() -> None:
+    completed = subprocess.run([sys.executable, "-m", "loopdsl", "lint", "--strict", str(LOOP), str(CHILD)],
+                               capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "0 errors, 0 warnings in 2 files" in completed.stdout + completed.stderr
