@@ -297,7 +297,7 @@ async def arun(
 
     return await run_durable(
         compiled, values, script=script, provider=provider, human=human,
-        store=open_store(None if store is True else store, where), workdir=where, cache=cache, listeners=listeners,
+        store=open_store(None if isinstance(store, bool) else store, where), workdir=where, cache=cache, listeners=listeners,
     )
 
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import click
+
+if TYPE_CHECKING:
+    from .durable import RunConflict
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL, EXIT_WAITING = 0, 1, 2, 3, 4
 
@@ -229,7 +232,7 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
     _finish(result, as_json, quiet)
 
 
-def _conflict() -> type[Exception]:
+def _conflict() -> type["RunConflict"]:
     from .durable import RunConflict
 
     return RunConflict

@@ -74,7 +74,7 @@ class CompiledLoop:
         )
         for trigger, source, dest, _when in self.config.transitions:
             compiled = self._guard_for(source, dest, trigger, _when)
-            conditions = [] if compiled is None else [_bind_guard(guard, compiled)]
+            conditions: list[Any] = [] if compiled is None else [_bind_guard(guard, compiled)]
             machine.add_transition(trigger, source, dest, conditions=conditions)
         return machine
 

@@ -456,8 +456,8 @@ class Engine:
     async def _llm(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
         action = cs.state.action
         assert isinstance(action, (LlmAction, EvaluateAction)) and cs.prompt is not None
-        prompt = render_or_fail(lambda: cs.prompt.render(ctx), f"rendering the prompt of '{cs.state.name}'")  # type: ignore[union-attr]
-        system = render_or_fail(lambda: cs.system.render(ctx), "rendering the system text") if cs.system else None
+        prompt = render_or_fail(cs.prompt, ctx, f"rendering the prompt of '{cs.state.name}'")
+        system = render_or_fail(cs.system, ctx, "rendering the system text") if cs.system else None
         skill_text = self.ports.skills.get(action.skill, "") if isinstance(action, LlmAction) and action.skill else ""
         messages = self.llm.messages(action, prompt, system, skill_text)
         reply = await self.llm.call(action, messages, CallContext(self.run.run_id, cs.state.name, visit, attempt, skill_text))
@@ -473,7 +473,7 @@ class Engine:
         action = state.action
         assert isinstance(action, CheckpointAction)
         if self.run.decision is None:
-            message = render_or_fail(lambda: cs.message.render(ctx), "rendering the checkpoint message") if cs.message else action.message
+            message = render_or_fail(cs.message, ctx, "rendering the checkpoint message") if cs.message else action.message
             asked = time.monotonic()
             decision = await self.ports.human.decide(state.name, message, action.choices)
             self._segment_start += time.monotonic() - asked  # time waiting for a person is not run time

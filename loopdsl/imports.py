@@ -189,7 +189,7 @@ def _library_validator() -> Any:
     from .schema import load_schema
 
     loop_schema = load_schema()
-    library = {key: loop_schema[key] for key in ("$schema", "definitions") if key in loop_schema}
+    library: dict[str, Any] = {k: loop_schema[k] for k in ("$schema", "definitions") if k in loop_schema}
     library.update(
         type="object",
         additionalProperties=False,

@@ -20,7 +20,7 @@ from .budget import Ledger, reservation_for
 from .model import EvaluateAction, LlmAction, Loop, ModelAlias, Price
 from .prices import model_price
 from .providers import LlmRequest, LlmResponse, Provider, ProviderError
-from .templates import RenderError
+from .templates import RenderError, Template
 
 
 class StepFailure(Exception):
@@ -260,8 +260,8 @@ def evaluate_result(reply: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def render_or_fail(render: Callable[[], str], what: str) -> str:
+def render_or_fail(template: Template, context: Mapping[str, Any], what: str) -> str:
     try:
-        return render()
+        return template.render(context)
     except RenderError as exc:
         raise StepFailure("parse", f"{what}: {exc}") from None

@@ -373,7 +373,7 @@ def _action(kind: str, raw: Mapping[str, Any], path: YamlPath) -> Action:
     if kind == "shell":
         return _shell_spec(body, path + ("shell",))
     if kind == "llm":
-        b = dict(body)
+        b = dict(body or {})
         schema = b.get("schema")
         return LlmAction(
             model=str(b["model"]),
@@ -386,7 +386,7 @@ def _action(kind: str, raw: Mapping[str, Any], path: YamlPath) -> Action:
             temperature=b.get("temperature"),
         )
     if kind == "evaluate":
-        b = dict(body)
+        b = dict(body or {})
         return EvaluateAction(
             model=str(b["model"]),
             prompt=str(b.get("prompt", "")),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .inputs import InputError, coerce_inputs
 from .llmcall import StepFailure
@@ -103,7 +103,7 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
             env={k: v for k, v in parent.ports.env.items() if k not in parent.ports.secret_values or k in secrets},
             secret_values=secrets,
             skills=dict(parent.ports.skills) | _child_skills(child),
-            listeners=[lambda e, rid=run_id: parent.emit("child", run_id=rid, event=e)],
+            listeners=[_forward_to(parent, run_id)],
             sleep=parent.ports.sleep,
             use_cache=parent.ports.use_cache,
             keep_events=False,
@@ -121,7 +121,7 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         only = results[0]
         if only["status"] != COMPLETED:
             err = only.get("error") or {}
-            kind = err.get("kind") if err.get("kind") in _KINDS else "gate"
+            kind = str(err["kind"]) if err.get("kind") in _KINDS else "gate"
             raise StepFailure(kind, f"sub-loop {action.path} ended {only['status']}: {err.get('message', '')}",
                               result={"status": only["status"], "outputs": only["outputs"]})
         return {"status": only["status"], "outputs": only["outputs"], **only["outputs"]}
@@ -135,6 +135,15 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
 
 _KINDS = frozenset({"rate_limit", "server_error", "timeout", "connection", "auth", "context_window",
                     "shell_exit", "gate", "parse", "no_transition", "budget"})
+
+
+def _forward_to(parent: "Engine", run_id: str) -> Callable[[dict[str, Any]], None]:
+    """Child events nest under the parent's run, tagged with the child's run id."""
+
+    def forward(event: dict[str, Any]) -> None:
+        parent.emit("child", run_id=run_id, event=event)
+
+    return forward
 
 
 def _child_skills(child: Loop) -> dict[str, str]:

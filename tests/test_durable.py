@@ -300,10 +300,19 @@ def test_concurrency_group_wait_starts_when_the_active_run_ends(tmp_path: Path) 
 # ----------------------------------------------------------------- bad store input
 
 
-def _snapshot(directory: Path) -> dict[str, str]:
-    if not directory.exists():
-        return {}
-    return {str(p.relative_to(directory)): (_sha256(p) if p.is_file() else "dir") for p in sorted(directory.rglob("*"))}
+_SQLITE_FILES = ("cache.db", "cache.db-wal", "cache.db-shm")
+
+
+def _snapshot(directory: Path, healthy: bool) -> dict[str, Any]:
+    """Every file and its sha256; for a healthy store, SQLite's own files by what they hold
+    (closing a connection checkpoints the WAL into cache.db: same data, other bytes)."""
+    files = {str(p.relative_to(directory)): (_sha256(p) if p.is_file() else "dir") for p in sorted(directory.rglob("*"))}
+    if not healthy:
+        return files
+    with RunStore(directory) as store:
+        runs = store.list_runs()
+        held = {r["run_id"]: (store.load(r["run_id"]), store.events(r["run_id"])) for r in runs}
+    return {"files": {k: v for k, v in files.items() if k not in _SQLITE_FILES}, "runs": held}
 
 
 def _corrupted(tmp_path: Path) -> Path:
@@ -349,7 +358,8 @@ BAD_STORES = {
 def test_bad_store_input_is_a_clear_error_and_deletes_nothing(tmp_path: Path, case: str) -> None:
     make, args, message = BAD_STORES[case]
     store = make(tmp_path)
-    before = _snapshot(store)
+    healthy = case == "unknown run id"
+    before = _snapshot(store, healthy)
     for command in (args, ["resume", "zz9plural"], ["abort", "zz9plural"]):
         done = _cli([*command, "--store", str(store)], tmp_path)
         assert done.returncode == 2, (command, done.stderr)
@@ -357,4 +367,4 @@ def test_bad_store_input_is_a_clear_error_and_deletes_nothing(tmp_path: Path, ca
         if command is args:
             assert message in done.stderr
             assert "hint:" in done.stderr
-    assert _snapshot(store) == before
+    assert _snapshot(store, healthy) == before

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import pytest
 

@@ -44,7 +44,6 @@ class CallPlan:
     worst_cost_per_attempt: float | None
     typical_tokens: int
     typical_cost: float | None
-    per_parent_visit: int = 1  # how many child runs one parent visit starts (sub-loops)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -305,7 +304,8 @@ def format_text(report: CostReport) -> str:
     else:
         lines.append("  no model calls: a run costs nothing in tokens")
     w, t = report.worst, report.typical
-    capped = f" (capped by budget {', '.join(w.capped_by)}; uncapped: {_tok(w.uncapped_tokens)} tokens, {_usd(w.uncapped_cost_usd)})" if w.capped_by else ""
+    uncapped = "unbounded" if w.uncapped_tokens is None else f"{_tok(w.uncapped_tokens)} tokens, {_usd(w.uncapped_cost_usd)}"
+    capped = f" (capped by budget {', '.join(w.capped_by)}; uncapped: {uncapped})" if w.capped_by else ""
     lines += ["", f"  per run      worst case: {_tok(w.tokens)} tokens, {_usd(w.cost_usd)}{capped}",
               f"               typical:    {_tok(t.tokens)} tokens, {_usd(t.cost_usd)}"]
     if report.runs_per_month is None:
