@@ -1,27 +1,33 @@
 """loopdsl: agent loops as validated YAML state machines.
 
-The Python API (load, lint, compile_loop, run, resume) is imported lazily so that
-`import loopdsl` stays cheap for lint-only users.
+The Python API is imported lazily so that `import loopdsl` stays cheap:
+
+    loopdsl.load(path) -> Loop            loopdsl.lint_paths(paths) -> LintReport
+    loopdsl.compile_loop(loop)            loopdsl.run(path, inputs, script=...) -> RunResult
+    loopdsl.resume(run_id, store=...)     loopdsl.decide(run_id, choice, comment, store=...)
+
+(`loopdsl.lint` is the lint module; its entry point is `lint_paths`.)
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["load", "lint", "compile_loop", "run", "resume", "__version__"]
+__all__ = ["load", "lint_paths", "compile_loop", "run", "resume", "decide", "__version__"]
+
+_API = {
+    "load": ("lint", "load_loop"),
+    "lint_paths": ("lint", "lint_paths"),
+    "compile_loop": ("compile", "compile_loop"),
+    "run": ("api", "run"),
+    "resume": ("api", "resume"),
+    "decide": ("durable", "decide"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("load", "lint"):
-        from . import lint as _lint
-
-        return {"load": _lint.load_loop, "lint": _lint.lint_paths}[name]
-    if name == "compile_loop":
-        from .compile import compile_loop
-
-        return compile_loop
-    if name in ("run", "resume"):
-        from . import api
-
-        return getattr(api, name)
-    raise AttributeError(name)
+    if name in _API:
+        module, attribute = _API[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attribute)
+    raise AttributeError(f"module 'loopdsl' has no attribute {name!r}")

@@ -209,7 +209,7 @@ def decide(run_ref: str, choice: str, comment: str = "", *, store: str | Path | 
         choices = waiting.get("choices") or ["approve", "reject"]
         if choice not in choices:
             raise UsageError(f"'{choice}' is not a choice of checkpoint '{waiting['state']}'",
-                             f"choices: {', '.join(choices)}" + ("; use `loopdsl decide RUN CHOICE`" if choice not in ("approve", "reject") else ""))
+                             f"choices: {', '.join(choices)}" + ("; use `loopdsl decide RUN CHOICE`" if choice in ("approve", "reject") else ""))
         timeout = waiting.get("timeout_s")
         if timeout is not None:
             waited = (datetime.now(timezone.utc) - datetime.fromisoformat(waiting["since"])).total_seconds()

@@ -136,7 +136,8 @@ class Engine:
             secret_values=list(ports.secret_values.values()),
         )
         self.llm = LlmCaller(
-            self.loop, self.ledger, self._get_provider, ports.recorder, self._commit_pending, ports.env, ports.use_cache
+            self.loop, self.ledger, self._get_provider, ports.recorder, self._commit_pending, ports.env, ports.use_cache,
+            redact=self.redact.redact_obj if ports.secret_values else (lambda value: value),
         )
         self.context: dict[str, Any] = {}
         self._build_context()
@@ -319,14 +320,14 @@ class Engine:
         result.update(ok=False, error={"kind": failure.kind, "message": failure.message})
         return self.redact.redact_obj(result) if self.ports.secret_values else result
 
-    def _fail_state(self, state: State, failure: StepFailure) -> None:
+    def _fail_state(self, state: State, failure: StepFailure, *, recoverable: bool = True) -> None:
         run = self.run
         error = {"state": state.name, "kind": failure.kind, "message": failure.message}
         self._store_result(state.name, self._failed_result(failure))
         run.error = error
         run.feedback = failure.message
         self.emit("failed", **error, result=self.run.results[state.name])
-        if failure.kind == "no_transition" or not self._follow(FAIL, state.on_failure):
+        if not recoverable or not self._follow(FAIL, state.on_failure):
             self._finish(FAILED, None, error=error)
 
     def _route(self, cs: CompiledState, ctx: dict[str, Any]) -> None:
@@ -337,15 +338,16 @@ class Engine:
         elif state.transitions:
             trigger = ROUTE
         else:
-            self._fail_state(state, StepFailure("no_transition", f"state '{state.name}' has no next state"))
+            self._fail_state(state, StepFailure("no_transition", f"state '{state.name}' has no next state"), recoverable=False)
             return
         try:
             moved = self.dispatch.trigger(trigger, ctx=ctx)  # type: ignore[attr-defined]
         except RenderError as exc:
             self._fail_state(state, StepFailure("no_transition", f"a `when` guard of '{state.name}' failed: {exc}"))
             return
-        if not moved:
-            self._fail_state(state, StepFailure("no_transition", f"no `when` of '{state.name}' matched and it has no default"))
+        if not moved:  # DSL: no matching guard ends the run failed
+            self._fail_state(state, StepFailure("no_transition", f"no `when` of '{state.name}' matched and it has no default"),
+                             recoverable=False)
             return
         run.feedback = run.results[state.name].get("feedback", "") if state.kind == "evaluate" else ""
         run.error = None

@@ -92,6 +92,7 @@ class LlmCaller:
         commit_pending: Callable[[dict[str, Any] | None], None],
         env: Mapping[str, str],
         use_cache: bool = False,
+        redact: Callable[[Any], Any] = lambda value: value,
     ):
         self.loop = loop
         self.ledger = ledger
@@ -100,6 +101,7 @@ class LlmCaller:
         self.commit_pending = commit_pending
         self.env = env
         self.use_cache = use_cache
+        self.redact = redact  # paid responses are stored: a secret a model echoes stays off the disk
 
     # ------------------------------------------------------------ messages
     def messages(self, action: LlmAction | EvaluateAction, prompt: str, system: str | None, skill_text: str) -> tuple[dict[str, str], ...]:
@@ -218,6 +220,7 @@ class LlmCaller:
             "cost_usd": cost_usd,
             "model": response.model or request.model,
         }
+        result = self.redact(result)
         self.recorder.put_response(key, result)
         if self.use_cache:
             self.recorder.put_cached(cache_key(canonical), result)

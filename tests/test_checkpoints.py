@@ -114,8 +114,6 @@ def test_decide_records_a_custom_choice_and_refuses_others(tmp_path: Path) -> No
     assert result.state.results["ask"]["comment"] == "wait for QA"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `approve` on a custom-choice checkpoint does not point to "
-                   "`loopdsl decide`, while a wrong `decide` choice does (the condition in durable.decide is inverted)")
 def test_approve_on_custom_choices_points_to_decide(tmp_path: Path) -> None:
     store, run_id = _waiting_run(tmp_path, "checkpoint_choices.yaml")
     approve = _cli(["approve", run_id, "--store", str(store)], tmp_path)

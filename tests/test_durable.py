@@ -368,3 +368,16 @@ def test_bad_store_input_is_a_clear_error_and_deletes_nothing(tmp_path: Path, ca
             assert message in done.stderr
             assert "hint:" in done.stderr
     assert _snapshot(store, healthy) == before
+
+
+# ----------------------------------------------------------------- loop text reaching the store
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a folded block scalar (`>`/`>-`) keeps ruamel's internal fold marker "
+                   "\\a (BEL) at each fold, so `shell: >-` commands and prompts get a \\x07 in them")
+def test_a_folded_block_scalar_reaches_the_shell_as_written(tmp_path: Path) -> None:
+    loop = tmp_path / "folded.yaml"
+    loop.write_text("loopdsl: 1\nname: folded\nstart: say\nstates:\n  say:\n    shell: >-\n      echo one\n      two\n"
+                    "    next: done\n  done: {end: completed, output: {said: \"{{ say.stdout | trim }}\"}}\n")
+    result = loopdsl.run(loop, store=tmp_path / "store", workdir=tmp_path)
+    assert result.outputs == {"said": "one two"}

@@ -411,7 +411,6 @@ def test_when_that_raises_fails_the_state(tmp_path: Path) -> None:
     assert result.path == ["pick"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a `when` that raises ends the run with kind no_transition and ignores on_failure")
 def test_when_that_raises_fails_the_state_through_on_failure(tmp_path: Path) -> None:
     result = run(tmp_path, """\
         start: pick

@@ -66,6 +66,7 @@ def test_prices_read_cleanly_per_million_tokens() -> None:
 def test_missing_litellm_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     prices.price_table.cache_clear()
     prices._lowercase_index.cache_clear()
+    prices._table_text.cache_clear()
     monkeypatch.setattr(prices.importlib.util, "find_spec", lambda name: None)
     try:
         with pytest.raises(prices.PriceTableUnavailable, match="litellm.*price"):
@@ -74,6 +75,7 @@ def test_missing_litellm_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.undo()
         prices.price_table.cache_clear()
         prices._lowercase_index.cache_clear()
+        prices._table_text.cache_clear()
     assert prices.model_price("openai/gpt-4o-mini") is not None
 
 

@@ -125,8 +125,6 @@ def test_secret_not_in_the_stored_run_record_or_events(leaky_run: dict) -> None:
     assert not any(v in record or v in events for v in VARIANTS)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: llmcall.LlmCaller._paid_call stores the paid response "
-                   "(the model's reply text) unredacted in the run store (recorder.put_response)")
 def test_secret_not_in_any_store_file(leaky_run: dict) -> None:
     store: Path = leaky_run["store"]
     assert [p for p in store.rglob("*") if p.is_file()]  # sqlite database (and WAL, while open)

@@ -1,1 +1,233 @@
-"""placeholder"""
+"""`loopdsl init`: scaffold a loop project from a bundled pattern.
+
+The project gets the pattern's loop with every file it depends on (skills, sub-loops,
+imports) at the same places relative to one another as in the package (loops/ and
+skills/ side by side), so the relative paths inside the loop keep resolving; a file the
+package keeps elsewhere is copied next to the loop and its reference rewritten. Then the
+reply script, a loop test, the JSON Schema (for editors), a .gitignore for the run store,
+a pre-commit configuration and a README. Nothing is overwritten without `force`.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from .pattern_tests import generic_test, pattern_test
+
+STORE_IGNORE = ".loopdsl/"
+
+
+class InitError(Exception):
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Pattern:
+    name: str
+    path: Path
+    summary: str
+
+
+def data_dir() -> Path:
+    return Path(str(resources.files("loopdsl") / "data"))
+
+
+def list_patterns() -> list[Pattern]:
+    from ruamel.yaml import YAML, YAMLError
+
+    found = []
+    loops = data_dir() / "loops"
+    for file in sorted(loops.glob("*.y*ml")) if loops.is_dir() else []:
+        if file.name.endswith((".test.yaml", ".test.yml")):
+            continue
+        try:
+            data = YAML(typ="safe", pure=True).load(file.read_text(encoding="utf-8"))
+        except (OSError, YAMLError):
+            continue
+        if not isinstance(data, dict) or "loopdsl" not in data:
+            continue
+        description = " ".join(str(data.get("description", "")).split())
+        summary = description.split(". ")[0].rstrip(".") + "." if description else ""
+        found.append(Pattern(str(data.get("name", file.stem)), file, summary))
+    return found
+
+
+def _dependencies(loop_file: Path) -> list[Path]:
+    """Every file the pattern's loop needs (itself first), resolved."""
+    from ..diagnostics import LoopError
+    from ..lint import load_loop
+    from ..lockfile import dependencies
+
+    try:
+        loop = load_loop(loop_file)
+    except LoopError as exc:
+        raise InitError(f"the bundled pattern {loop_file.name} does not lint: {exc.diagnostics[0].message}",
+                        "please report it") from None
+    return [Path(p) for p in dependencies(loop) if not p.startswith("pkg:")]
+
+
+def _placement(file: Path) -> Path:
+    """Where a package file goes in the project (relative): loops/... or skills/... as in the package."""
+    for folder in ("loops", "skills"):
+        root = (data_dir() / folder).resolve()
+        try:
+            return Path(folder) / file.resolve().relative_to(root)
+        except ValueError:
+            continue
+    return Path("loops") / "vendor" / file.name
+
+
+def _rewrite_references(text: str, source: Path, target: Path, moved: dict[Path, Path]) -> str:
+    """Rewrite relative references (skill:, loop:, imports) whose target moved differently from this file."""
+    import re
+
+    def fix(match: re.Match[str]) -> str:
+        ref = match.group("ref")
+        resolved = (source.parent / ref).resolve()
+        if resolved not in moved:
+            return match.group(0)
+        new = Path(os.path.relpath(moved[resolved], target.parent)).as_posix()
+        return match.group(0).replace(ref, new) if new != ref else match.group(0)
+
+    pattern = re.compile(r"(?P<key>\b(?:skill|loop|path)\s*:\s*[\"']?)(?P<ref>[^\s\"'{}#,]+)")
+    return pattern.sub(fix, text)
+
+
+def _schema_line(text: str, target: Path) -> str:
+    """Point the editor's `$schema=` comment at the project's copy of the schema."""
+    import re
+
+    rel = Path(os.path.relpath(Path("schemas/loop.schema.json"), target.parent)).as_posix()
+    return re.sub(r"(#\s*yaml-language-server:\s*\$schema=)\S+", lambda m: m.group(1) + rel, text, count=1)
+
+
+def planned_files(pattern: Pattern) -> dict[Path, str]:
+    """Relative path in the project -> text, for every file `init` writes."""
+    deps = _dependencies(pattern.path)
+    moved = {dep.resolve(): _placement(dep) for dep in deps}
+    files: dict[Path, str] = {}
+    for dep in deps:
+        target = moved[dep.resolve()]
+        text = dep.read_text(encoding="utf-8")
+        if dep.suffix in (".yaml", ".yml"):
+            text = _schema_line(_rewrite_references(text, dep.resolve(), target, moved), target)
+        files[target] = text
+    loop_target = moved[pattern.path.resolve()]
+    script = data_dir() / "loops" / "scripts" / f"{pattern.path.stem}.replies.yaml"
+    script_rel = None
+    if script.is_file():
+        files[Path("loops/scripts") / script.name] = script.read_text(encoding="utf-8")
+        script_rel = f"scripts/{script.name}"
+    test_text = pattern_test(pattern.name) or generic_test(pattern.name, loop_target.name, script_rel)
+    files[loop_target.parent / f"{loop_target.stem}.test.yaml"] = test_text
+    files[Path("schemas/loop.schema.json")] = (data_dir() / "loop.schema.json").read_text(encoding="utf-8")
+    files[Path(".pre-commit-config.yaml")] = PRE_COMMIT
+    files[Path("README.md")] = readme(pattern, loop_target, script_rel)
+    return files
+
+
+def scaffold(directory: Path, name: str, *, force: bool = False) -> list[Path]:
+    """Write the project; returns the files written (relative to `directory`)."""
+    patterns = {p.name: p for p in list_patterns()}
+    if name not in patterns:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(patterns), n=1)
+        raise InitError(f"no bundled pattern named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+                        "patterns: " + ", ".join(sorted(patterns)) + " (`loopdsl init --list` describes them)")
+    if directory.exists() and not directory.is_dir():
+        raise InitError(f"{directory} exists and is not a folder", "give a new or existing folder")
+    files = planned_files(patterns[name])
+    existing = sorted(str(rel) for rel in files if (directory / rel).exists())
+    if existing and not force:
+        shown = ", ".join(existing[:6]) + (f" and {len(existing) - 6} more" if len(existing) > 6 else "")
+        raise InitError(f"{directory} already has {shown}; nothing was written",
+                        "use --force to overwrite them, or choose an empty folder")
+    written = []
+    for rel, text in files.items():
+        target = directory / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        written.append(rel)
+    ignore = directory / ".gitignore"
+    current = ignore.read_text(encoding="utf-8") if ignore.exists() else ""
+    if STORE_IGNORE not in current.split():
+        # Appended, never replaced: a project's own ignores stay.
+        prefix = "" if not current or current.endswith("\n") else "\n"
+        ignore.write_text(current + prefix + "# loopdsl run store (runs, events, worktrees)\n" + STORE_IGNORE + "\n", encoding="utf-8")
+        written.append(Path(".gitignore"))
+    return written
+
+
+PRE_COMMIT = """# pre-commit (https://pre-commit.com): `pip install pre-commit && pre-commit install`.
+repos:
+  - repo: local
+    hooks:
+      - id: loopdsl-lint
+        name: loopdsl lint
+        entry: loopdsl lint
+        language: system          # the loopdsl you installed (pip install loopdsl)
+        files: \\.(ya?ml)$
+        exclude: \\.test\\.ya?ml$
+  # Or the published hook, which installs loopdsl in its own environment:
+  # - repo: https://github.com/loopdsl/loopdsl
+  #   rev: v0.1.0
+  #   hooks:
+  #     - id: loopdsl-lint
+"""
+
+
+def readme(pattern: Pattern, loop_target: Path, script_rel: str | None) -> str:
+    loop_path = loop_target.as_posix()
+    script = f"loops/{script_rel}" if script_rel else None
+    test_path = (loop_target.parent / f"{loop_target.stem}.test.yaml").as_posix()
+    return f"""# {pattern.name}
+
+{pattern.summary}
+
+Scaffolded by `loopdsl init --pattern {pattern.name}`.
+
+| file | what it is |
+|---|---|
+| `{loop_path}` | the loop: states, gates, budget, schedule |
+| `skills/` | the instructions the loop's model calls carry (WHEN / READ / JUDGE / OUTPUT / STOP) |
+| `{script or 'loops/scripts/'}` | scripted replies: run the loop offline, no API key |
+| `{test_path}` | a loop test: builds a small repository, runs the loop on it, checks the result |
+| `schemas/loop.schema.json` | the language's JSON Schema (editors complete and explain keys) |
+| `.pre-commit-config.yaml` | `loopdsl lint` on every commit |
+
+## Check it
+
+```bash
+loopdsl lint loops/        # schema and semantic checks
+loopdsl test               # the loop tests, offline, each in a throwaway repository
+loopdsl audit --suggest    # readiness score out of 100, and how to raise it
+loopdsl cost {loop_path}   # worst-case and typical spend, per run and per month
+```
+
+## Run it
+
+With a provider key in the environment (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, ...), from the
+repository the loop should work on:
+
+```bash
+loopdsl run {loop_path}
+loopdsl runs                   # the run store is .loopdsl/ (git-ignored)
+```
+
+Offline, with the scripted replies, run it the way the loop test does: `loopdsl test --keep`
+keeps the throwaway repository so you can look at what the run did.
+
+## Schedule it
+
+```bash
+loopdsl schedule {loop_path}                                   # the next run times
+loopdsl schedule {loop_path} --export github-actions -o .github/workflows/{pattern.name}.yml
+loopdsl schedule {loop_path} --export crontab                  # or a crontab line
+```
+"""
