@@ -21,6 +21,7 @@ import asyncio
 import email.utils
 import json
 import math
+import logging
 import os
 import re
 import time
@@ -149,6 +150,10 @@ def ensure_litellm() -> Any:
     # non-OpenAI counts are estimates either way and get our safety margin.
     litellm.disable_hf_tokenizer_download = True
     litellm.num_retries = 0
+    if not os.environ.get("LITELLM_LOG"):
+        # Each loopdsl.run() is its own asyncio loop; LiteLLM's background logging worker
+        # warns when it moves to the next one. Errors still show; LITELLM_LOG overrides.
+        logging.getLogger("LiteLLM").setLevel(logging.ERROR)
     return litellm
 
 
