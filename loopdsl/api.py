@@ -153,12 +153,15 @@ def make_ports(
     listeners: Iterable[Callable[[dict[str, Any]], None]],
     recorder: Any,
     use_cache: bool,
+    asked: Mapping[str, int] | None = None,
 ) -> Ports:
     scripted = None
     if script is not None:
         from .providers import ScriptedProvider
 
         scripted = ScriptedProvider.from_file(script)
+        if asked:
+            scripted.skip_used(asked)
         provider = scripted
     if provider is None:
 

@@ -325,7 +325,7 @@ def runs(store: str | None, as_json: bool) -> None:
     from .api import open_store
     from .report import runs_table
 
-    records = open_store(store, Path.cwd()).list_runs()
+    records = [r for r in open_store(store, Path.cwd()).list_runs() if not r.get("parent")]  # children: `show`
     if as_json:
         click.echo(json.dumps([{k: r.get(k) for k in ("run_id", "loop", "status", "started_at", "ended_at", "ledger")} for r in records], indent=2))
     else:
@@ -347,10 +347,11 @@ def show(run_id: str, store: str | None, as_json: bool) -> None:
     full = st.resolve(run_id)
     record = st.load(full)
     events = st.events(full)
+    children = [r for r in st.list_runs() if r.get("parent") == full]
     if as_json:
-        click.echo(json.dumps({"run": record, "events": events}, indent=2, ensure_ascii=False, default=str))
+        click.echo(json.dumps({"run": record, "events": events, "children": children}, indent=2, ensure_ascii=False, default=str))
     else:
-        click.echo(show_text(RunState.from_json(record), events))
+        click.echo(show_text(RunState.from_json(record), events, [RunState.from_json(c) for c in children]))
 
 
 @cli.command()

@@ -91,7 +91,7 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, *, 
                    first: list[dict[str, Any]] | None = None) -> RunResult:
     recorder = StoreRecorder(store, state.run_id)
     ports = make_ports(compiled.loop, script=script, provider=provider, human=human, workdir=workdir,
-                       listeners=listeners, recorder=recorder, use_cache=cache)
+                       listeners=listeners, recorder=recorder, use_cache=cache, asked=state.meta.get("asked"))
     engine = Engine(compiled, state, ports)
     for event in first or ():
         engine.emit(event.pop("type"), **event)

@@ -111,7 +111,9 @@ class _Dispatch:
 
 
 class Engine:
-    def __init__(self, compiled: CompiledLoop, run: RunState, ports: Ports, ledger: Ledger | None = None):
+    def __init__(self, compiled: CompiledLoop, run: RunState, ports: Ports, ledger: Ledger | None = None,
+                 parent: "Engine | None" = None):
+        self.parent = parent  # the engine of the loop whose `loop:` state runs this one
         self.compiled = compiled
         self.loop = compiled.loop
         self.run = run
@@ -138,6 +140,7 @@ class Engine:
         self.llm = LlmCaller(
             self.loop, self.ledger, self._get_provider, ports.recorder, self._commit_pending, ports.env, ports.use_cache,
             redact=self.redact.redact_obj if ports.secret_values else (lambda value: value),
+            count_asked=self._count_asked,
         )
         self.context: dict[str, Any] = {}
         self._build_context()
@@ -175,6 +178,13 @@ class Engine:
     def _commit_pending(self, pending: dict[str, Any] | None) -> None:
         self.run.pending = pending
         self.commit()
+
+    def _count_asked(self, state: str) -> None:
+        """How many replies/decisions each state has asked for: a scripted resume skips them."""
+        asked = self.run.meta.setdefault("asked", {})
+        asked[state] = asked.get(state, 0) + 1
+        if self.parent is not None:  # one reply script serves the parent and its children
+            self.parent._count_asked(state)
 
     def _build_context(self) -> None:
         run = self.run
@@ -482,6 +492,7 @@ class Engine:
             if decision is None:
                 self._wait_for_person(state, reason="checkpoint", message=message, choices=action.choices, timeout=action.timeout)
             assert decision is not None
+            self._count_asked(state.name)
             if decision.get("decision") not in action.choices:
                 raise StepFailure("parse", f"decision {decision.get('decision')!r} is not one of {', '.join(action.choices)}")
             self.run.decision = {"decision": decision["decision"], "comment": decision.get("comment", ""),

@@ -93,6 +93,7 @@ class LlmCaller:
         env: Mapping[str, str],
         use_cache: bool = False,
         redact: Callable[[Any], Any] = lambda value: value,
+        count_asked: Callable[[str], None] = lambda state: None,
     ):
         self.loop = loop
         self.ledger = ledger
@@ -102,6 +103,7 @@ class LlmCaller:
         self.env = env
         self.use_cache = use_cache
         self.redact = redact  # paid responses are stored: a secret a model echoes stays off the disk
+        self.count_asked = count_asked
 
     # ------------------------------------------------------------ messages
     def messages(self, action: LlmAction | EvaluateAction, prompt: str, system: str | None, skill_text: str) -> tuple[dict[str, str], ...]:
@@ -188,6 +190,7 @@ class LlmCaller:
         except ValueError as exc:
             raise StepFailure("budget", f"refusing to call {request.model}: {exc}") from None
         reservation = self.ledger.reserve(tokens, cost, label=f"{cc.state}#{cc.visit}.{cc.attempt}")
+        self.count_asked(cc.state)
         self.commit_pending(
             {"kind": "llm", "state": cc.state, "visit": cc.visit, "attempt": cc.attempt,
              "key": key, "reserved": {"tokens": tokens, "cost_usd": cost}, "step_taken": True}

@@ -7,85 +7,43 @@ CONTRACT (other modules rely on this):
   returns (None, [errors]) when the file cannot be turned into data, and
   (Document, []) otherwise.
 
-How: ruamel.yaml's round-trip parser turns the text into events, and one pass over
-those events builds the plain data, the positions, and every safety check at once.
-We do not let ruamel compose or construct: its composer forgets whether a tag was
+How: a parser turns the text into events, and one pass over those events
+(`yaml_walk.Walker`) builds the plain data, the positions, and every safety check at
+once. We do not let ruamel compose or construct: its composer forgets whether a tag was
 written explicitly (so `!!str` and verbatim tags would slip through), its duplicate-key
 error does not say where the first key was, and its constructor would hand back
 ruamel types. Working on events also means aliases are never expanded, only counted,
 so a billion-laughs file costs as much as its text.
+
+The events come from libyaml (ruamel.yaml.clib) when it is installed, and from
+ruamel's pure-Python parser otherwise or whenever the file has anything to report: see
+`yaml_events` for why the two give the same result.
 """
 from __future__ import annotations
 
 import os
 import re
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.events import (
-    AliasEvent,
-    CollectionEndEvent,
-    DocumentStartEvent,
-    MappingStartEvent,
-    ScalarEvent,
-    SequenceStartEvent,
-    StreamEndEvent,
-)
-from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.reader import ReaderError
 
-from .diagnostics import Diagnostic, Severity
+from .diagnostics import Diagnostic
 from .model import YamlPath
+from .yaml_events import FAST_PARSER_AVAILABLE, fast_events, reference_events
+from .yaml_walk import MAX_DEPTH, MAX_NODES, ResolvePlain, Stop, Walker, mark_position
+from .yaml_walk import diagnostic as _error
 
-MAX_DEPTH = 64
-# Expanded size (aliases counted as many times as they are used) above which a file is
-# refused: far beyond any real loop, far below what hurts schema validation or memory.
-MAX_NODES = 100_000
-# One run reports every tag / duplicate key / bad key, but a hostile file could hold
-# thousands: past this many the rest are dropped.
-MAX_COLLECTED_ERRORS = 50
-# Python refuses to turn longer digit strings into int (sys.int_max_str_digits).
-MAX_INT_DIGITS = 4000
+__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_NODES", "Document", "load_document",
+           "load_text", "parse_text"]
 
-_TAG_INT = "tag:yaml.org,2002:int"
-_TAG_FLOAT = "tag:yaml.org,2002:float"
-_TAG_BOOL = "tag:yaml.org,2002:bool"
-_TAG_NULL = "tag:yaml.org,2002:null"
-_TAG_MERGE = "tag:yaml.org,2002:merge"
-_TRUE_WORDS = frozenset({"true", "yes", "on"})
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_BAD_ESCAPED = re.compile("[\x00\ud800-\udfff]")
 _LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")
 # Loop files are a few KiB; this stops `lint /dev/zero` or a mistyped path to a huge
 # log from reading without end.
 MAX_FILE_BYTES = 10 * 1024 * 1024
-
-_HINTS = {
-    "yaml-syntax": "Check indentation (spaces only, no tabs) and quoting: a value that "
-    "contains ': ' or ' #', or starts with one of { } [ ] & * ! | > ' \" % @ `, must be quoted.",
-    "yaml-duplicate-key": "Each key may appear once per mapping; remove or rename one of them "
-    "(YAML tools disagree on which one wins).",
-    "yaml-tag": "Loop files are plain data: remove the tag and write the value itself "
-    "(quote it if it must stay a string).",
-    "yaml-anchor-bomb": "Aliases (*name) expand to copies of their anchor (&name); write the "
-    "structure out or use fewer nested aliases.",
-    "yaml-too-deep": f"Loop files never need more than {MAX_DEPTH} levels of nesting; flatten "
-    "the structure.",
-    "yaml-empty": "Start from `loopdsl init` or a file in loops/; a loop needs at least "
-    "`loopdsl: 1`, `name`, `start` and `states`.",
-    "yaml-not-mapping": "The top level of a loop file is a mapping of keys such as "
-    "`loopdsl: 1`, `name: ...`, `states: ...`.",
-    "yaml-multi-document": "A loop file holds one YAML document: remove the second `---` "
-    "and what follows, or move it to its own file.",
-    "yaml-encoding": "Save the file as UTF-8 text (no UTF-16, no NUL or control characters).",
-    "yaml-non-string-key": "Keys must be strings: quote keys such as \"1\", \"true\", \"null\" "
-    "or \"2024-01-01\", and do not use lists or mappings as keys.",
-    "file-unreadable": "Check the path and that the file is readable.",
-}
 
 
 @dataclass
@@ -114,19 +72,6 @@ class Document:
     def lines(self) -> list[str]:
         return self.text.splitlines()
 
-
-class _Stop(Exception):
-    """A fatal finding: the walk cannot go on (the diagnostic is already recorded)."""
-
-
-def _error(path: str, where: tuple[int, int], rule: str, message: str,
-           related: tuple[tuple[str, int, int, str], ...] = ()) -> Diagnostic:
-    return Diagnostic(path=path, line=where[0], col=where[1], severity=Severity.ERROR,
-                      rule=rule, message=message, hint=_HINTS.get(rule, ""), related=related)
-
-
-def _pos(mark: Any) -> tuple[int, int]:
-    return (mark.line + 1, mark.column + 1)
 
 
 def _line_col_of_index(text: str, index: int) -> tuple[int, int]:
@@ -180,318 +125,6 @@ def _nul_error(path: str, text: str, index: int) -> Diagnostic:
                   "the file contains a NUL byte (is it binary, or UTF-16 without a byte-order mark?)")
 
 
-# ---------------------------------------------------------------- event walk
-
-@dataclass
-class _Frame:
-    """One open mapping or sequence while walking the events."""
-
-    container: dict[str, Any] | list[Any]
-    path: YamlPath
-    start: tuple[int, int]
-    anchor: str | None
-    size: int = 1  # expanded node count of this collection so far
-    # Mappings only: the key waiting for its value.
-    key: Any = None
-    key_pos: tuple[int, int] = (1, 1)
-    has_key: bool = False
-    drop_value: bool = False  # the pending key was rejected (reported): ignore its value
-    is_merge: bool = False
-    merges: list[tuple[dict[str, Any], tuple[int, int], tuple[int, int]]] = field(
-        default_factory=list)
-
-
-@dataclass(frozen=True)
-class _Anchor:
-    data: Any
-    size: int
-    is_str: bool
-
-
-# Path component for nodes under a rejected key (complex keys, duplicates): a unique
-# object, so it can never equal a real key. Such paths only exist when there are errors,
-# and then no Document is returned.
-_NOWHERE: Any = object()
-
-
-class _Walker:
-    """Builds data + positions from parser events, checking tags, keys, depth and size."""
-
-    def __init__(self, path: str, resolver: Any) -> None:
-        self.path = path
-        self.resolver = resolver
-        self.errors: list[Diagnostic] = []
-        self.positions: dict[YamlPath, tuple[int, int]] = {}
-        self.value_positions: dict[YamlPath, tuple[int, int]] = {}
-        self.anchors: dict[str, _Anchor] = {}
-        self.stack: list[_Frame] = []
-        self.total_nodes = 0
-        self.version: tuple[int, ...] = (1, 2)
-        self.root: Any = None
-
-    def fatal(self, where: tuple[int, int], rule: str, message: str) -> _Stop:
-        self.errors.append(_error(self.path, where, rule, message))
-        return _Stop()
-
-    def collect(self, where: tuple[int, int], rule: str, message: str,
-                related: tuple[tuple[str, int, int, str], ...] = ()) -> None:
-        if len(self.errors) < MAX_COLLECTED_ERRORS:
-            self.errors.append(_error(self.path, where, rule, message, related))
-
-    # ---- the walk
-    def run(self, events: Iterator[Any]) -> None:
-        documents = 0
-        for event in events:
-            if isinstance(event, DocumentStartEvent):
-                documents += 1
-                if documents > 1:
-                    raise self.fatal(_pos(event.start_mark), "yaml-multi-document",
-                                     "the file holds more than one YAML document "
-                                     "(a second document starts here)")
-                if event.version:
-                    self.version = tuple(event.version)
-            elif isinstance(event, (ScalarEvent, AliasEvent, SequenceStartEvent,
-                                    MappingStartEvent)):
-                self.open_node(event)
-            elif isinstance(event, CollectionEndEvent):
-                self.close_collection()
-            elif isinstance(event, StreamEndEvent):
-                break
-        if documents == 0:
-            raise self.fatal((1, 1), "yaml-empty", "the file is empty (or holds only comments)")
-
-    def count(self, n: int, where: tuple[int, int]) -> None:
-        self.total_nodes += n
-        if self.total_nodes > MAX_NODES:
-            raise self.fatal(where, "yaml-anchor-bomb",
-                             f"the document expands to more than {MAX_NODES:,} nodes "
-                             "(each use of an alias counts its whole anchor again)")
-
-    def open_node(self, event: Any) -> None:
-        where = _pos(event.start_mark)
-        if not self.stack and not isinstance(event, MappingStartEvent):
-            self.reject_root(event, where)
-        tag = getattr(event, "ctag", None)
-        if tag is not None:
-            self.collect(where, "yaml-tag", f"explicit YAML tag `{_tag_text(tag)}` is not allowed")
-        if isinstance(event, AliasEvent):
-            self.alias(event.anchor, where)
-        elif isinstance(event, ScalarEvent):
-            self.count(1, where)
-            value, kind = self.scalar(event, where)
-            if event.anchor is not None:
-                self.anchors[event.anchor] = _Anchor(value, 1, kind == "str")
-            empty = event.value == "" and event.style is None and tag is None
-            self.attach(value, where, 1, kind, empty=empty)
-        else:
-            if len(self.stack) >= MAX_DEPTH:
-                raise self.fatal(where, "yaml-too-deep",
-                                 f"the structure is nested deeper than {MAX_DEPTH} levels")
-            self.count(1, where)
-            container: dict[str, Any] | list[Any] = (
-                {} if isinstance(event, MappingStartEvent) else [])
-            self.stack.append(_Frame(container, self.next_path(), where, event.anchor))
-
-    def reject_root(self, event: Any, where: tuple[int, int]) -> None:
-        if (isinstance(event, ScalarEvent) and event.value == "" and event.style is None
-                and event.anchor is None and getattr(event, "ctag", None) is None):
-            raise self.fatal(where, "yaml-empty", "the document is empty")
-        found = "a list" if isinstance(event, SequenceStartEvent) else (
-            "an alias" if isinstance(event, AliasEvent) else "a single value")
-        raise self.fatal(where, "yaml-not-mapping",
-                         f"the top level of a loop file must be a mapping, found {found}")
-
-    def next_path(self) -> YamlPath:
-        """The path the node being opened will have in its parent."""
-        if not self.stack:
-            return ()
-        parent = self.stack[-1]
-        if isinstance(parent.container, list):
-            return parent.path + (len(parent.container),)
-        if not parent.has_key or parent.drop_value or parent.is_merge:
-            return parent.path + (_NOWHERE,)
-        return parent.path + (parent.key,)
-
-    def alias(self, name: str, where: tuple[int, int]) -> None:
-        target = self.anchors.get(name)
-        if target is None:
-            if any(frame.anchor == name for frame in self.stack):
-                raise self.fatal(where, "yaml-anchor-bomb",
-                                 f"alias *{name} is used inside its own anchor &{name}: "
-                                 "the structure would be infinitely deep")
-            raise self.fatal(where, "yaml-syntax",
-                             f"alias *{name} has no anchor &{name} before it")
-        self.count(target.size, where)
-        # Shared, not copied: the node budget bounds what any consumer walking the data
-        # can see, and loaded data is read-only by convention.
-        self.attach(target.data, where, target.size, "str" if target.is_str else "other")
-
-    def scalar(self, event: Any, where: tuple[int, int]) -> tuple[Any, str]:
-        """The scalar's value and kind: "str", "merge" (the `<<` key) or "other"."""
-        text: str = event.value
-        if event.style == '"' and _BAD_ESCAPED.search(text):
-            # Only an escape (`\0`, `\uD800`) can get here: the raw text was checked.
-            self.collect(where, "yaml-encoding", "an escape in this string makes a NUL or a "
-                         "lone surrogate, which loop files cannot hold; write the character "
-                         "itself, or use \\U0001F600-style escapes for emoji")
-        if getattr(event, "ctag", None) is not None or event.style is not None:
-            return text, "str"  # quoted, or tagged (already reported): the text as written
-        resolved = str(self.resolver.resolve(ScalarNode, text, event.implicit))
-        if resolved == _TAG_NULL:
-            return None, "other"
-        if resolved == _TAG_BOOL:
-            return text.lower() in _TRUE_WORDS, "other"
-        if resolved == _TAG_INT:
-            return self.to_int(text, where), "other"
-        if resolved == _TAG_FLOAT:
-            return self.to_float(text, where), "other"
-        if resolved == _TAG_MERGE:
-            return text, "merge"
-        return text, "str"  # strings, and timestamps kept as the text written
-
-    def to_int(self, text: str, where: tuple[int, int]) -> int | str:
-        digits = text.replace("_", "")
-        sign = -1 if digits.startswith("-") else 1
-        digits = digits.lstrip("+-")
-        if len(digits) > MAX_INT_DIGITS:
-            self.collect(where, "yaml-syntax", f"an integer with {len(digits)} digits is too "
-                         "large; quote it if it is meant as text")
-            return text
-        try:
-            if digits[:2] in ("0b", "0o", "0x"):
-                return sign * int(digits[2:], {"b": 2, "o": 8, "x": 16}[digits[1]])
-            if self.version == (1, 1) and ":" in digits:  # YAML 1.1 sexagesimal
-                total = 0
-                for part in digits.split(":"):
-                    total = total * 60 + int(part)
-                return sign * total
-            if self.version == (1, 1) and digits.startswith("0") and digits != "0":
-                return sign * int(digits, 8)
-            return sign * int(digits, 10)
-        except ValueError:
-            self.collect(where, "yaml-syntax", f"`{text}` looks like an integer but is not a "
-                         "valid one; quote it if it is meant as text")
-            return text
-
-    def to_float(self, text: str, where: tuple[int, int]) -> float | str:
-        value = text.replace("_", "").lower()
-        sign = -1.0 if value.startswith("-") else 1.0
-        value = value.lstrip("+-")
-        try:
-            if value == ".inf":
-                return sign * float("inf")
-            if value == ".nan":
-                return float("nan")
-            if self.version != (1, 2) and ":" in value:  # YAML 1.1 sexagesimal
-                total = 0.0
-                for part in value.split(":"):
-                    total = total * 60 + float(part)
-                return sign * total
-            return sign * float(value)
-        except ValueError:
-            self.collect(where, "yaml-syntax", f"`{text}` looks like a number but is not a "
-                         "valid one; quote it if it is meant as text")
-            return text
-
-    # ---- building
-    def attach(self, value: Any, where: tuple[int, int], size: int, kind: str,
-               *, empty: bool = False) -> None:
-        """Put a finished node into its parent, or make it the root."""
-        if not self.stack:
-            self.root = value
-            return
-        parent = self.stack[-1]
-        parent.size += size
-        container = parent.container
-        if isinstance(container, list):
-            item_path = parent.path + (len(container),)
-            self.positions[item_path] = where
-            self.value_positions[item_path] = where
-            container.append(value)
-        elif not parent.has_key:
-            self.take_key(parent, value, where, kind)
-        else:
-            parent.has_key = False
-            if parent.drop_value:
-                return
-            if parent.is_merge:
-                self.take_merge(parent, value, where)
-                return
-            key_path = parent.path + (parent.key,)
-            # An empty value (`key:`) has no text of its own: point at the key instead.
-            self.value_positions[key_path] = parent.key_pos if empty else where
-            container[parent.key] = value
-
-    def take_key(self, parent: _Frame, key: Any, where: tuple[int, int], kind: str) -> None:
-        container = parent.container
-        assert isinstance(container, dict)
-        parent.has_key, parent.key, parent.key_pos = True, key, where
-        parent.drop_value = parent.is_merge = False
-        if kind == "merge":
-            parent.is_merge = True
-            return
-        if kind != "str" or not isinstance(key, str):
-            parent.drop_value = True
-            self.collect(where, "yaml-non-string-key",
-                         f"mapping keys must be strings, found {_describe(key)}")
-            return
-        key_path = parent.path + (key,)
-        if key in container:
-            parent.drop_value = True
-            first = self.positions.get(key_path, where)
-            self.collect(where, "yaml-duplicate-key",
-                         f"duplicate key `{key}` (first defined at line {first[0]})",
-                         related=((self.path, first[0], first[1], f"`{key}` first defined here"),))
-            return
-        self.positions[key_path] = where
-        container[key] = None  # placeholder: makes a later duplicate visible at once
-
-    def take_merge(self, parent: _Frame, value: Any, where: tuple[int, int]) -> None:
-        sources = value if isinstance(value, list) else [value]
-        if not sources or not all(isinstance(source, dict) for source in sources):
-            self.collect(where, "yaml-syntax", "a merge key `<<` takes a mapping or a list of "
-                         "mappings (usually an alias, as in `<<: *defaults`)")
-            return
-        for source in sources:
-            parent.merges.append((source, parent.key_pos, where))
-
-    def close_collection(self) -> None:
-        frame = self.stack.pop()
-        container = frame.container
-        if isinstance(container, dict):
-            # Keys written in the mapping win over merged ones; earlier sources win.
-            for source, key_pos, value_pos in frame.merges:
-                for key, value in source.items():
-                    if key not in container:
-                        container[key] = value
-                        self.positions[frame.path + (key,)] = key_pos
-                        self.value_positions[frame.path + (key,)] = value_pos
-        if frame.anchor is not None:
-            self.anchors[frame.anchor] = _Anchor(container, frame.size, False)
-        self.attach(container, frame.start, frame.size, "other")
-
-
-def _tag_text(tag: Any) -> str:
-    handle, suffix = getattr(tag, "handle", None), getattr(tag, "suffix", None)
-    if handle is not None and suffix is not None:
-        return f"{handle}{suffix}"
-    text = str(tag)
-    return text if text.startswith("!") else f"!<{text}>"
-
-
-def _describe(key: Any) -> str:
-    if isinstance(key, list):
-        return "a list"
-    if isinstance(key, dict):
-        return "a mapping"
-    if key is None:
-        return "null"
-    if isinstance(key, str):
-        return f"`{key}`"
-    kind = "boolean" if isinstance(key, bool) else "number"
-    return f"the {kind} {key!r}"
-
-
 # ---------------------------------------------------------------- public API
 
 def _yaml_error(path: str, text: str, exc: Exception) -> Diagnostic:
@@ -505,7 +138,7 @@ def _yaml_error(path: str, text: str, exc: Exception) -> Diagnostic:
                       f"(U+{code:04X}) that YAML does not allow")
     if isinstance(exc, MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
-        where = _pos(mark) if mark is not None else (0, 0)
+        where = mark_position(mark) if mark is not None else (0, 0)
         problem = " ".join(str(exc.problem or "invalid YAML").split())
         context = " ".join(str(exc.context or "").split())
         if context and exc.context_mark is not None and exc.context_mark is not mark:
@@ -522,22 +155,42 @@ def _yaml_error(path: str, text: str, exc: Exception) -> Diagnostic:
                   f"({type(exc).__name__}: {str(exc)[:200]})")
 
 
-def _parse(path: str, text: str) -> tuple[Document | None, list[Diagnostic]]:
-    yaml = YAML(typ="rt")
-    yaml.max_depth = MAX_DEPTH  # only used if something composes; the walk checks too
-    walker = _Walker(path, yaml.resolver)
+
+def _walk(path: str, text: str, events: Any, resolve: ResolvePlain) -> Walker:
+    walker = Walker(path, resolve)
     try:
-        with warnings.catch_warnings():
-            # ruamel warns (e.g. about YAML 1.1 floats) on stderr; lint reports, it never chats.
-            warnings.simplefilter("ignore")
-            walker.run(yaml.parse(text))
-    except _Stop:
+        walker.run(events)
+    except Stop:
         pass
     except RecursionError:
         walker.errors.append(_error(path, (0, 0), "yaml-too-deep",
                                     "the structure is nested too deeply to read"))
     except Exception as exc:  # noqa: BLE001 - every input must end as a diagnostic
         walker.errors.append(_yaml_error(path, text, exc))
+    return walker
+
+
+def _fast_walk(path: str, text: str) -> Walker | None:
+    """The walk over libyaml's events, or None when the reference parser must decide."""
+    try:
+        events, resolve = fast_events(text)
+        walker = Walker(path, resolve)
+        walker.run(events)
+    except Exception:  # noqa: BLE001 - Stop, a libyaml error, NeedsReferenceParser, ...
+        return None
+    return None if walker.errors else walker
+
+
+def parse_text(path: str, text: str, *, fast: bool = True) -> tuple[Document | None, list[Diagnostic]]:
+    """Decoded text -> (Document, []) or (None, errors). `fast=False` skips libyaml and
+    uses only the reference parser (tests compare the two; results must not differ)."""
+    walker = _fast_walk(path, text) if fast and FAST_PARSER_AVAILABLE else None
+    if walker is None:
+        with warnings.catch_warnings():
+            # ruamel warns (e.g. about YAML 1.1 floats) on stderr; lint reports, it never chats.
+            warnings.simplefilter("ignore")
+            events, resolve = reference_events(text)
+            walker = _walk(path, text, events, resolve)
     if walker.errors:
         return None, walker.errors
     if not isinstance(walker.root, dict):  # unreachable by construction; keep the promise
@@ -572,7 +225,7 @@ def load_document(path: str | os.PathLike[str],
         decoded, problems = _decode(shown, raw)
         if decoded is None:
             return None, problems
-        return _parse(shown, decoded)
+        return parse_text(shown, decoded)
     except Exception as exc:  # noqa: BLE001 - last defence: a loader bug is no traceback
         return None, [_error(shown, (0, 0), "yaml-syntax",
                              f"internal error while reading the file ({type(exc).__name__}: "

@@ -500,6 +500,13 @@ class ScriptedProvider:
         entry = self._next(state, "decision")
         return None if entry is None else {"decision": entry.decision, "comment": entry.comment}
 
+    def skip_used(self, counts: Mapping[str, int]) -> None:
+        """Continue a resumed run's script where the killed process left it: `counts` is how
+        many replies and decisions each state had already taken."""
+        for state, count in counts.items():
+            if state in self._entries:
+                self._used[state] = min(int(count), len(self._entries[state]))
+
     def unused(self) -> dict[str, int]:
         """States with scripted entries never consumed, and how many (typos show up here)."""
         return {state: len(entries) - self._used[state]

@@ -118,7 +118,7 @@ def runs_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def show_text(state: RunState, events: list[dict[str, Any]]) -> str:
+def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunState] | None = None) -> str:
     lines = [summary(state)]
     lines.append("")
     lines.append("states:")
@@ -149,10 +149,10 @@ def show_text(state: RunState, events: list[dict[str, Any]]) -> str:
         lines.append("files:")
         for path, digest in files.items():
             lines.append(f"  {digest[:16]}  {path}")
-    children = sorted({e['run_id'] for e in events if e.get('type') == 'child'})
     if children:
         lines.append("sub-loops:")
-        for child in children:
-            end = [e['event'] for e in events if e.get('type') == 'child' and e['run_id'] == child and e['event'].get('type') == 'end']
-            lines.append(f"  {child}: {end[-1].get('status') if end else 'unfinished'}")
+        for child in sorted(children, key=lambda c: c.run_id):
+            ledger = child.ledger or {}
+            lines.append(f"  {child.run_id}: {child.status}  path {' -> '.join(child.path)}  "
+                         f"{ledger.get('tokens', 0)} tokens {_money(ledger.get('cost_usd'))}")
     return "\n".join(lines)

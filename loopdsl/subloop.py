@@ -11,10 +11,11 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from .budget import Ledger
 from .inputs import InputError, coerce_inputs
 from .llmcall import StepFailure
 from .model import Loop, LoopAction
-from .runstate import COMPLETED, RunState
+from .runstate import COMPLETED, RunState, history_from_events
 from .templates import Expression, RenderError
 
 if TYPE_CHECKING:
@@ -23,13 +24,42 @@ if TYPE_CHECKING:
 
 
 class ChildRecorder:
-    """Children keep their state in the parent's run; paid responses go to the parent's store."""
+    """A child's commits: into the parent's run store (when it has one) under the child's
+    own record, each followed by a commit of the parent, whose budget figures include the
+    child's spending. Paid responses go to the parent's store, keyed by the child's run id,
+    so a child re-run after a crash replays its completed calls instead of paying again."""
 
-    def __init__(self, parent: Any):
+    def __init__(self, parent: Any, store_id: str, parent_run_id: str, commit_parent: Callable[[], None]):
         self.parent = parent
+        self.store = getattr(parent, "store", None)
+        self.store_id = store_id
+        self.parent_run_id = parent_run_id
+        self.commit_parent = commit_parent
+
+    def load(self) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The child's committed record and events, when an earlier process started it."""
+        if self.store is None:
+            return None
+        from .store import StoreError
+
+        try:
+            return self.store.load(self.store_id), self.store.events(self.store_id)
+        except StoreError:
+            return None
 
     def commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
-        pass  # the parent commits its own state, which carries finished children's results
+        if self.store is None:
+            return
+        from .store import StoreError
+
+        record = run.to_json()
+        record["parent"] = self.parent_run_id
+        try:
+            self.store.commit(self.store_id, record, events)
+        except StoreError:  # the first commit of this child: create its record
+            self.store.create_run(self.store_id, record)
+            self.store.commit(self.store_id, record, events)
+        self.commit_parent()
 
     def get_response(self, key: str) -> dict[str, Any] | None:
         return self.parent.get_response(key)
@@ -81,23 +111,35 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
     else:
         items = [None]
     limit = asyncio.Semaphore(max(1, action.concurrency))
-    base_id = f"{parent.run.run_id}/{cs.state.name}"
+    visit = parent.run.visits.get(cs.state.name, 1)
+    # Display ids nest under the parent (`<parent>/<state>[/<index>]`); store keys use '.'.
+    base_id = f"{parent.run.run_id}/{cs.state.name}" + (f"@{visit}" if visit > 1 else "")
 
     async def one(index: int, item: Any) -> dict[str, Any]:
         scope = dict(ctx)
         if cs.for_each is not None:
             scope["item"], scope["index"] = item, index
-        try:
-            values = coerce_inputs(child, _render_with(cs, scope))
-        except (InputError, RenderError) as exc:
-            return {"status": "failed", "outputs": {}, "error": {"kind": "parse", "message": str(exc)}}
-        meta = {"item": item, "index": index} if cs.for_each is not None else {}
         run_id = f"{base_id}/{index}" if cs.for_each is not None else base_id
-        state = new_run_state(child, run_id, values, meta)
+        recorder = ChildRecorder(parent.ports.recorder, run_id.replace("/", ".").replace("@", "."),
+                                 parent.run.run_id, parent.commit)
+        earlier = recorder.load()
+        if earlier is not None and RunState.from_json(earlier[0]).is_final:
+            done = RunState.from_json(earlier[0])  # finished before a crash: keep, do not re-run
+            return {"status": done.status, "outputs": done.outputs, "run_id": run_id, "error": done.error}
+        if earlier is not None:
+            state = RunState.from_json(earlier[0])
+            state.history = history_from_events(earlier[1])
+        else:
+            try:
+                values = coerce_inputs(child, _render_with(cs, scope))
+            except (InputError, RenderError) as exc:
+                return {"status": "failed", "outputs": {}, "error": {"kind": "parse", "message": str(exc)}}
+            meta = {"item": item, "index": index} if cs.for_each is not None else {}
+            state = new_run_state(child, run_id, values, meta)
         secrets = {k: v for k, v in parent.ports.secret_values.items() if k in child.secrets}
         ports = Ports(
             provider=parent._get_provider,
-            recorder=ChildRecorder(parent.ports.recorder),
+            recorder=recorder,
             human=parent.ports.human,
             workdir=parent.ports.workdir,
             env={k: v for k, v in parent.ports.env.items() if k not in parent.ports.secret_values or k in secrets},
@@ -109,7 +151,10 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
             keep_events=False,
         )
         async with limit:
-            engine = Engine(compiled, state, ports, ledger=parent.ledger.child(child.budget, name=f"sub-loop {run_id}"))
+            name = f"sub-loop {run_id}"
+            ledger = (Ledger.from_json(child.budget, state.ledger, parent=parent.ledger, name=name) if state.ledger
+                      else parent.ledger.child(child.budget, name=name))
+            engine = Engine(compiled, state, ports, ledger=ledger, parent=parent)
             await engine.execute()
         out: dict[str, Any] = {"status": state.status, "outputs": state.outputs, "run_id": run_id}
         if state.status != COMPLETED:

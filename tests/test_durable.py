@@ -294,7 +294,8 @@ def test_concurrency_group_wait_starts_when_the_active_run_ends(tmp_path: Path) 
     assert waiter.returncode == 4, err  # it ran, and now waits at its own checkpoint
     second = RunStore(store).list_runs()[0]
     assert second["run_id"] != first.run_id and second["status"] == "waiting"
-    assert second["started_at"] > RunStore(store).load(first.run_id)["ended_at"]
+    # It began only after the first run ended (its record's `started_at` is when it began waiting its turn).
+    assert RunStore(store).events(second["run_id"])[0]["t"] > RunStore(store).load(first.run_id)["ended_at"]
 
 
 # ----------------------------------------------------------------- bad store input

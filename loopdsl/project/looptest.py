@@ -34,6 +34,7 @@ FIXTURE_DATE = "2024-01-01T00:00:00+00:00"
 
 @dataclass
 class TestOutcome:
+    __test__ = False  # not a pytest test class, despite the name
     name: str
     file: Path
     passed: bool

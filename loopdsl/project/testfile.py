@@ -32,6 +32,8 @@ RUN_STATUSES = ("completed", "failed", "escalated", "budget_exhausted", "aborted
 
 
 class TestFileError(Exception):
+    __test__ = False  # not a pytest test class, despite the name
+
     def __init__(self, file: Path, line: int, message: str, hint: str = "") -> None:
         super().__init__(message)
         self.file = file
