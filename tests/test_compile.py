@@ -110,3 +110,22 @@ def test_dot_output_is_a_digraph_with_labels():
     assert text.startswith('digraph "t" {')
     assert '"b" -> "c" [label="route [a.x > 5]"];' in text
     assert '"c" [shape=doublecircle];' in text
+
+
+def test_graph_and_validate_never_import_litellm(tmp_path):
+    """`graph` and `validate` are lint-speed commands: LiteLLM's import takes seconds."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "deterministic-multistep" / "loop.yaml"
+    probe = (
+        "import sys\n"
+        "from loopdsl.cli import main\n"
+        "sys.argv = ['loopdsl'] + sys.argv[1:]\n"
+        "code = 0\ntry:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "print('LITELLM' if 'litellm' in sys.modules else 'CLEAN', code, file=sys.stderr)\n"
+    )
+    for args in (["graph", str(example)], ["validate", str(example)], ["run", str(example), "--dry-run"]):
+        done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
+        assert done.stderr.strip().endswith("CLEAN 0"), (args, done.stderr[-500:])
