@@ -45,9 +45,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from stub_server import RecordedRequest, StubReply, StubServer  # noqa: E402
+from stub_server import RecordedRequest, StubReply, StubServer
 
-from loopdsl.store import RunStore, StoreError  # noqa: E402
+from loopdsl.store import RunStore, StoreError
 
 LOOP_TEMPLATE = ROOT / "tests" / "data" / "durable" / "crash_loop.yaml"
 STUB_PLACEHOLDER = "http://stub.invalid/v1"  # the api_base the loop files name, replaced by the stub's
@@ -84,6 +84,10 @@ class CountingStub(StubServer):
         self.keys: list[CallKey] = []
         self.answered: list[CallKey] = []  # replies actually sent (not held)
         self._count_lock = threading.Lock()
+
+    def start(self) -> CountingStub:
+        super().start()
+        return self
 
     def hold(self, state: str) -> None:
         with self._count_lock:
@@ -140,7 +144,7 @@ def launch(args: Iterable[str], cwd: Path, env: dict[str, str] | None = None) ->
 
 def cli(args: Iterable[str], cwd: Path, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     """Run `python -m loopdsl ARGS` to completion (the plain entry point, no launcher)."""
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=cli_env(),
+    return subprocess.run([sys.executable, "-m", "loopdsl", *args], check=False, cwd=cwd, env=cli_env(),
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
 
 
@@ -295,7 +299,7 @@ class Worker:
                 fig.kills += 1
                 fig.kills_landed += kill(proc)
             else:
-                out, err = proc.communicate()
+                _out, err = proc.communicate()
             # Every request this process made for a call that had completed before is a repeat payment.
             for key in self.stub.keys[seen_before:]:
                 if key in done_calls:

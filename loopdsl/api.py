@@ -221,10 +221,16 @@ class StoreRecorder:
         self.store.put_cached(key, value)
 
 
-def open_store(store: str | Path | RunStore | None, near: Path) -> RunStore:
+def open_store(store: str | Path | RunStore | None, near: Path, *, create: bool = True) -> RunStore:
+    """The run store to use; commands that only read or change existing runs pass
+    create=False so that a mistyped --store is an error, not a new empty store."""
     if isinstance(store, RunStore):
         return store
-    return RunStore(Path(store) if store is not None else default_store_dir(near))
+    directory = Path(store) if store is not None else default_store_dir(near)
+    if not create and not directory.exists():
+        raise StoreError(f"no run store at {directory}",
+                         "pass --store DIR (or set LOOPDSL_STORE) where `loopdsl run` kept its runs")
+    return RunStore(directory)
 
 
 # ---------------------------------------------------------------- run
@@ -298,10 +304,13 @@ async def arun(
         return RunResult(state, engine.events)
     from .durable import run_durable
 
-    return await run_durable(
-        compiled, values, script=script, provider=provider, human=human,
-        store=open_store(None if isinstance(store, bool) else store, where), workdir=where, cache=cache, listeners=listeners,
-    )
+    opened = open_store(None if isinstance(store, bool) else store, where)
+    try:
+        return await run_durable(compiled, values, script=script, provider=provider, human=human,
+                                 store=opened, workdir=where, cache=cache, listeners=listeners)
+    finally:
+        if opened is not store:  # ours to close; a RunStore passed in stays open for its owner
+            opened.close()
 
 
 def resume(run_ref: str, **kwargs: Any) -> RunResult:

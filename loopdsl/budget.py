@@ -209,6 +209,16 @@ class Ledger:
         """A call that certainly never reached the provider (e.g. refused before sending)."""
         self.settle(r, 0, 0.0)
 
+    def correct_charged(self, charged_tokens: int, charged_cost_usd: float, tokens: int, cost_usd: float) -> None:
+        """Replace a full charge made for a call in flight at a crash (see `from_json`) by
+        what the call really cost, once its stored response shows it completed. Ancestors
+        were rebuilt from records that held the same reservation, so they are corrected too."""
+        token_delta = _check_tokens(tokens, "tokens") - _check_tokens(charged_tokens, "charged tokens")
+        pico_delta = _to_pico(cost_usd, "cost_usd") - _to_pico(charged_cost_usd, "charged cost_usd")
+        for ledger in self._chain():
+            ledger.tokens_spent += token_delta
+            ledger._cost_spent_pico += pico_delta
+
     # -- views ---------------------------------------------------------------
     def spent(self) -> dict[str, Any]:
         return {"tokens": self.tokens_spent, "cost_usd": self.cost_spent, "steps": self.steps}

@@ -325,7 +325,11 @@ def runs(store: str | None, as_json: bool) -> None:
     from .api import open_store
     from .report import runs_table
 
-    records = [r for r in open_store(store, Path.cwd()).list_runs() if not r.get("parent")]  # children: `show`
+    from .store import default_store_dir
+
+    where = Path(store) if store else default_store_dir(Path.cwd())
+    # No store yet simply means no runs yet (and listing must not create one).
+    records = [r for r in open_store(where, Path.cwd()).list_runs() if not r.get("parent")] if where.exists() else []
     if as_json:
         click.echo(json.dumps([{k: r.get(k) for k in ("run_id", "loop", "status", "started_at", "ended_at", "ledger")} for r in records], indent=2))
     else:
@@ -343,7 +347,7 @@ def show(run_id: str, store: str | None, as_json: bool) -> None:
     from .report import show_text
     from .runstate import RunState
 
-    st = open_store(store, Path.cwd())
+    st = open_store(store, Path.cwd(), create=False)
     full = st.resolve(run_id)
     record = st.load(full)
     events = st.events(full)
@@ -362,10 +366,10 @@ def clean(store: str | None) -> None:
     from .api import open_store
     from .workspace import clean_worktrees, find_repo_root
 
-    st = open_store(store, Path.cwd())
     repo = find_repo_root(Path.cwd())
     if repo is None:
         _fail("not inside a git repository", "run `loopdsl clean` from the repository the runs worked on")
+    st = open_store(store, Path.cwd(), create=False)
     active = [r["run_id"] for r in st.list_runs() if r.get("status") in ("running", "waiting")]
     removed = clean_worktrees(repo, st.worktrees_dir, keep=active)  # type: ignore[arg-type]
     click.echo(f"removed {len(removed)} worktree(s)" + (": " + ", ".join(removed) if removed else ""))

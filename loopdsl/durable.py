@@ -169,7 +169,7 @@ def _diff_summary(state: RunState, changed: list[str]) -> str:
 async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = None, script: Any = None,
                          provider: Any = None, human: Any = None, force: bool = False, cache: bool = False,
                          listeners: Iterable[Callable[[dict[str, Any]], None]] = ()) -> RunResult:
-    store = open_store(store, Path.cwd())
+    store = open_store(store, Path.cwd(), create=False)
     run_id = store.resolve(run_ref)
     with store.lock(run_id):
         state = RunState.from_json(store.load(run_id))
@@ -199,7 +199,7 @@ def decide(run_ref: str, choice: str, comment: str = "", *, store: str | Path | 
     """Record a person's decision on a waiting run (approve, reject or a custom choice)."""
     from .people import decision
 
-    store = open_store(store, Path.cwd())
+    store = open_store(store, Path.cwd(), create=False)
     run_id = store.resolve(run_ref)
     with store.lock(run_id):
         state = RunState.from_json(store.load(run_id))
@@ -226,7 +226,7 @@ def decide(run_ref: str, choice: str, comment: str = "", *, store: str | Path | 
 
 
 def abort(run_ref: str, *, store: str | Path | RunStore | None = None, reason: str = "") -> RunState:
-    store = open_store(store, Path.cwd())
+    store = open_store(store, Path.cwd(), create=False)
     run_id = store.resolve(run_ref)
     with store.lock(run_id):
         state = RunState.from_json(store.load(run_id))

@@ -144,6 +144,23 @@ class Engine:
         )
         self.context: dict[str, Any] = {}
         self._build_context()
+        self._settle_completed_call()
+
+    def _settle_completed_call(self) -> None:
+        """A run killed between an LLM call's stored response and the next commit was
+        charged that call's whole reservation on reload; charge what it really cost."""
+        pending = self.run.pending
+        if not pending or pending.get("kind") != "llm" or "reserved" not in pending or pending.get("settled"):
+            return
+        stored = self.ports.recorder.get_response(pending["key"])
+        if stored is None or stored.get("cached"):
+            return
+        usage = stored.get("usage") or {}
+        reserved = pending["reserved"]
+        self.ledger.correct_charged(int(reserved["tokens"]), float(reserved["cost_usd"]),
+                                    int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0)),
+                                    float(stored.get("cost_usd") or 0.0))
+        pending["settled"] = True
 
     # ------------------------------------------------------------ plumbing
     def _get_provider(self) -> Any:

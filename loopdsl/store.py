@@ -197,6 +197,28 @@ def default_store_dir(start: Path) -> Path:
 # --------------------------------------------------------------------------- directory
 
 
+def _holder_is_dead(holder: dict[str, Any]) -> bool:
+    """A holder on this host whose process no longer exists (killed, crashed): its lock
+    would only expire after its ttl; resuming right after a kill -9 need not wait."""
+    if holder.get("host") != socket.gethostname():
+        return False
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    # A zombie (killed, not yet reaped by its parent) still answers signal 0.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
 def _write_marker(directory: Path) -> None:
     marker = directory / MARKER_NAME
     tmp = directory / f".{MARKER_NAME}.{os.getpid()}.tmp"
@@ -522,6 +544,11 @@ class RunStore:
             if not holder and not reread:
                 reread = True
                 continue
+            if _holder_is_dead(holder) and self._take_over(run_id, holder, holder_info, ttl):
+                handle = RunLock(self, run_id, ttl, token)
+                with self._locks_guard:
+                    self._locks.add(handle)
+                return handle
             if time.monotonic() >= deadline:
                 raise RunLocked(
                     f"run {run_id} is in use by process {holder.get('pid', '?')} on host "
@@ -530,6 +557,16 @@ class RunStore:
                     f"expires within {holder.get('ttl', ttl):g} s",
                 )
             time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    def _take_over(self, run_id: str, dead: dict[str, Any], mine: dict[str, Any], ttl: float) -> bool:
+        """Replace a dead holder's lock, atomically: only if it is still that holder's."""
+        cache = self._cache
+        with cache.transact():
+            current = self._holder(run_id)
+            if current is None or current.get("token") != dead.get("token"):
+                return False
+            cache.set(_lock_key(run_id), mine, expire=ttl)
+            return True
 
     @_guarded
     def _release(self, handle: RunLock) -> None:

@@ -237,7 +237,12 @@ class Walker:
     def scalar(self, event: Any, where: tuple[int, int]) -> tuple[Any, str]:
         """The scalar's value and kind: "str", "merge" (the `<<` key) or "other"."""
         text: str = event.value
-        if event.style == '"' and _BAD_ESCAPED.search(text):
+        if event.style == ">":
+            # ruamel's round-trip scanner marks each fold of a `>` scalar with a BEL for its
+            # own constructor to remove; a real BEL cannot be there (block scalars have no
+            # escapes and raw control characters are refused), so drop them all.
+            text = text.replace("\a", "")
+        elif event.style == '"' and _BAD_ESCAPED.search(text):
             # Only an escape (`\0`, `\uD800`) can get here: the raw text was checked.
             self.collect(where, "yaml-encoding", "an escape in this string makes a NUL or a "
                          "lone surrogate, which loop files cannot hold; write the character "

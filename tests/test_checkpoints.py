@@ -27,7 +27,7 @@ def _cli(args: list[str], cwd: Path, **env: str | None) -> subprocess.CompletedP
             environ.pop(key, None)
         else:
             environ[key] = value
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
+    return subprocess.run([sys.executable, "-m", "loopdsl", *args], check=False, cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)
 
 

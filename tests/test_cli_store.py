@@ -22,7 +22,7 @@ DATA = Path(__file__).parent / "data" / "durable"
 def _cli(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
     environ.update(env)
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
+    return subprocess.run([sys.executable, "-m", "loopdsl", *args], check=False, cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)
 
 

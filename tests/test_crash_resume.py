@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-import crash_torture as ct  # noqa: E402
+import crash_torture as ct
 
-import loopdsl  # noqa: E402
-from loopdsl.durable import decide  # noqa: E402
-from loopdsl.store import RunStore  # noqa: E402
+import loopdsl
+from loopdsl.durable import decide
+from loopdsl.store import RunStore
 
 DATA = Path(__file__).parent / "data" / "durable"
 PAUSE = "0.5"
@@ -35,6 +36,10 @@ def counting_stub() -> Any:
         yield stub
     finally:
         stub.stop()
+
+
+def _rises_past(count: Callable[[], int], start: int) -> Callable[[], bool]:
+    return lambda: count() > start
 
 
 def _run_args(loop: Path, store: Path, marks: Path) -> list[str]:
@@ -89,7 +94,7 @@ def test_killed_at_ten_points_ends_like_an_uninterrupted_run(tmp_path: Path, cou
         # 2-3. inside the same shell state, twice in a row
         for name in ("shell", "same shell again"):
             n = begins()
-            rec = killed_at(name, resume(), lambda n=n: begins() > n)
+            rec = killed_at(name, resume(), _rises_past(begins, n))
             assert rec["current"] == "begin"
 
         # 4-5. inside a before-gate, then inside an after-gate
@@ -105,7 +110,7 @@ def test_killed_at_ten_points_ends_like_an_uninterrupted_run(tmp_path: Path, cou
             return int(probe.load(run_id)["visits"].get("tick", 0))
 
         for at in (20, 60):
-            rec = killed_at(f"set stretch at {at}", resume(), lambda at=at: ticks() >= at)
+            rec = killed_at(f"set stretch at {at}", resume(), _rises_past(ticks, at - 1))
             assert rec["current"] == "tick" and at <= rec["visits"]["tick"] < 150
 
         # 8. during the LLM call: the stub holds the request until the client is gone
@@ -128,7 +133,7 @@ def test_killed_at_ten_points_ends_like_an_uninterrupted_run(tmp_path: Path, cou
         assert again.returncode == 2 and "already ended with status completed" in again.stderr
         assert "Traceback" not in again.stderr
 
-        out, err = baseline.communicate(timeout=120)
+        _out, err = baseline.communicate(timeout=120)
         assert baseline.returncode == 0, err
         expected = ct.summary_of(RunStore(tmp_path / "base-store").list_runs()[0])
         final = probe.load(run_id)

@@ -17,10 +17,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-import crash_torture as ct  # noqa: E402
+import crash_torture as ct
 
-import loopdsl  # noqa: E402
-from loopdsl.store import RunStore  # noqa: E402
+import loopdsl
+from loopdsl.store import RunStore
 
 LOOP = Path(__file__).parent / "data" / "durable" / "worktree.yaml"
 
@@ -101,11 +101,11 @@ def test_a_failed_run_keeps_its_worktree_until_clean(repo: Path) -> None:
     assert (wt / "agent.txt").read_text() == "made by agent\n" and str(wt) in _registered(repo)
     assert _snapshot(repo) == before
 
-    shown = subprocess.run([sys.executable, "-m", "loopdsl", "show", run_id], cwd=repo, capture_output=True, text=True)
+    shown = subprocess.run([sys.executable, "-m", "loopdsl", "show", run_id], check=False, cwd=repo, capture_output=True, text=True)
     assert shown.returncode == 0
     assert f"worktree kept for inspection: {wt} (branch loopdsl/{run_id})" in shown.stdout
 
-    cleaned = subprocess.run([sys.executable, "-m", "loopdsl", "clean"], cwd=repo, capture_output=True, text=True)
+    cleaned = subprocess.run([sys.executable, "-m", "loopdsl", "clean"], check=False, cwd=repo, capture_output=True, text=True)
     assert cleaned.returncode == 0, cleaned.stderr
     assert f"removed 1 worktree(s): {run_id}" in cleaned.stdout
     assert not wt.exists() and str(wt) not in _registered(repo)
