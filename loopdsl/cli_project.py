@@ -6,7 +6,8 @@ the command functions so that `loopdsl lint` does not pay for them.
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -22,10 +23,9 @@ def _fail(message: str, hint: str = "", code: int = EXIT_USAGE) -> None:
 
 def _load(loop: str) -> Any:
     """The loop named on the command line, or a clear message and exit 2."""
+    from .api import _resolve_loop
     from .diagnostics import LoopError, format_text
     from .packages import PackageError
-
-    from .api import _resolve_loop
 
     try:
         return _resolve_loop(loop)
@@ -110,9 +110,10 @@ def audit(directory: str, suggest: bool, fmt: str, threshold: int | None, days: 
         click.echo(json.dumps(report.to_json(threshold), indent=2))
     else:
         click.echo(format_text(report, suggest))
-    below = threshold is not None and any(a.score < threshold for a in report.loops)
+    low = [a for a in report.loops if threshold is not None and a.score < threshold]
+    below = bool(low)
     if below and fmt == "text":
-        click.echo(f"below the threshold {threshold}: " + ", ".join(f"{a.name} ({a.score})" for a in report.loops if a.score < threshold), err=True)
+        click.echo(f"below the threshold {threshold}: " + ", ".join(f"{a.name} ({a.score})" for a in low), err=True)
     sys.exit(EXIT_FINDINGS if below else EXIT_OK)
 
 
@@ -226,6 +227,7 @@ def init(directory: str, pattern: str | None, list_only: bool, force: bool) -> N
         return
     if not pattern:
         _fail("choose a pattern with --pattern NAME", "patterns: " + ", ".join(p.name for p in patterns))
+        return
     try:
         written = scaffold(Path(directory), pattern, force=force)
     except InitError as exc:

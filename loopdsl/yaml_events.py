@@ -7,11 +7,13 @@ objects (ruamel.yaml.clib's `CParser` builds ruamel's own event classes):
   loader accepts and every message it prints; it costs about 9 ms for a 40-line loop.
 - `fast_events`: libyaml through ruamel.yaml.clib, about 0.2 ms for the same file. It is
   a fast path only. It raises `NeedsReferenceParser` on what it does not reproduce
-  exactly (explicit tags: libyaml gives the expanded tag, not the `!!str` the user wrote;
-  `%YAML` / `%TAG` directives: libyaml 0.1 speaks YAML 1.1 only), and the loader keeps
-  its result only when the walk found nothing to report. Any finding, syntax error or
-  exception sends the file to the reference parser, so diagnostics are always the
-  reference's own; what the fast path changes is only how quickly a clean file loads.
+  exactly: explicit tags (libyaml gives the expanded tag, not the `!!str` the user
+  wrote), `%YAML` / `%TAG` directives (`%YAML 1.1` changes how scalars resolve; the fast
+  path resolves as 1.2 only), and characters the two read differently (see
+  `_REFERENCE_ONLY_CHARS`). The loader keeps its result only when the walk found
+  nothing to report: any finding, syntax error or exception sends the file to the
+  reference parser, so diagnostics are always the reference's own, and what the fast
+  path changes is only how quickly a clean file loads.
 
 `FAST_PARSER_AVAILABLE` is False when ruamel.yaml.clib is missing, fails to import, or
 was built for another ruamel.yaml (its event classes are not ruamel's): then every file
@@ -76,15 +78,27 @@ _RULES_1_2: dict[Any, list[tuple[Any, Any]]] = VersionedResolver(version=(1, 2))
 _STR_TAG = str(VersionedResolver.DEFAULT_SCALAR_TAG)
 
 
+# Plain scalars repeat a lot across the files of one lint run (keys above all): remember
+# what each resolved to, up to a bound so a hostile file cannot grow it without end.
+_RESOLVED_1_2: dict[str, str] = {}
+_RESOLVED_MAX = 20_000
+
+
 def resolve_plain_1_2(value: str, implicit: Any) -> str:
     """ruamel's `VersionedResolver.resolve` for a scalar under YAML 1.2, without its
     per-call version lookup: the same rules, tried in the same order."""
-    if implicit[0]:
-        rules = _RULES_1_2.get(value[:1], []) + _RULES_1_2.get(None, [])
-        for tag, regexp in rules:
+    if not implicit[0]:
+        return _STR_TAG
+    tag = _RESOLVED_1_2.get(value)
+    if tag is None:
+        tag = _STR_TAG
+        for rule_tag, regexp in _RULES_1_2.get(value[:1], []) + _RULES_1_2.get(None, []):
             if regexp.match(value):
-                return str(tag)
-    return _STR_TAG
+                tag = str(rule_tag)
+                break
+        if len(_RESOLVED_1_2) < _RESOLVED_MAX:
+            _RESOLVED_1_2[value] = tag
+    return tag
 
 
 # Characters the two parsers read differently, found by feeding both the same fuzzed

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ruamel.yaml.events import (
     AliasEvent,
@@ -90,27 +89,31 @@ def mark_position(mark: Any) -> tuple[int, int]:
 
 # ---------------------------------------------------------------- event walk
 
-@dataclass
 class _Frame:
     """One open mapping or sequence while walking the events."""
 
-    container: dict[str, Any] | list[Any]
-    path: YamlPath
-    start: tuple[int, int]
-    anchor: str | None
-    size: int = 1  # expanded node count of this collection so far
-    # Mappings only: the key waiting for its value.
-    key: Any = None
-    key_pos: tuple[int, int] = (1, 1)
-    has_key: bool = False
-    drop_value: bool = False  # the pending key was rejected (reported): ignore its value
-    is_merge: bool = False
-    merges: list[tuple[dict[str, Any], tuple[int, int], tuple[int, int]]] = field(
-        default_factory=list)
+    # A plain slotted class, not a dataclass: one is made per collection of every file,
+    # and a dataclass's generated code costs import time on every `loopdsl` start.
+    __slots__ = ("anchor", "container", "drop_value", "has_key", "is_merge", "key", "key_pos",
+                 "merges", "path", "size", "start")
+
+    def __init__(self, container: dict[str, Any] | list[Any], path: YamlPath,
+                 start: tuple[int, int], anchor: str | None) -> None:
+        self.container = container
+        self.path = path
+        self.start = start
+        self.anchor = anchor
+        self.size = 1  # expanded node count of this collection so far
+        # Mappings only: the key waiting for its value.
+        self.key: Any = None
+        self.key_pos = (1, 1)
+        self.has_key = False
+        self.drop_value = False  # the pending key was rejected (reported): ignore its value
+        self.is_merge = False
+        self.merges: list[tuple[dict[str, Any], tuple[int, int], tuple[int, int]]] = []
 
 
-@dataclass(frozen=True)
-class _Anchor:
+class _Anchor(NamedTuple):
     data: Any
     size: int
     is_str: bool

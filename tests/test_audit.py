@@ -200,10 +200,7 @@ PATTERN_NAMES = ["changelog-drafter", "ci-sweeper", "daily-triage", "dependency-
                  "post-merge-cleanup", "pr-babysitter"]
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="LOOP: pr-babysitter has no `schedule` (schedule-set); "
-                                                               "with n/a separate-evaluator it scores 89; reported to the lead"))
-    if n == "pr-babysitter" else n for n in PATTERN_NAMES])
+@pytest.mark.parametrize("name", PATTERN_NAMES)
 def test_bundled_patterns_audit_at_least_90(name: str, tmp_path: Path) -> None:
     scaffold(tmp_path, name)
     report = audit_project(tmp_path, store=tmp_path / "no-store")

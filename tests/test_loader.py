@@ -1,7 +1,14 @@
 """The loader: plain data, exact positions, and one clean diagnostic per kind of bad input."""
 from __future__ import annotations
 
+import importlib.util
+import io
+import json
 import math
+import os
+import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -9,9 +16,20 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.resolver import VersionedResolver
 
+from loopdsl import loader as loader_module
 from loopdsl.diagnostics import Diagnostic, Severity
-from loopdsl.loader import MAX_DEPTH, MAX_NODES, Document, load_document, load_text
+from loopdsl.loader import (
+    MAX_DEPTH,
+    MAX_NODES,
+    Document,
+    load_document,
+    load_text,
+    parse_text,
+)
+from loopdsl.yaml_events import FAST_PARSER_AVAILABLE, resolve_plain_1_2
 
 DATA = Path(__file__).parent / "data"
 DSL_EXAMPLE = DATA / "dsl_example.yaml"
@@ -391,3 +409,198 @@ def test_oversized_input_is_refused_without_reading_it_all(tmp_path: Path) -> No
         handle.truncate(11 * 1024 * 1024)  # sparse: 11 MiB of NULs, cheap to create
     doc, diags = load_document(big)
     assert doc is None and diags[0].rule == "file-unreadable" and "10 MiB" in diags[0].message
+
+
+# ------------------------------------------------------------------ fast (libyaml) and reference parsers
+#
+# A clean file is read from libyaml's events (ruamel.yaml.clib); anything else goes to
+# ruamel's pure-Python parser. Whatever path a file takes, the result must be exactly
+# what the reference parser alone gives: same data, same positions, same diagnostics.
+
+def outcome(result: tuple[Document | None, list[Diagnostic]]) -> tuple[Any, ...]:
+    doc, diags = result
+    if doc is None:
+        return ("errors", [(d.rule, d.line, d.col, d.message, d.related) for d in diags])
+    # repr keeps types (1 / 1.0 / True) and key order, and compares NaN by its text
+    return ("doc", repr(doc.data), list(doc.positions.items()),
+            list(doc.value_positions.items()))
+
+
+def assert_same_both_ways(text: str) -> tuple[Any, ...]:
+    fast = outcome(parse_text("f.yaml", text, fast=True))
+    reference = outcome(parse_text("f.yaml", text, fast=False))
+    assert fast == reference, text
+    return fast
+
+
+def test_the_c_parser_is_installed_and_clean_files_never_reach_the_reference(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert FAST_PARSER_AVAILABLE, "ruamel.yaml.clib is a dependency: pip install -e ."
+    calls: list[str] = []
+    real = loader_module.reference_events
+
+    def counting(text: str) -> Any:
+        calls.append(text)
+        return real(text)
+
+    monkeypatch.setattr(loader_module, "reference_events", counting)
+    doc, diags = load_text(example_text())
+    assert diags == [] and doc is not None and calls == []
+    # a finding, a %YAML directive, a tag: the reference parser decides
+    for text in ("a: 1\na: 2\n", "%YAML 1.1\n---\na: yes\n", "a: !!str 1\n", "a: [1\n"):
+        load_text(text)
+    assert len(calls) == 4
+
+
+CORPUS = [
+    SAMPLE,
+    EMBEDDED_EXAMPLE,
+    # scalar styles, chomping and indentation indicators, folds
+    "a: |\n  one\n  two\n\n  three\nb: |-\n  x\nc: |+\n  y\n\nd: |2\n    indented\n",
+    "a: >\n  one\n  two\n\n  three\n   more\nb: >-\n  x\n  y\nc: >+\n  z\n\n",
+    'a: "one\n  two\n\n  three"\nb: \'it\'\'s\n  folded\'\nc: plain\n  continued\n  lines\n',
+    'a: "esc \\t \\n \\\\ \\" \\u00e9 \\U0001F600 \\x41 \\/"\nb: "line\\\n  joined"\n',
+    # YAML 1.2 core types, and what 1.1 would read differently
+    ("a: yes\nb: on\nc: 017\nd: 0o17\ne: 0x1f\nf: 1:20\ng: 1_000\nh: .5\ni: 1.\nj: +1\n"
+     "k: -0\nl: 1e3\nm: 1E+3\nn: .Inf\no: -.inf\np: .NaN\nq: ~\nr: Null\ns: TRUE\nt: 0b101\n"),
+    "a: 2024-01-01\nb: 2024-01-01T10:00:00Z\nc: 12:30\nd: '12:30'\ne: =\nf: <<\n",
+    # anchors, aliases and merge keys
+    ("base: &b {x: 1, y: [a, b]}\nmore: &m\n  z: 2\nc:\n  <<: [*b, *m]\n  x: 3\nd: *b\n"
+     "e: &s text\nf: [*s, *s]\n"),
+    # layouts: flow in block, block in block, explicit keys, empty values, comments
+    "a:\n- 1\n- - 2\n  - 3\n-\n- {b: [c, {d: e}], f: }\nb: [ , ]\n",
+    "? a\n: 1\n? b\n:\nc: # comment\n  - x # trailing\n  # between\n  - y\n",
+    "---\na: 1\n...\n",
+    "--- # comment\na: 1\n",
+    "a: 1\r\nb:\r\n  - x\r\n  - y\r\n",
+    "a: 1\rb: 2\r",
+    "k\u00e9y: v\u00e4lue \U0001F600\n\U0001F600: [\u00e9, \u4e2d\u6587]\nz: {\u00fc: 1}\n",
+    "a: " + "x" * 5000 + "\n" + "b" * 300 + ": 1\n",
+    "a: [1, 2, 3]\n" * 1 + "".join(f"k{i}: {{v: {i}}}\n" for i in range(200)),
+    # characters the parsers read differently: these go to the reference parser
+    "a: b\tc\n", "a:\tb\n", "a: b\t\n", "a: |\n  x\ty\n", "a: b\x85c: d\n",
+    "a: b\u2028c: d\n", 'a: "x\u2029y"\nq: 1\n', "a: {t\ufeffz: Europe/Paris, b: 1}\n",
+    "a: {b: 12:30}\n", "a: [12:30]\n",
+    # every kind of finding
+    "a: 1\na: 2\n", "1: x\n", "a: !!str 1\n", "a: !x y\n", "%TAG !e! tag:e.com,2000:\n---\na: !e!x y\n",
+    "%YAML 1.1\n---\na: yes\nb: 010\n", "%YAML 1.2\n---\na: yes\n", "a: 1\n---\nb: 2\n", "",
+    "# only\n", "- a\n", "a: [1\n", "a: 1\n b: 2\n", "a:\n\tb: 1\n", "a: *nowhere\n",
+    "a: &x [1, *x]\n", "a: " + "[" * 70 + "]" * 70 + "\n", "a: \x07\n", 'a: "\\0"\n',
+    "<<: {a: 1}\nb: 2\n", "a:\n  <<: 3\n", "a: 0x" + "f" * 5000 + "\n",
+]
+
+
+@pytest.mark.parametrize("text", CORPUS, ids=range(len(CORPUS)))
+def test_fast_and_reference_parsers_agree_on_the_corpus(text: str) -> None:
+    assert_same_both_ways(text)
+
+
+def test_folded_block_scalars_have_no_fold_marks() -> None:
+    # ruamel's round-trip scanner marks folds with BEL for its own constructor
+    text = "a: >\n  one\n  two\n\n  three\nb: >-\n  x\n  y\n"
+    for fast in (True, False):
+        doc, _ = parse_text("f.yaml", text, fast=fast)
+        assert doc is not None and doc.data == {"a": "one two\nthree\n", "b": "x y"}
+
+
+def _fuzz_module() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "fuzz_lint_for_loader", Path(__file__).resolve().parent.parent / "bench" / "fuzz_lint.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fast_and_reference_parsers_agree_on_fuzzed_loops() -> None:
+    fuzz = _fuzz_module()
+    seeds = fuzz.seed_texts()
+    kinds: dict[str, int] = {"doc": 0, "errors": 0}
+    for index in range(400):
+        raw = fuzz.make_case(20260, index, seeds)
+        text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+        text = text.replace("\x00", "").lstrip("\ufeff")
+        text = text.encode("utf-8", "replace").decode("utf-8")  # no lone surrogates
+        kinds[assert_same_both_ways(text)[0]] += 1
+    assert kinds["doc"] > 50 and kinds["errors"] > 50, kinds  # both paths were exercised
+
+
+def _random_value(rng: random.Random, depth: int) -> Any:
+    words = ["a", "yes", "on", "null", "~", "1", "0x1F", "017", "1:20", "2024-01-01", ".inf",
+             "a: b", "a #b", "x\ny", "é", "\U0001F600", "{{ x }}", "'q'", '"d"', "[x]", "-", "",
+             " lead", "trail ", "a,b", "<<", "=", "? k", "*no", "&no", "!no", "%", "@", "`"]
+    roll = rng.random()
+    if depth > 3 or roll < 0.4:
+        scalar = rng.choice(words + [None, True, False, 0, -3, 1.5, 10**20])
+        if isinstance(scalar, str) and rng.random() < 0.2:
+            scalar = " ".join(rng.choice(words[:12]) for _ in range(rng.randint(4, 30)))
+        return scalar
+    if roll < 0.65:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return {f"k{rng.randrange(30)}": _random_value(rng, depth + 1) for _ in range(rng.randint(0, 5))}
+
+
+def test_fast_and_reference_parsers_agree_on_dumped_data_in_many_styles() -> None:
+    """Valid YAML of every shape: random data written by ruamel's emitter with random
+    flow styles, widths (folded long strings) and indentation."""
+    docs = 0
+    for index in range(150):
+        rng = random.Random(index)
+        yaml = YAML(typ="safe", pure=True)
+        yaml.default_flow_style = rng.choice([False, None, True])
+        yaml.width = rng.choice([20, 60, 4096])
+        yaml.allow_unicode = rng.random() < 0.5
+        mapping = rng.choice([2, 4])
+        yaml.indent(mapping=mapping, sequence=mapping + 2, offset=mapping)
+        yaml.explicit_start = rng.random() < 0.3
+        stream = io.StringIO()
+        yaml.dump({f"top{n}": _random_value(rng, 0) for n in range(rng.randint(1, 6))}, stream)
+        docs += assert_same_both_ways(stream.getvalue())[0] == "doc"
+    assert docs > 100
+
+
+@pytest.mark.parametrize("value", [
+    "", "a", "yes", "No", "ON", "true", "True", "TRUE", "tRUE", "null", "Null", "~", "1", "-1", "+1",
+    "0", "017", "0o17", "0x1F", "0b1", "1_000", "1:20", "1.5", ".5", "5.", "1e3", "1E-3", ".inf",
+    "-.Inf", ".NaN", "2024-01-01", "2024-01-01 10:00:00", "<<", "=", "0.", "-", "1__0", "_1",
+])
+def test_the_fast_resolver_is_ruamels_yaml_1_2_resolver(value: str) -> None:
+    expected = str(VersionedResolver().resolve(ScalarNode, value, (True, False)))
+    assert resolve_plain_1_2(value, (True, False)) == expected
+    assert resolve_plain_1_2(value, (True, False)) == expected  # remembered, still right
+    assert resolve_plain_1_2(value, (False, True)) == "tag:yaml.org,2002:str"
+
+
+CHECK_SCRIPT = """\
+import json
+from loopdsl import yaml_events
+from loopdsl.loader import load_text
+doc, diags = load_text(open("loop.yaml").read())
+print(json.dumps({"fast": yaml_events.FAST_PARSER_AVAILABLE, "data": doc.data if doc else None,
+                  "positions": sorted(map(list, doc.positions.values())) if doc else None,
+                  "rules": [d.rule for d in diags]}))
+"""
+
+
+@pytest.mark.parametrize(("stub", "why"), [
+    ("raise ImportError('simulated: no C extension')\n", "missing"),
+    ("class CParser:\n    pass\nclass ScalarEvent:\n    pass\n", "built for another ruamel"),
+])
+def test_without_a_usable_c_extension_the_reference_parser_does_everything(
+        tmp_path: Path, stub: str, why: str) -> None:
+    (tmp_path / "stub").mkdir()
+    (tmp_path / "stub" / "_ruamel_yaml.py").write_text(stub)
+    (tmp_path / "loop.yaml").write_text(SAMPLE + "extra: >\n  folded\n  text\n")
+    (tmp_path / "check.py").write_text(CHECK_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path / "stub"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "check.py"], cwd=tmp_path, env=env, check=False,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["fast"] is False, why
+    doc, _ = load_text(SAMPLE + "extra: >\n  folded\n  text\n")  # this process: libyaml
+    assert doc is not None and found["rules"] == []
+    assert found["data"] == doc.data
+    assert found["positions"] == sorted(map(list, doc.positions.values()))

@@ -7,10 +7,11 @@ that other loops run as sub-loops are judged as part of their parents.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .audit_checks import CHECKS, AuditContext, CheckResult, Finding
 from .rubric import RUBRIC, RULES

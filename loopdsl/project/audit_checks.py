@@ -6,14 +6,16 @@ passed, or failed with one Finding per lost point, each saying where, what and t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..model import EvaluateAction, LlmAction, Loop, LoopAction, ShellSpec, State
 from . import effects, graphs
-from .rubric import RULES
+from .audit_types import AuditContext, CheckResult, Finding
+
+__all__ = ["CHECKS", "AuditContext", "CheckResult", "Finding"]
 
 # The interpreter passes an environment variable with such a name to commands only when it
 # is declared in `secrets` (loopdsl.api strips the others): the same test is used here.
@@ -23,55 +25,6 @@ _ENV_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 IMPLIED_CREDENTIALS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
     ("gh", re.compile(r"(?:^|[\s;&|(])gh\s"), ("GH_TOKEN", "GITHUB_TOKEN")),
 )
-
-
-@dataclass
-class Finding:
-    rule: str
-    where: str
-    message: str
-    fix: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"rule": self.rule, "where": self.where, "message": self.message, "fix": self.fix}
-
-
-@dataclass
-class CheckResult:
-    rule: str
-    applicable: bool = True
-    findings: list[Finding] = field(default_factory=list)
-    note: str = ""
-
-    @property
-    def weight(self) -> int:
-        return RULES[self.rule].weight
-
-    @property
-    def passed(self) -> bool:
-        return not self.findings
-
-    @property
-    def earned(self) -> int:
-        return self.weight if (self.applicable and self.passed) else 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "title": RULES[self.rule].title, "weight": self.weight,
-                "applicable": self.applicable, "passed": self.applicable and self.passed,
-                "earned": self.earned, "note": self.note, "findings": [f.to_json() for f in self.findings]}
-
-
-@dataclass
-class AuditContext:
-    loop: Loop
-    file: Path
-    tree: list[Loop]  # the loop and its sub-loops
-    tests: list[Any]  # TestOutcome of the tests that run this loop (already run)
-    runs: list[dict[str, Any]] | None  # store records of this loop; None: no store
-    store_dir: Path | None
-    days: int
-    now: datetime
-    lint: list[Any]  # Diagnostics for this file
 
 
 def _where(loop: Loop, state: str | None = None) -> str:

@@ -175,8 +175,8 @@ def plan_calls(loop: Loop, multiplier: int | None = 1, _seen: frozenset[Path] = 
     return plans
 
 
-def _dearest(units: list[tuple[int, float]], count: int | None, key: int) -> float:
-    """Sum of the `count` largest units (value at index `key`), each (multiplicity, value)."""
+def _dearest(units: list[tuple[int, float]], count: int | None) -> float:
+    """Sum of the `count` largest values, each unit being (multiplicity, value)."""
     total = 0.0
     left = count
     for multiplicity, value in sorted(units, key=lambda u: u[1], reverse=True):
@@ -196,16 +196,16 @@ def worst_case(loop: Loop, plans: list[CallPlan]) -> Figure:
     steps = budget.steps
     fig = Figure(tokens=None, cost_usd=None)
     if not unbounded:
-        fig.uncapped_tokens = sum(p.visits * p.attempts * p.worst_tokens_per_attempt for p in plans)  # type: ignore[operator]
+        fig.uncapped_tokens = sum((p.visits or 0) * p.attempts * p.worst_tokens_per_attempt for p in plans)
         fig.uncapped_cost_usd = None if unknown else sum(
-            p.visits * p.attempts * p.worst_cost_per_attempt for p in plans)  # type: ignore[operator]
+            (p.visits or 0) * p.attempts * (p.worst_cost_per_attempt or 0.0) for p in plans)
     # Every attempt is a step: at most `steps` attempts, so at most the `steps` dearest ones.
     if steps is not None and plans:
-        token_units = [((p.visits or steps) * p.attempts, p.worst_tokens_per_attempt) for p in plans]
-        tokens: float | None = _dearest(token_units, steps, 1)
+        token_units = [((p.visits or steps) * p.attempts, float(p.worst_tokens_per_attempt)) for p in plans]
+        tokens: float | None = _dearest(token_units, steps)
         cost: float | None = None
         if not unknown:
-            cost = _dearest([((p.visits or steps) * p.attempts, p.worst_cost_per_attempt) for p in plans], steps, 1)  # type: ignore[misc]
+            cost = _dearest([((p.visits or steps) * p.attempts, p.worst_cost_per_attempt or 0.0) for p in plans], steps)
         if unbounded or (fig.uncapped_tokens is not None and tokens is not None and tokens < fig.uncapped_tokens):
             fig.capped_by.append("steps")
     else:

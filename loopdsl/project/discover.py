@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
-from ..model import LoopAction, Loop
+from ..model import Loop, LoopAction
 
 # Folders that never hold a project's own loops or tests.
 SKIPPED_DIRS = frozenset({".git", ".loopdsl", "node_modules", ".venv", "venv", "__pycache__", ".tox",

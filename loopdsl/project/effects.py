@@ -31,7 +31,7 @@ EXTERNAL_PATTERNS: tuple[tuple[str, str], ...] = (
     ("image push", r"\b(?:docker|podman|buildah)\s+push\b"),
     ("cluster or cloud change", r"\bkubectl\s+(?:apply|delete|create|patch|scale|rollout|replace|edit)\b|\bhelm\s+(?:install|upgrade|uninstall|delete)\b"
                                 r"|\bterraform\s+(?:apply|destroy|import)\b|\baws\s+\S+\s+(?:cp|sync|rm|mv|put-\S+|create-\S+|delete-\S+|update-\S+)\b"
-                                r"|\bgcloud\b{0}\b(?:deploy|create|delete|update)\b".format(_SAME_COMMAND)),
+                                rf"|\bgcloud\b{_SAME_COMMAND}\b(?:deploy|create|delete|update)\b"),
     ("remote shell or copy", r"\b(?:ssh|scp|rsync|sftp)\b"),
     ("mail", r"\b(?:sendmail|mailx?)\s"),
     ("write outside the workspace", r"(?<![0-9&])>>?\s*[\"']?(?:/(?!dev/(?:null|stdout|stderr|fd/))|~|\$HOME|\$\{HOME\})"),

@@ -14,7 +14,6 @@ import shlex
 import shutil
 from pathlib import Path
 
-
 from ..model import Loop
 from .schedule import ScheduleError, require_schedule, to_utc_cron
 

@@ -16,9 +16,10 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 from xml.etree import ElementTree
 
 from .testfile import LoopTest, TestFileError, load_tests
@@ -196,6 +197,7 @@ def _loop_needs_repo(loop_path: Path) -> bool:
 def run_test(test: LoopTest, keep: bool = False) -> TestOutcome:
     """Run one test in a fresh temporary directory; never raises for user mistakes."""
     import loopdsl
+
     from ..api import UsageError
     from ..diagnostics import LoopError, format_plain
     from ..inputs import InputError

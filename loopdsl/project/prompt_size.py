@@ -56,7 +56,7 @@ def _value_cap(loop: Loop, root: str, attr: str | None) -> tuple[int, int]:
     """(bytes, tokens) the value `root.attr` can be at most."""
     if root in _CONTEXT_SMALL:
         return SMALL_VALUE_BYTES, 0
-    if root == "inputs" and attr in loop.inputs:
+    if root == "inputs" and attr is not None and attr in loop.inputs:
         spec = loop.inputs[attr]
         if spec.enum:
             return max(len(json.dumps(v)) for v in spec.enum), 0
@@ -79,7 +79,7 @@ def _value_cap(loop: Loop, root: str, attr: str | None) -> tuple[int, int]:
     return DEFAULT_OUTPUT_CAP, 0
 
 
-def _walk(node: nodes.Node, loop: Loop, out: list[tuple[int, int]], flags: dict[str, bool], inside_loop: bool) -> None:
+def _walk(node: nodes.Node, loop: Loop, out: list[tuple[int, int]], flags: dict[str, bool]) -> None:
     if isinstance(node, nodes.For):
         flags["loop"] = True
     if isinstance(node, (nodes.Getattr, nodes.Getitem)) and isinstance(node.node, nodes.Name):
@@ -91,7 +91,7 @@ def _walk(node: nodes.Node, loop: Loop, out: list[tuple[int, int]], flags: dict[
         out.append(_value_cap(loop, node.name, None))
         return
     for child in node.iter_child_nodes():
-        _walk(child, loop, out, flags, inside_loop or isinstance(node, nodes.For))
+        _walk(child, loop, out, flags)
 
 
 def inserted(loop: Loop, source: str) -> tuple[int, int, bool]:
@@ -102,7 +102,7 @@ def inserted(loop: Loop, source: str) -> tuple[int, int, bool]:
         return 0, 0, True
     caps: list[tuple[int, int]] = []
     flags = {"loop": False}
-    _walk(tree, loop, caps, flags, False)
+    _walk(tree, loop, caps, flags)
     return sum(b for b, _ in caps), sum(t for _, t in caps), flags["loop"]
 
 

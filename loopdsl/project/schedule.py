@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Any
 
 from ..model import Loop
 
@@ -165,7 +164,7 @@ def to_utc_cron(cron: str, tz: tzinfo, now: datetime | None = None) -> UtcCron:
             return UtcCron(cron, False, notes)
         if fields[4] != "*":
             days_of_week = sorted({(d + day_shift) % 7 for d in weekdays})
-            new_weekdays = _compact(days_of_week, range(0, 7))
+            new_weekdays = _compact(days_of_week, range(7))
     utc = " ".join([_compact(new_minutes, range(60)), _compact(new_hours, range(24)), new_days, fields[3], new_weekdays])
     return UtcCron(utc, exact, notes)
 

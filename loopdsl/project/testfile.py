@@ -21,9 +21,10 @@ failed tests and carries on with the others.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 TEST_KEYS = ("name", "loop", "inputs", "script", "setup", "copy", "expect", "description")
 EXPECT_KEYS = ("status", "path", "path_prefix", "outputs", "files", "spend")

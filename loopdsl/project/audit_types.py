@@ -1,0 +1,59 @@
+"""The audit's result types: a Finding per lost point, a CheckResult per rubric rule."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..model import Loop
+from .rubric import RULES
+
+
+@dataclass
+class Finding:
+    rule: str
+    where: str
+    message: str
+    fix: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"rule": self.rule, "where": self.where, "message": self.message, "fix": self.fix}
+
+
+@dataclass
+class CheckResult:
+    rule: str
+    applicable: bool = True
+    findings: list[Finding] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def weight(self) -> int:
+        return RULES[self.rule].weight
+
+    @property
+    def passed(self) -> bool:
+        return not self.findings
+
+    @property
+    def earned(self) -> int:
+        return self.weight if (self.applicable and self.passed) else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "title": RULES[self.rule].title, "weight": self.weight,
+                "applicable": self.applicable, "passed": self.applicable and self.passed,
+                "earned": self.earned, "note": self.note, "findings": [f.to_json() for f in self.findings]}
+
+
+@dataclass
+class AuditContext:
+    loop: Loop
+    file: Path
+    tree: list[Loop]  # the loop and its sub-loops
+    tests: list[Any]  # TestOutcome of the tests that run this loop (already run)
+    runs: list[dict[str, Any]] | None  # store records of this loop; None: no store
+    store_dir: Path | None
+    days: int
+    now: datetime
+    lint: list[Any]  # Diagnostics for this file
