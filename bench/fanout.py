@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 CHILD = """loopdsl: 1
 name: fanout-child
-inputs: {{i: {{type: string}}}}
+inputs: {{i: {{type: integer}}}}
 models:
   stub: {{model: openai/bench-model, api_base: "{api_base}", max_tokens: 16, price: {{input_per_mtok: 1.0, output_per_mtok: 2.0}}}}
 start: c1

@@ -7,6 +7,7 @@ expressions, and every action is run by the engine outside of its callbacks.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -94,8 +95,18 @@ def _bind_guard(guard: Callable[[Expression, Any], bool], expr: Expression) -> C
     return condition
 
 
-def _template_or_literal(value: Any) -> Template | Any:
-    return compile_template(value) if isinstance(value, str) else value
+_SINGLE_PLACEHOLDER = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}|\{\{|\{%).)*)\}\}\s*$", re.DOTALL)
+
+
+def _template_or_literal(value: Any) -> Template | Expression | Any:
+    """A value given to a sub-loop or an output: a string that is one `{{ expr }}` keeps the
+    expression's own type (a number stays a number); other strings are text templates."""
+    if not isinstance(value, str):
+        return value
+    single = _SINGLE_PLACEHOLDER.match(value)
+    if single is not None:
+        return compile_expression(single.group("expr").strip())
+    return compile_template(value)
 
 
 def _compile_shell(spec: ShellSpec) -> CompiledShell:

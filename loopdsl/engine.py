@@ -254,7 +254,8 @@ class Engine:
         except BudgetExceeded as exc:
             self.emit("budget_exhausted", which=exc.which, message=exc.message)
             self.run.pending = None
-            self._finish(BUDGET_EXHAUSTED, None, error={"state": run.current, "kind": "budget", "message": exc.message})
+            self._finish(BUDGET_EXHAUSTED, None, error={"state": run.current, "kind": "budget", "which": exc.which,
+                                                        "message": exc.message})
         except _Waiting:
             pass
         return run
@@ -295,11 +296,12 @@ class Engine:
                 self.ledger.check_wall_time(self._active_seconds())
             ctx = self._refresh_context(state.name, attempt)
             started = time.monotonic()
+            spent_before = (self.ledger.tokens_spent, self.ledger.cost_spent)
             self.emit("attempt", state=state.name, visit=visit, attempt=attempt)
             try:
                 result = await self._bounded_attempt(cs, ctx, visit, attempt)
             except StepFailure as failure:
-                self._account(state.name, started, failure.result)
+                self._account(state.name, started, spent_before)
                 if failure.kind in state.retry.on and attempt < state.retry.max_attempts:
                     run.feedback = failure.message
                     delay = backoff_delay(state.retry, attempt, failure.retry_after)
@@ -312,7 +314,7 @@ class Engine:
                     continue
                 self._fail_state(state, failure)
                 return
-            self._account(state.name, started, result)
+            self._account(state.name, started, spent_before)
             result["ok"] = True
             result["error"] = None
             self._store_result(state.name, result)
@@ -326,14 +328,14 @@ class Engine:
             raise BudgetExceeded("wall_time", f"waiting {seconds:.1f}s to retry would pass the wall_time budget of {wall:g}s")
         await self.ports.sleep(seconds)
 
-    def _account(self, name: str, started: float, result: Mapping[str, Any] | None) -> None:
+    def _account(self, name: str, started: float, spent_before: tuple[int, float]) -> None:
+        """Per-state totals from the ledger's own movement: covers model calls, sub-loops'
+        spending and reservations charged for killed calls alike."""
         totals = self.run.usage.setdefault(name, {"tokens": 0, "cost_usd": 0.0, "seconds": 0.0, "attempts": 0})
         totals["attempts"] += 1
         totals["seconds"] = round(totals["seconds"] + time.monotonic() - started, 6)
-        if result and isinstance(result.get("usage"), Mapping) and not result.get("replayed"):
-            usage = result["usage"]
-            totals["tokens"] += int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
-            totals["cost_usd"] += float(result.get("cost_usd") or 0.0)
+        totals["tokens"] += self.ledger.tokens_spent - spent_before[0]
+        totals["cost_usd"] = round(totals["cost_usd"] + self.ledger.cost_spent - spent_before[1], 12)
 
     def _store_result(self, name: str, result: dict[str, Any]) -> None:
         if self.ports.secret_values:
@@ -566,14 +568,16 @@ class Engine:
         if cs is not None:
             templates.update(cs.output)
         for name, template in templates.items():
-            if hasattr(template, "render"):
-                try:
+            try:
+                if isinstance(template, Expression):
+                    outputs[name] = template(ctx)
+                elif hasattr(template, "render"):
                     outputs[name] = template.render(ctx)
-                except RenderError as exc:
-                    outputs[name] = None  # e.g. names a state this path never ran
-                    self.emit("output_error", output=name, message=str(exc))
-            else:
-                outputs[name] = template
+                else:
+                    outputs[name] = template
+            except RenderError as exc:
+                outputs[name] = None  # e.g. names a state this path never ran
+                self.emit("output_error", output=name, message=str(exc))
         return outputs
 
     def _finish(self, status: str, cs: CompiledState | None, error: dict[str, Any] | None = None) -> None:

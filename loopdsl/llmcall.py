@@ -184,7 +184,9 @@ class LlmCaller:
 
     async def _paid_call(self, request: LlmRequest, priced: list[tuple[str, Price | None]], key: str, canonical: dict, cc: CallContext) -> dict[str, Any]:
         provider = self.provider()
-        prompt_tokens = provider.count_tokens(request.model, list(request.messages))
+        reserve_for = getattr(provider, "prompt_tokens_to_reserve", None)
+        prompt_tokens = (reserve_for(request.model, list(request.messages), cc.state) if reserve_for is not None
+                         else provider.count_tokens(request.model, list(request.messages)))
         try:
             tokens, cost = reservation_for(priced, prompt_tokens, request.max_tokens)
         except ValueError as exc:

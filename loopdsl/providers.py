@@ -474,7 +474,10 @@ class ScriptedProvider:
             mock: Any = _scripted_exception(litellm, entry, request.model)
         else:
             if entry.usage is not None:
+                # A real provider stops at max_tokens; so does a scripted completion. The
+                # scripted prompt size is kept: count_tokens reserved for it (see there).
                 prompt, completion = entry.usage
+                completion = min(completion, request.max_tokens)
             else:
                 # Realistic usage so budgets behave offline as they would online; a real
                 # provider stops at max_tokens, so the completion count does too.
@@ -495,6 +498,17 @@ class ScriptedProvider:
 
     def count_tokens(self, model: str, messages: Sequence[Mapping[str, str]]) -> int:
         return count_prompt_tokens(model, messages)
+
+    def prompt_tokens_to_reserve(self, model: str, messages: Sequence[Mapping[str, str]], state: str) -> int:
+        """The real count, or the next scripted reply's `usage.prompt_tokens` when larger,
+        so that scripted usage never bills more than was reserved (caps hold offline too).
+        The engine uses this hook, when a provider has it, instead of `count_tokens`."""
+        counted = self.count_tokens(model, messages)
+        entries = self._entries.get(state) or []
+        used = self._used.get(state, 0)
+        if used < len(entries) and entries[used].usage is not None:
+            counted = max(counted, int(entries[used].usage[0]))
+        return counted
 
     def decision(self, state: str) -> dict[str, str] | None:
         entry = self._next(state, "decision")

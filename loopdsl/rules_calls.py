@@ -292,8 +292,18 @@ def sub_loops(ctx: LintContext) -> Iterator[Diagnostic]:
 
 def _check_sub_loop(ctx: LintContext, state: State, action: LoopAction) -> Iterator[Diagnostic]:
     loop_path = state.path + ("loop",)
-    file = ctx.source.parent / action.path
-    shown = ctx.child_display(action.path)
+    if action.path.startswith("pkg:"):
+        from .packages import PackageError, resolve_loop_ref
+
+        try:
+            file = resolve_loop_ref(action.path)
+        except PackageError as exc:
+            yield ctx.diag("missing-file", exc.message, loop_path, value=True, hint=exc.hint)
+            return
+        shown = action.path
+    else:
+        file = ctx.source.parent / action.path
+        shown = ctx.child_display(action.path)
     if not file.is_file():
         yield ctx.diag(
             "missing-file",

@@ -463,6 +463,11 @@ class RunStore:
         if ref in ids:
             return ref
         matches = [run_id for run_id in ids if ref and run_id.startswith(ref)]
+        # A sub-loop's record ('<parent>.<state>...') shares its parent's prefix: a prefix
+        # means the top-level run unless the child's own id was typed out.
+        top_level = [run_id for run_id in matches if "." not in run_id]
+        if top_level and "." not in ref:
+            matches = top_level
         if len(matches) == 1:
             return matches[0]
         if not matches:

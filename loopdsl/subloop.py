@@ -11,11 +11,11 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from .budget import Ledger
+from .budget import BudgetExceeded, Ledger
 from .inputs import InputError, coerce_inputs
 from .llmcall import StepFailure
 from .model import Loop, LoopAction
-from .runstate import COMPLETED, RunState, history_from_events
+from .runstate import BUDGET_EXHAUSTED, COMPLETED, RunState, history_from_events
 from .templates import Expression, RenderError
 
 if TYPE_CHECKING:
@@ -162,8 +162,13 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         return out
 
     results = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+    exhausted = [r for r in results if r["status"] == BUDGET_EXHAUSTED]
     if cs.for_each is None:
         only = results[0]
+        if exhausted:  # the shared budget ran out inside the child: the parent is out of it too
+            err = only.get("error") or {}
+            raise BudgetExceeded(str(err.get("which") or "tokens"),
+                                 f"sub-loop {action.path} stopped: {err.get('message', 'budget exhausted')}")
         if only["status"] != COMPLETED:
             err = only.get("error") or {}
             kind = str(err["kind"]) if err.get("kind") in _KINDS else "gate"
@@ -172,6 +177,11 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         return {"status": only["status"], "outputs": only["outputs"], **only["outputs"]}
     failures = sum(1 for r in results if r["status"] != COMPLETED)
     shaped = [{"status": r["status"], "outputs": r["outputs"]} for r in results]
+    if failures > action.tolerate_failures and exhausted:
+        err = exhausted[0].get("error") or {}
+        raise BudgetExceeded(str(err.get("which") or "tokens"),
+                             f"{len(exhausted)} of {len(results)} children of '{cs.state.name}' stopped at the budget: "
+                             f"{err.get('message', '')}")
     if failures > action.tolerate_failures:
         raise StepFailure("gate", f"{failures} of {len(results)} children of '{cs.state.name}' failed "
                           f"(tolerate_failures: {action.tolerate_failures})", result={"items": shaped, "failures": failures})

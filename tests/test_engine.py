@@ -698,7 +698,7 @@ def test_max_visits_exhausted_entry_runs_nothing_and_goes_to_on_exhausted(tmp_pa
     exhausted = events(result, "exhausted", "work")
     assert len(exhausted) == 1 and exhausted[0]["visits"] == 3
     assert len(events(result, "attempt", "work")) == 2
-    assert result.outputs == {"runs": "2"}
+    assert result.outputs == {"runs": 2}
     assert result.exit_code == 1
 
 

@@ -110,8 +110,6 @@ def test_an_installed_loop_runs_by_name_with_its_imports_skill_and_sub_loop(acme
     assert prompts(acme.stub) == Counter({"draft a line about changelog": 1, "check[pipeline]: one line about changelog": 1})
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `loop: pkg:NAME` is linted as a file path ('sub-loop file \"pkg:check\" "
-                   "does not exist [missing-file]'), so `lint` and `run` refuse every loop that uses a packaged sub-loop")
 def test_repo_b_runs_the_packaged_check_as_a_sub_loop_and_resumes_after_kill_inside_it(
         acme: Installed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _repo_a, repo_b = two_repos(tmp_path, acme.stub.api_base)

@@ -258,12 +258,15 @@ def test_scripted_text_gets_litellm_usage_and_cost(litellm: Any) -> None:
 
 
 def test_scripted_usage_is_kept_and_priced_by_litellm(litellm: Any) -> None:
-    script = {"draft": [{"text": "[]", "usage": {"prompt_tokens": 1000, "completion_tokens": 2000}}]}
-    response = run(ScriptedProvider.from_data(script).complete(scripted_request(), state="draft"))
-    assert (response.prompt_tokens, response.completion_tokens) == (1000, 2000)
+    script = {"draft": [{"text": "[]", "usage": {"prompt_tokens": 1000, "completion_tokens": 80}}]}
+    provider = ScriptedProvider.from_data(script)
+    # The reservation covers the scripted prompt size, so scripted usage cannot overspend.
+    assert provider.prompt_tokens_to_reserve("anthropic/claude-haiku-4-5", [{"role": "user", "content": "hi"}], "draft") == 1000
+    response = run(provider.complete(scripted_request(), state="draft"))
+    assert (response.prompt_tokens, response.completion_tokens) == (1000, 80)
     price = model_price("anthropic/claude-haiku-4-5")
     assert price is not None
-    assert response.cost_usd == pytest.approx(cost_for(price, 1000, 2000))
+    assert response.cost_usd == pytest.approx(cost_for(price, 1000, 80))
 
 
 def test_scripted_completion_stops_at_max_tokens(litellm: Any) -> None:

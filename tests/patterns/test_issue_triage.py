@@ -52,7 +52,7 @@ def test_issue_triage_from_file_writes_the_classification(scratch_repo: Path, tm
     # Attempt 1 left out #11 (and used a label not on the list): refused, then fixed.
     failed = [e for e in result.events if e["type"] == "gate" and not e["passed"]]
     assert [e["gate"] for e in failed] == ["every-issue-exactly-once"]
-    assert result.outputs["issues"] == "4"
+    assert result.outputs["issues"] == 4
     triage = _triage_file(scratch_repo, result)
     assert triage["source"] == "file"
     assert triage["date"] in {today, datetime.now(timezone.utc).date().isoformat()}  # a run across midnight

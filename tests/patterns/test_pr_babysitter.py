@@ -76,7 +76,7 @@ def test_local_branches_get_reports_with_verdicts(scratch_repo: Path, tmp_path: 
     assert result.status == "completed", result.state.error
     assert result.path == ["list_prs", "prs", "check_each", "tally", "tidy", "write_index", "done"]
     assert json.loads(result.outputs["verdicts"]) == {"feature/docs": "pass", "fix/subtract": "fail"}
-    assert (result.outputs["checked"], result.outputs["failing"]) == ("2", "1")
+    assert (result.outputs["checked"], result.outputs["failing"]) == (2, 1)
     # The model was asked once, for the failing branch only.
     assert result.tokens == scripted_tokens("summarise")
 
@@ -168,7 +168,7 @@ def test_pull_requests_are_commented_only_after_approval(
     assert result.path == ["list_prs", "prs", "check_each", "tally", "tidy", "write_index",
                            "approve_comments", "post_comments", "commented"]
     assert json.loads(result.outputs["verdicts"]) == {"feature/docs": "pass", "fix/subtract": "fail"}
-    assert result.outputs["commented"] == "2"
+    assert result.outputs["commented"] == 2
     decided = [e for e in result.events if e["type"] == "decided"]
     assert [(e["state"], e["decision"]) for e in decided] == [("approve_comments", "approve")]
     # The comment was posted after the decision, never before it.
