@@ -14,6 +14,7 @@ from typing import Any
 from .budget import conservative_tokens
 from .model import EvaluateAction, Gate, LlmAction, Loop, ModelAlias
 from .prices import model_price
+from .project.graphs import in_cycle
 
 
 @dataclass
@@ -141,7 +142,7 @@ def dry_run(loop: Loop) -> DryRun:
             kind=state.end and f"end:{state.end}" or state.kind,
             gates_before=_gate_names(state.gates_before),
             gates_after=_gate_names(state.gates_after),
-            visits=state.max_visits if state.max_visits is not None else (None if _in_cycle(loop, name) else 1),
+            visits=state.max_visits if state.max_visits is not None else (None if in_cycle(loop, name) else 1),
             targets=sorted({d for _t, d, _p in state.targets()}),
         )
         action = state.action
@@ -153,18 +154,3 @@ def dry_run(loop: Loop) -> DryRun:
         plans.append(plan)
     unreachable = [n for n in loop.states if n not in seen]
     return DryRun(loop, plans, unreachable)
-
-
-def _in_cycle(loop: Loop, name: str) -> bool:
-    """Can `name` be entered again after it ran? (Otherwise it runs at most once.)"""
-    stack = [d for _t, d, _p in loop.states[name].targets()]
-    seen: set[str] = set()
-    while stack:
-        current = stack.pop()
-        if current == name:
-            return True
-        if current in seen or current not in loop.states:
-            continue
-        seen.add(current)
-        stack.extend(d for _t, d, _p in loop.states[current].targets())
-    return False

@@ -31,59 +31,19 @@ def unbounded_cycles(loop: Loop, bounded: set[str]) -> list[list[str]]:
     """Cycles that pass through no state in `bounded` (reachable ones), as state lists.
 
     A cycle avoids every bounded state exactly when it lies inside the graph left after
-    removing them, so the strongly connected components of that graph (Tarjan) that
-    contain a cycle are the answer: one representative list of states per component.
+    removing them, so the strongly connected components of that graph (the same Tarjan
+    lint uses) that contain a cycle are the answer: one list of states per component.
     """
+    from ..rules_graph import strongly_connected
+
     live = reachable(loop) - bounded
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    counter = [0]
-
-    def visit(root: str) -> None:
-        # Iterative Tarjan: loops with hundreds of states must not hit the recursion limit.
-        work = [(root, iter([n for n in successors(loop, root) if n in live]))]
-        index[root] = low[root] = counter[0]
-        counter[0] += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            advanced = False
-            for child in children:
-                if child not in index:
-                    index[child] = low[child] = counter[0]
-                    counter[0] += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter([n for n in successors(loop, child) if n in live])))
-                    advanced = True
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1 or node in successors(loop, node):
-                    found.append(sorted(component, key=list(loop.states).index))
-
-    for name in sorted(live, key=list(loop.states).index):
-        if name not in index:
-            visit(name)
-    return found
+    order = [name for name in loop.states if name in live]
+    edges = {name: [n for n in successors(loop, name) if n in live] for name in order}
+    position = {name: i for i, name in enumerate(loop.states)}
+    found = [sorted(component, key=position.__getitem__)
+             for component in strongly_connected(order, edges)
+             if len(component) > 1 or component[0] in edges[component[0]]]
+    return sorted(found, key=lambda component: position[component[0]])
 
 
 def in_cycle(loop: Loop, name: str) -> bool:
