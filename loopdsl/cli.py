@@ -158,7 +158,7 @@ def _read_inputs_file(path: str | None) -> dict[str, Any]:
     from ruamel.yaml import YAML, YAMLError
 
     try:
-        data = YAML(typ="safe").load(Path(path).read_text(encoding="utf-8"))
+        data = YAML(typ="safe", pure=True).load(Path(path).read_text(encoding="utf-8"))
     except (OSError, YAMLError, UnicodeDecodeError) as exc:
         _fail(f"cannot read --inputs file {path}: {exc}")
     if data is None:

@@ -37,7 +37,7 @@ def _import_paths(file: Path, seen: set[Path]) -> list[Path]:
     seen.add(file)
     found = [file]
     try:
-        data = YAML(typ="safe").load(file.read_text(encoding="utf-8"))
+        data = YAML(typ="safe", pure=True).load(file.read_text(encoding="utf-8"))
     except (OSError, YAMLError, UnicodeDecodeError):
         return found
     items = data.get("imports") if isinstance(data, dict) else None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -84,6 +83,14 @@ def _table_text() -> str:
         raise PriceTableUnavailable(f"cannot read LiteLLM's price table: {exc}") from exc
 
 
+@lru_cache(maxsize=1)
+def _folded_text() -> str:
+    folded = _table_text().lower()
+    if len(folded) != len(_table_text()):  # lower() changed a length: offsets would not match
+        raise ValueError("the price table has characters whose lower case differs in length")
+    return folded
+
+
 def _quick_entry(key: str) -> Mapping[str, Any] | None:
     """One top-level entry decoded straight from the table's text.
 
@@ -98,10 +105,9 @@ def _quick_entry(key: str) -> Mapping[str, Any] | None:
     at = text.find(needle)
     if at < 0:
         # LiteLLM matches keys case-insensitively: the first spelling in the file wins.
-        found = re.search(re.escape(needle), text, re.IGNORECASE)
-        if found is None:
+        at = _folded_text().find(needle.lower())
+        if at < 0:
             return None
-        at = found.start()
     try:
         entry, _end = json.JSONDecoder().raw_decode(text, at + len(needle) - 1)
     except ValueError:
@@ -124,6 +130,7 @@ def _lookup(key: str) -> Mapping[str, Any] | None:
     return entry if isinstance(entry, Mapping) else None
 
 
+@lru_cache(maxsize=1024)
 def model_info(model: str) -> Mapping[str, Any] | None:
     """The price-table entry for a LiteLLM model string, resolved as LiteLLM does.
 

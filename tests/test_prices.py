@@ -67,6 +67,8 @@ def test_missing_litellm_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch) ->
     prices.price_table.cache_clear()
     prices._lowercase_index.cache_clear()
     prices._table_text.cache_clear()
+    prices._folded_text.cache_clear()
+    prices.model_info.cache_clear()
     monkeypatch.setattr(prices.importlib.util, "find_spec", lambda name: None)
     try:
         with pytest.raises(prices.PriceTableUnavailable, match="litellm.*price"):
@@ -76,6 +78,10 @@ def test_missing_litellm_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch) ->
         prices.price_table.cache_clear()
         prices._lowercase_index.cache_clear()
         prices._table_text.cache_clear()
+        prices._folded_text.cache_clear()
+        prices.model_info.cache_clear()
+    prices._folded_text.cache_clear()
+    prices.model_info.cache_clear()
     assert prices.model_price("openai/gpt-4o-mini") is not None
 
 
