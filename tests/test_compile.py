@@ -6,7 +6,7 @@ import pytest
 from loopdsl.compile import EXHAUST, FAIL, NEXT, ROUTE, compile_loop, machine_config
 from loopdsl.graph import to_dot, to_mermaid
 from loopdsl.model import build_loop
-from loopdsl.templates import Expression, Template, TemplateError
+from loopdsl.templates import Expression, TemplateError
 
 
 def loop_data(**states):
@@ -55,7 +55,8 @@ def test_compiled_states_hold_compiled_templates_and_literals():
     b = compiled.states["b"]
     assert b.shell is not None and b.shell.command is not None
     assert "LOOPDSL_1" in b.shell.command.script and "{{" not in b.shell.command.script
-    assert isinstance(compiled.states["c"].output["x"], Template)
+    # A value that is one {{ expr }} keeps its type: it compiles to an expression.
+    assert isinstance(compiled.states["c"].output["x"], Expression)
 
 
 @pytest.mark.parametrize("x, dest", [(9, "c"), (1, "d")])

@@ -144,7 +144,7 @@ def test_killed_at_ten_points_ends_like_an_uninterrupted_run(tmp_path: Path, cou
     assert len(kills) == 10
     assert all(landed for name, landed in kills if name != "end"), kills
     assert ct.summary_of(final) == expected
-    assert expected["status"] == "completed" and expected["outputs"]["ticks"] == "150"
+    assert expected["status"] == "completed" and expected["outputs"]["ticks"] == 150
     # One request per call, except the one killed in flight, asked once more.
     assert base_stub.counts() == Counter({("draft", 1, 1): 1})
     assert counting_stub.counts() == Counter({("draft", 1, 1): 2})
