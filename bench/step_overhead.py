@@ -86,7 +86,7 @@ def load_peers():
     return module
 
 
-def best_of(fn, repeat: int = 3) -> float:
+def best_of(fn, repeat: int = 7) -> float:
     return min(fn() for _ in range(repeat))
 
 
@@ -107,7 +107,7 @@ def main() -> None:
         print(f"peer benchmark not found at {PEERS}: printing loopdsl alone")
     figures["loopdsl (in memory)"] = best_of(lambda: run_loopdsl(N, durable=False))
     figures["loopdsl (durable store)"] = best_of(lambda: run_loopdsl(N, durable=True))
-    print(f"N={N} steps, best of 3, microseconds per step")
+    print(f"N={N} steps, best of 7, microseconds per step")
     for name, seconds in figures.items():
         print(f"{name:34s} {seconds * 1e6:10.1f} us/step")
     raw = figures.get("transitions (raw, in-memory)")

@@ -29,7 +29,7 @@ from .runstate import (
 )
 from .secrets import Redactor
 from .shell import run_command
-from .templates import Expression, RenderError
+from .templates import Expression, RenderError, install_globals
 
 
 class Recorder(Protocol):
@@ -46,6 +46,8 @@ class Human(Protocol):
 
 class MemoryRecorder:
     """Keeps paid responses in memory; for runs that need no durability (tests, API)."""
+
+    durable = False
 
     def __init__(self) -> None:
         self.responses: dict[str, dict[str, Any]] = {}
@@ -126,6 +128,8 @@ class Engine:
         self._unsaved: list[dict[str, Any]] = []
         self._provider: Any = None
         self._segment_start = time.monotonic()
+        # An in-memory run keeps the ledger's JSON up to date only when it ends or waits.
+        self.durable = getattr(ports.recorder, "durable", True)
         self.dispatch = _Dispatch()
         self.machine = compiled.new_machine(self.dispatch, self._guard)
         self.machine.set_state(run.current or self.loop.start)
@@ -186,7 +190,8 @@ class Engine:
         now = time.monotonic()
         self.run.active_s += now - self._segment_start
         self._segment_start = now
-        self.run.ledger = self.ledger.to_json()
+        if self.durable or self.run.status != RUNNING:
+            self.run.ledger = self.ledger.to_json()
         if self.ports.secret_values:
             self.run.results = self.redact.redact_obj(self.run.results)
         self.ports.recorder.commit(self.run, self._unsaved)
@@ -215,6 +220,7 @@ class Engine:
         ctx["error"] = run.error
         ctx["run"] = {"id": run.run_id, "date": run.date, "attempt": 1, "visits": 0}
         ctx["budget"] = _BudgetView(self.ledger, self._active_seconds)
+        install_globals(ctx)
         item = run.meta.get("item", _MISSING)
         if item is not _MISSING:
             ctx["item"] = item

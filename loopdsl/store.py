@@ -433,11 +433,11 @@ class RunStore:
             count = cache.get(_count_key(run_id))
             if count is None:
                 raise self._unknown(run_id)
-            for event in events:
-                cache.set(_event_key(run_id, count), event)
-                count += 1
             if events:
-                cache.set(_count_key(run_id), count)
+                # One row per commit, holding that commit's events: a step's three events
+                # cost one write instead of three (the count key counts these batches).
+                cache.set(_event_key(run_id, count), list(events))
+                cache.set(_count_key(run_id), count + 1)
             cache.set(_record_key(run_id), stamped)
 
     @_guarded
@@ -453,8 +453,12 @@ class RunStore:
         count = cache.get(_count_key(run_id))
         if count is None:
             raise self._unknown(run_id)
-        # Events are append-only, so every index below the count read above exists.
-        return [cache.get(_event_key(run_id, i)) for i in range(count)]
+        # Batches are append-only, so every index below the count read above exists.
+        events: list[dict[str, Any]] = []
+        for i in range(count):
+            batch = cache.get(_event_key(run_id, i))
+            events.extend(batch if isinstance(batch, list) else [batch])
+        return events
 
     @_guarded
     def resolve(self, ref: str) -> str:

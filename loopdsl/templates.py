@@ -485,6 +485,19 @@ def _compile_tree(tree: nodes.Template, source: str) -> JinjaTemplate:
         raise _syntax_error(exc, source) from None
 
 
+# A key no template can name (Jinja names cannot hold NUL): marks a context dict that
+# already carries the environment's globals, so expressions need not layer them on.
+GLOBALS_INSTALLED = "\x00globals"
+
+
+def install_globals(context: dict[str, Any]) -> None:
+    """Put the sandbox's globals (range, dict, namespace ...) into a long-lived context
+    dict once, so each expression evaluated on it skips a per-call layering."""
+    for name, value in _environment().globals.items():
+        context.setdefault(name, value)
+    context[GLOBALS_INSTALLED] = True
+
+
 class Expression:
     """A compiled Jinja expression (`when`, `expr`, `set` values, `for_each`)."""
 
@@ -499,7 +512,7 @@ class Expression:
             # shared=True uses the caller's mapping as the context's parent instead of
             # copying it (a copy per guard is most of an expression's cost); the
             # environment's globals are layered beneath it.
-            scope = ChainMap(context, self._template.globals)  # type: ignore[arg-type]
+            scope = context if context.get(GLOBALS_INSTALLED) is True else ChainMap(context, self._template.globals)
             ctx = self._template.new_context(scope, shared=True)  # type: ignore[arg-type]
             for _ in self._template.root_render_func(ctx):
                 pass
