@@ -506,8 +506,9 @@ class ScriptedProvider:
         counted = self.count_tokens(model, messages)
         entries = self._entries.get(state) or []
         used = self._used.get(state, 0)
-        if used < len(entries) and entries[used].usage is not None:
-            counted = max(counted, int(entries[used].usage[0]))
+        usage = entries[used].usage if used < len(entries) else None
+        if usage is not None:
+            counted = max(counted, int(usage[0]))
         return counted
 
     def decision(self, state: str) -> dict[str, str] | None:

@@ -512,7 +512,8 @@ class Expression:
             # shared=True uses the caller's mapping as the context's parent instead of
             # copying it (a copy per guard is most of an expression's cost); the
             # environment's globals are layered beneath it.
-            scope = context if context.get(GLOBALS_INSTALLED) is True else ChainMap(context, self._template.globals)
+            scope = (context if context.get(GLOBALS_INSTALLED) is True
+                     else ChainMap(context, self._template.globals))  # type: ignore[arg-type]
             ctx = self._template.new_context(scope, shared=True)  # type: ignore[arg-type]
             for _ in self._template.root_render_func(ctx):
                 pass
