@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .compile import CompiledLoop, compile_loop
 from .engine import Engine, MemoryRecorder, NoHuman, Ports, utc_now
 from .inputs import coerce_inputs
-from .model import LlmAction, Loop, LoopAction
+from .model import LlmAction, Loop
 from .runstate import COMPLETED, RUNNING, WAITING, RunState
 from .store import RunStore, StoreError, default_store_dir
 

@@ -25,7 +25,7 @@ from .llmcall import CallContext, LlmCaller, StepFailure, evaluate_result, llm_r
 from .model import CheckpointAction, EvaluateAction, LlmAction, State
 from .retry import backoff_delay
 from .runstate import (
-    BUDGET_EXHAUSTED, COMPLETED, FAILED, RUNNING, WAITING, RunState,
+    BUDGET_EXHAUSTED, FAILED, RUNNING, WAITING, RunState,
 )
 from .secrets import Redactor
 from .shell import run_command
