@@ -278,7 +278,7 @@ class Engine:
     def _follow(self, trigger: str, target: str | None) -> bool:
         if target is None:
             return False
-        self.dispatch.trigger(trigger)  # type: ignore[attr-defined]
+        self.machine.events[trigger].trigger(self.dispatch)
         self._enter(self.dispatch.state)
         return True
 
@@ -376,7 +376,7 @@ class Engine:
             self._fail_state(state, StepFailure("no_transition", f"state '{state.name}' has no next state"), recoverable=False)
             return
         try:
-            moved = self.dispatch.trigger(trigger, ctx=ctx)  # type: ignore[attr-defined]
+            moved = self.machine.events[trigger].trigger(self.dispatch, ctx=ctx)
         except RenderError as exc:
             self._fail_state(state, StepFailure("no_transition", f"a `when` guard of '{state.name}' failed: {exc}"))
             return
@@ -392,11 +392,11 @@ class Engine:
     async def _bounded_attempt(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
         timeout = cs.state.timeout
         wall = self.loop.budget.wall_time
+        if timeout is None and wall is None:  # the common case: nothing to bound
+            return await self._attempt(cs, ctx, visit, attempt)
         wall_left = None if wall is None else max(wall - self._active_seconds(), 0.0)
-        limit = min((t for t in (timeout, wall_left) if t is not None), default=None)
+        limit = min(t for t in (timeout, wall_left) if t is not None)
         body = self._attempt(cs, ctx, visit, attempt)
-        if limit is None:
-            return await body
         try:
             return await asyncio.wait_for(body, limit)
         except asyncio.TimeoutError:

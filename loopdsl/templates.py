@@ -506,22 +506,35 @@ class Expression:
         expr = _parse_expression(source)
         body = [nodes.Assign(nodes.Name("result", "store", lineno=1), expr, lineno=1)]
         self._template = _compile_tree(nodes.Template(body, lineno=1), source)
+        self._cached: Any = None
 
     def __call__(self, context: Mapping[str, Any]) -> Any:
         def run() -> Any:
-            # shared=True uses the caller's mapping as the context's parent instead of
-            # copying it (a copy per guard is most of an expression's cost); the
-            # environment's globals are layered beneath it.
-            scope = (context if context.get(GLOBALS_INSTALLED) is True
-                     else ChainMap(context, self._template.globals))  # type: ignore[arg-type]
-            ctx = self._template.new_context(scope, shared=True)  # type: ignore[arg-type]
+            ctx = self._context_for(context)
             for _ in self._template.root_render_func(ctx):
                 pass
-            result = ctx.vars["result"]
+            result = ctx.vars.pop("result")
             if isinstance(result, Iterator):   # a lazy map/select: evaluate it inside the guard
                 result = list(result)
             return _reject_undefined(result)
         return _guarded(run)
+
+    def _context_for(self, context: Mapping[str, Any]) -> Any:
+        """A Jinja context over `context` without copying it (shared=True).
+
+        An engine evaluates its expressions over one long-lived dict that already holds
+        the globals (install_globals): the Jinja context built over that dict is kept and
+        reused while the dict is the same object, since an expression only ever writes its
+        own `result`, which is taken out after each call. Other mappings get a fresh
+        context with the globals layered beneath."""
+        if context.get(GLOBALS_INSTALLED) is not True:
+            scope = ChainMap(context, self._template.globals)  # type: ignore[arg-type]
+            return self._template.new_context(scope, shared=True)  # type: ignore[arg-type]
+        cached = self._cached
+        if cached is not None and cached.parent is context:
+            return cached
+        self._cached = self._template.new_context(context, shared=True)  # type: ignore[arg-type]
+        return self._cached
 
     def __repr__(self) -> str:
         return f"Expression({self.source!r})"
