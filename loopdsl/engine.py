@@ -527,10 +527,13 @@ class Engine:
         self.run.decision = None
         return dict(decision)
 
-    def _wait_for_person(self, state: State, *, reason: str, message: str, choices: tuple[str, ...], timeout: float | None) -> None:
+    def _wait_for_person(self, state: State, *, reason: str, message: str, choices: tuple[str, ...],
+                         timeout: float | None, child: str | None = None) -> None:
         self.run.status = WAITING
         self.run.waiting = {"state": state.name, "since": utc_now(), "message": message,
                             "choices": list(choices), "timeout_s": timeout, "reason": reason}
+        if child is not None:
+            self.run.waiting["child"] = child
         self.emit("waiting", state=state.name, message=message, choices=list(choices), reason=reason)
         self.commit()
         raise _Waiting()
@@ -562,6 +565,10 @@ class Engine:
                                                   "message": "a person declined to re-run the interrupted command"})
                 return False
             run.meta["rerun_approved"] = True
+        elif waiting.get("reason") == "child":
+            # The decision belongs to the sub-loop that is waiting; its `loop:` state hands it over.
+            run.decision = None
+            run.meta["child_decision"] = {"child": waiting.get("child"), "decision": decision}
         self.emit("decided", state=state.name, **{k: decision.get(k) for k in ("decision", "comment", "by", "at")})
         self._segment_start = time.monotonic()
         return True

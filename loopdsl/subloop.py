@@ -15,7 +15,7 @@ from .budget import BudgetExceeded, Ledger
 from .inputs import InputError, coerce_inputs
 from .llmcall import StepFailure
 from .model import Loop, LoopAction
-from .runstate import BUDGET_EXHAUSTED, COMPLETED, RunState, history_from_events
+from .runstate import BUDGET_EXHAUSTED, COMPLETED, WAITING, RunState, history_from_events
 from .templates import Expression, RenderError
 
 if TYPE_CHECKING:
@@ -129,6 +129,10 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         if earlier is not None:
             state = RunState.from_json(earlier[0])
             state.history = history_from_events(earlier[1])
+            handed = parent.run.meta.get("child_decision") or {}
+            if state.status == WAITING and handed.get("child") == run_id:
+                state.decision = handed["decision"]  # a person decided on the parent's run
+                parent.run.meta.pop("child_decision", None)
         else:
             try:
                 values = coerce_inputs(child, _render_with(cs, scope))
@@ -159,9 +163,20 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         out: dict[str, Any] = {"status": state.status, "outputs": state.outputs, "run_id": run_id}
         if state.status != COMPLETED:
             out["error"] = state.error
+        if state.status == WAITING:
+            out["waiting"] = state.waiting
         return out
 
     results = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+    waiting = [r for r in results if r["status"] == WAITING]
+    if waiting and parent.ports.recorder is not None and getattr(parent.ports.recorder, "store", None) is not None:
+        # A child waits for a person: so does the parent. `loopdsl approve PARENT` decides
+        # for that child, and `resume` hands the decision down (see Engine._resume_waiting).
+        first = waiting[0]
+        asked = first.get("waiting") or {}
+        parent._wait_for_person(cs.state, reason="child", child=first["run_id"],
+                                message=f"sub-loop {first['run_id']} at '{asked.get('state')}': {asked.get('message', '')}",
+                                choices=tuple(asked.get("choices") or ("approve", "reject")), timeout=None)
     exhausted = [r for r in results if r["status"] == BUDGET_EXHAUSTED]
     if cs.for_each is None:
         only = results[0]

@@ -235,3 +235,26 @@ def test_tolerate_failures_lets_the_fan_out_state_succeed(loops: Path, tmp_path:
     again = loopdsl.run(loops / "fan_tolerant.yaml", {"items": items, "stamps": str(stamps)}, workdir=tmp_path)
     assert again.path == ["fan", "recover", "gave_up"]
     assert again.outputs == {"why": "2 of 3 children of 'fan' failed (tolerate_failures: 1)"}
+
+
+def test_a_child_waiting_for_a_person_makes_the_parent_wait_and_takes_its_decision(tmp_path: Path) -> None:
+    (tmp_path / "child.yaml").write_text(
+        "loopdsl: 1\nname: child\nstart: ask\nstates:\n"
+        "  ask: {checkpoint: {message: 'ship it?'}, transitions: [{to: done, when: \"ask.decision == 'approve'\"}, {to: no}]}\n"
+        "  done: {end: completed, output: {by: '{{ ask.by }}'}}\n"
+        "  no: {end: failed}\n")
+    (tmp_path / "parent.yaml").write_text(
+        "loopdsl: 1\nname: parent\nbudget: {steps: 20}\nstart: sub\nstates:\n"
+        "  sub: {loop: child.yaml, next: done}\n"
+        "  done: {end: completed, output: {child_by: '{{ sub.by }}'}}\n")
+    for choice, status in (("approve", "completed"), ("reject", "failed")):
+        store = tmp_path / f"store-{choice}"
+        first = loopdsl.run(tmp_path / "parent.yaml", store=store, workdir=tmp_path)
+        assert first.status == "waiting" and first.exit_code == 4
+        assert first.state.waiting["child"] == f"{first.run_id}/sub"
+        assert "ship it?" in first.state.waiting["message"]
+        loopdsl.decide(first.run_id, choice, "looked at it", store=store, by="dana")
+        done = loopdsl.resume(first.run_id, store=store)
+        assert done.status == status, done.state.error
+        if choice == "approve":
+            assert done.outputs == {"child_by": "dana"}
