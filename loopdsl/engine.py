@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping
 
 from .budget import BudgetExceeded, Ledger
-from .compile import EXHAUST, FAIL, NEXT, ROUTE, TIME_OUT, CompiledLoop, CompiledState
+from .compile import EXHAUST, FAIL, NEXT, ROUTE, CompiledLoop, CompiledState
 from .gates import GateRunner
 from .llmcall import CallContext, LlmCaller, StepFailure, evaluate_result, llm_result, render_or_fail
-from .model import CheckpointAction, EvaluateAction, LlmAction, State
+from .model import EvaluateAction, LlmAction, State
+from .ports import Human, MemoryRecorder, NoHuman, Ports, Recorder, utc_now
 from .retry import backoff_delay
 from .runstate import (
     BUDGET_EXHAUSTED, FAILED, RUNNING, WAITING, RunState,
@@ -30,80 +28,9 @@ from .runstate import (
 from .secrets import Redactor
 from .shell import run_command
 from .templates import Expression, RenderError, install_globals
+from .waiting import Waiting, checkpoint, resume_waiting, wait_for_person
 
-
-class Recorder(Protocol):
-    def commit(self, run: RunState, events: list[dict[str, Any]]) -> None: ...
-    def get_response(self, key: str) -> dict[str, Any] | None: ...
-    def put_response(self, key: str, value: dict[str, Any]) -> None: ...
-    def get_cached(self, key: str) -> dict[str, Any] | None: ...
-    def put_cached(self, key: str, value: dict[str, Any]) -> None: ...
-
-
-class Human(Protocol):
-    async def decide(self, state: str, message: str, choices: tuple[str, ...]) -> dict[str, Any] | None: ...
-
-
-class MemoryRecorder:
-    """Keeps paid responses in memory; for runs that need no durability (tests, API)."""
-
-    durable = False
-
-    def __init__(self) -> None:
-        self.responses: dict[str, dict[str, Any]] = {}
-        self.commits = 0
-
-    def commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
-        self.commits += 1
-
-    def get_response(self, key: str) -> dict[str, Any] | None:
-        return self.responses.get(key)
-
-    def put_response(self, key: str, value: dict[str, Any]) -> None:
-        self.responses[key] = value
-
-    get_cached = get_response
-    put_cached = put_response
-
-
-class NoHuman:
-    """No one to ask: a checkpoint makes the run wait (exit 4) for `loopdsl approve`."""
-
-    async def decide(self, state: str, message: str, choices: tuple[str, ...]) -> dict[str, Any] | None:
-        return None
-
-
-@dataclass
-class Ports:
-    provider: Callable[[], Any]  # returns a providers.Provider; called on the first LLM call only
-    recorder: Recorder = field(default_factory=MemoryRecorder)
-    human: Human = field(default_factory=NoHuman)
-    workdir: Path = field(default_factory=Path.cwd)
-    env: Mapping[str, str] = field(default_factory=dict)  # complete environment for commands
-    secret_values: Mapping[str, str] = field(default_factory=dict)
-    skills: Mapping[str, str] = field(default_factory=dict)  # skill path -> text
-    listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    use_cache: bool = False
-    keep_events: bool = True
-
-
-class _Waiting(Exception):
-    """The run must stop and wait for a person."""
-
-
-_last_stamp: list[Any] = [0, ""]
-
-
-def utc_now() -> str:
-    """ISO-8601 UTC to the millisecond; formatting is cached per millisecond because a
-    fast loop stamps several events within one."""
-    now = time.time()
-    ms = int(now * 1000)
-    if ms != _last_stamp[0]:
-        _last_stamp[0] = ms
-        _last_stamp[1] = datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
-    return str(_last_stamp[1])
+__all__ = ["Engine", "Human", "MemoryRecorder", "NoHuman", "Ports", "Recorder", "utc_now"]
 
 
 class _Dispatch:
@@ -241,7 +168,7 @@ class Engine:
         """Run until the loop ends or has to wait; returns the (committed) run state."""
         run = self.run
         if run.status == WAITING:
-            if not self._resume_waiting():
+            if not resume_waiting(self):
                 return run
         try:
             while run.status == RUNNING:
@@ -262,7 +189,7 @@ class Engine:
             self.run.pending = None
             self._finish(BUDGET_EXHAUSTED, None, error={"state": run.current, "kind": "budget", "which": exc.which,
                                                         "message": exc.message})
-        except _Waiting:
+        except Waiting:
             pass
         return run
 
@@ -289,7 +216,7 @@ class Engine:
         pending = run.pending if run.pending and run.pending.get("state") == state.name else None
         attempt = int(pending["attempt"]) if pending else 1
         if pending and pending.get("kind") == "shell" and not state.idempotent and not run.meta.pop("rerun_approved", False):
-            self._wait_for_person(state, reason="interrupted",
+            wait_for_person(self, state, reason="interrupted",
                                   message=f"shell state '{state.name}' was cut off mid-way by a crash; "
                                   "approve to run it again, reject to end the run",
                                   choices=("approve", "reject"), timeout=None)
@@ -453,7 +380,7 @@ class Engine:
         if kind in ("llm", "evaluate"):
             return await self._llm(cs, ctx, visit, attempt)
         if kind == "checkpoint":
-            return await self._checkpoint(cs, ctx)
+            return await checkpoint(self, cs, ctx)
         if kind == "loop":
             from .subloop import run_child_state
 
@@ -503,75 +430,6 @@ class Engine:
         if isinstance(action, EvaluateAction):
             return evaluate_result(reply)
         return llm_result(action, reply)
-
-    # ------------------------------------------------------------ people
-    async def _checkpoint(self, cs: CompiledState, ctx: dict[str, Any]) -> dict[str, Any]:
-        state = cs.state
-        action = state.action
-        assert isinstance(action, CheckpointAction)
-        if self.run.decision is None:
-            message = render_or_fail(cs.message, ctx, "rendering the checkpoint message") if cs.message else action.message
-            asked = time.monotonic()
-            decision = await self.ports.human.decide(state.name, message, action.choices)
-            self._segment_start += time.monotonic() - asked  # time waiting for a person is not run time
-            if decision is None:
-                self._wait_for_person(state, reason="checkpoint", message=message, choices=action.choices, timeout=action.timeout)
-            assert decision is not None
-            self._count_asked(state.name)
-            if decision.get("decision") not in action.choices:
-                raise StepFailure("parse", f"decision {decision.get('decision')!r} is not one of {', '.join(action.choices)}")
-            self.run.decision = {"decision": decision["decision"], "comment": decision.get("comment", ""),
-                                 "by": decision.get("by") or "unknown", "at": decision.get("at") or utc_now()}
-            self.emit("decided", state=state.name, **self.run.decision)
-        decision = self.run.decision
-        self.run.decision = None
-        return dict(decision)
-
-    def _wait_for_person(self, state: State, *, reason: str, message: str, choices: tuple[str, ...],
-                         timeout: float | None, child: str | None = None) -> None:
-        self.run.status = WAITING
-        self.run.waiting = {"state": state.name, "since": utc_now(), "message": message,
-                            "choices": list(choices), "timeout_s": timeout, "reason": reason}
-        if child is not None:
-            self.run.waiting["child"] = child
-        self.emit("waiting", state=state.name, message=message, choices=list(choices), reason=reason)
-        self.commit()
-        raise _Waiting()
-
-    def _resume_waiting(self) -> bool:
-        """After approve/reject/decide: continue, take on_timeout, or keep waiting."""
-        run = self.run
-        waiting = run.waiting or {}
-        state = self.loop.states[waiting.get("state", run.current)]
-        decision = run.decision
-        timeout = waiting.get("timeout_s")
-        if timeout is not None:
-            since = datetime.fromisoformat(waiting["since"])
-            decided_at = datetime.fromisoformat(decision["at"]) if decision else datetime.now(timezone.utc)
-            if (decided_at - since).total_seconds() > timeout:
-                run.status, run.waiting, run.decision = RUNNING, None, None
-                self.emit("checkpoint_timeout", state=state.name, timeout_s=timeout)
-                if not self._follow(TIME_OUT, state.on_timeout):
-                    self._finish(FAILED, None, error={"state": state.name, "kind": "timeout",
-                                                      "message": f"no decision within {timeout:g}s"})
-                return run.status == RUNNING
-        if decision is None:
-            return False
-        run.status, run.waiting = RUNNING, None
-        if waiting.get("reason") == "interrupted":
-            run.decision = None
-            if decision.get("decision") != "approve":
-                self._finish(FAILED, None, error={"state": state.name, "kind": "shell_exit",
-                                                  "message": "a person declined to re-run the interrupted command"})
-                return False
-            run.meta["rerun_approved"] = True
-        elif waiting.get("reason") == "child":
-            # The decision belongs to the sub-loop that is waiting; its `loop:` state hands it over.
-            run.decision = None
-            run.meta["child_decision"] = {"child": waiting.get("child"), "decision": decision}
-        self.emit("decided", state=state.name, **{k: decision.get(k) for k in ("decision", "comment", "by", "at")})
-        self._segment_start = time.monotonic()
-        return True
 
     # ------------------------------------------------------------ ending
     def _render_outputs(self, cs: CompiledState | None) -> dict[str, Any]:

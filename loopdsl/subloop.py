@@ -17,6 +17,7 @@ from .llmcall import StepFailure
 from .model import Loop, LoopAction
 from .runstate import BUDGET_EXHAUSTED, COMPLETED, WAITING, RunState, history_from_events
 from .templates import Expression, RenderError
+from .waiting import wait_for_person
 
 if TYPE_CHECKING:
     from .compile import CompiledState
@@ -171,10 +172,10 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
     waiting = [r for r in results if r["status"] == WAITING]
     if waiting and parent.ports.recorder is not None and getattr(parent.ports.recorder, "store", None) is not None:
         # A child waits for a person: so does the parent. `loopdsl approve PARENT` decides
-        # for that child, and `resume` hands the decision down (see Engine._resume_waiting).
+        # for that child, and `resume` hands the decision down (see waiting.resume_waiting).
         first = waiting[0]
         asked = first.get("waiting") or {}
-        parent._wait_for_person(cs.state, reason="child", child=first["run_id"],
+        wait_for_person(parent, cs.state, reason="child", child=first["run_id"],
                                 message=f"sub-loop {first['run_id']} at '{asked.get('state')}': {asked.get('message', '')}",
                                 choices=tuple(asked.get("choices") or ("approve", "reject")), timeout=None)
     exhausted = [r for r in results if r["status"] == BUDGET_EXHAUSTED]
