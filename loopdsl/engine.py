@@ -119,8 +119,7 @@ class Engine:
         self._segment_start = now
         if self.durable or self.run.status != RUNNING:
             self.run.ledger = self.ledger.to_json()
-        if self.ports.secret_values:
-            self.run.results = self.redact.redact_obj(self.run.results)
+        # Results were redacted as they were stored (_store_result), events as emitted.
         self.ports.recorder.commit(self.run, self._unsaved)
         self._unsaved = []
 
@@ -285,6 +284,8 @@ class Engine:
     def _fail_state(self, state: State, failure: StepFailure, *, recoverable: bool = True) -> None:
         run = self.run
         error = {"state": state.name, "kind": failure.kind, "message": failure.message}
+        if self.ports.secret_values:
+            error = self.redact.redact_obj(error)
         self._store_result(state.name, self._failed_result(failure))
         run.error = error
         run.feedback = failure.message
