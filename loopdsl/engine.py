@@ -235,7 +235,7 @@ class Engine:
             except StepFailure as failure:
                 self._account(state.name, started, spent_before)
                 if failure.kind in state.retry.on and attempt < state.retry.max_attempts:
-                    run.feedback = failure.message
+                    run.feedback = self.redact(failure.message) if self.ports.secret_values else failure.message
                     delay = backoff_delay(state.retry, attempt, failure.retry_after)
                     failed = self._failed_result(failure)
                     run.history.setdefault(state.name, []).append(failed)
@@ -288,7 +288,7 @@ class Engine:
             error = self.redact.redact_obj(error)
         self._store_result(state.name, self._failed_result(failure))
         run.error = error
-        run.feedback = failure.message
+        run.feedback = self.redact(failure.message) if self.ports.secret_values else failure.message
         self.emit("failed", **error, result=self.run.results[state.name])
         if not recoverable or not self._follow(FAIL, state.on_failure):
             self._finish(FAILED, None, error=error)
