@@ -1,9 +1,9 @@
 """The LLM port: one completion per call, through LiteLLM, with errors as kinds.
 
 Two providers implement it. `LiteLLMProvider` makes real calls; `ScriptedProvider`
-answers from a script (for offline runs and tests) but still goes through
-`litellm.acompletion(mock_response=...)`, so its responses, usage, cost and
-exceptions are LiteLLM's own objects and take the same path as real ones.
+(in `scripted`, re-exported here) answers from a script (for offline runs and tests)
+but still goes through `litellm.acompletion(mock_response=...)`, so its responses,
+usage, cost and exceptions are LiteLLM's own objects and take the same path as real ones.
 
 Retries belong to the engine alone: every call passes `num_retries=0` (LiteLLM's
 wrapper) and `max_retries=0` (the OpenAI client's own, which otherwise makes
@@ -27,13 +27,20 @@ import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .prices import model_provider
 
+if TYPE_CHECKING:
+    # Re-exported lazily (see `__getattr__` at the bottom): `scripted` imports this module.
+    from .scripted import (
+        SCRIPTED_ERROR_KINDS,
+        ScriptedProvider,
+        ScriptError,
+        ScriptExhausted,
+    )
+
 PROVIDER_ERROR_KINDS = ("rate_limit", "server_error", "timeout", "connection", "auth", "context_window", "parse")
-SCRIPTED_ERROR_KINDS = ("rate_limit", "timeout", "server_error", "context_window", "connection", "auth")
 # LiteLLM needs some key even for a local OpenAI-compatible server that checks none.
 LOCAL_PLACEHOLDER_KEY = "sk-local"
 # Providers whose prompts LiteLLM counts with the provider's real tokenizer (tiktoken).
@@ -101,13 +108,6 @@ class ProviderError(Exception):
     def __str__(self) -> str:
         return self.message
 
-
-class ScriptExhausted(Exception):
-    """The script has no reply left for a state that asked for one."""
-
-
-class ScriptError(ValueError):
-    """The script file itself is wrong (where, what, how to fix)."""
 
 
 class Provider(Protocol):
@@ -336,197 +336,22 @@ class LiteLLMProvider:
         return count_prompt_tokens(model, messages)
 
 
-# -- scripted provider ------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Entry:
-    kind: str  # "reply" | "error" | "decision"
-    text: str = ""
-    usage: tuple[int, int] | None = None
-    error: str = ""
-    message: str = ""
-    retry_after: float | None = None
-    decision: str = ""
-    comment: str = ""
+# -- re-exports from `scripted` ---------------------------------------------------------
+_SCRIPTED_NAMES = frozenset({"ScriptedProvider", "ScriptError", "ScriptExhausted", "SCRIPTED_ERROR_KINDS"})
 
 
-def _parse_entry(raw: Any, where: str) -> _Entry:
-    if isinstance(raw, str):
-        return _Entry("reply", text=raw)
-    if not isinstance(raw, Mapping):
-        raise ScriptError(f"{where}: expected a reply text or a mapping with `text`, `error` or `decision`")
-    keys = [k for k in ("text", "error", "decision") if k in raw]
-    if len(keys) != 1:
-        raise ScriptError(f"{where}: give exactly one of `text`, `error` or `decision` (found {keys or 'none'})")
-    allowed = {"text": {"text", "usage"}, "error": {"error", "message", "retry_after"},
-               "decision": {"decision", "comment"}}[keys[0]]
-    extra = sorted(str(k) for k in raw if k not in allowed)
-    if extra:
-        raise ScriptError(f"{where}: unexpected key(s) {', '.join(extra)} (allowed here: {', '.join(sorted(allowed))})")
-    if "text" in raw:
-        if not isinstance(raw["text"], str):
-            raise ScriptError(f"{where}: `text` must be a string")
-        usage = raw.get("usage")
-        if usage is None:
-            return _Entry("reply", text=raw["text"])
-        counts = []
-        for name in ("prompt_tokens", "completion_tokens"):
-            value = usage.get(name) if isinstance(usage, Mapping) else None
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ScriptError(f"{where}: `usage` needs non-negative integers `prompt_tokens` and `completion_tokens`")
-            counts.append(value)
-        return _Entry("reply", text=raw["text"], usage=(counts[0], counts[1]))
-    if "error" in raw:
-        kind = raw["error"]
-        if kind not in SCRIPTED_ERROR_KINDS:
-            raise ScriptError(f"{where}: unknown error kind {kind!r} (expected one of {', '.join(SCRIPTED_ERROR_KINDS)})")
-        retry_after = raw.get("retry_after")
-        if retry_after is not None and (isinstance(retry_after, bool) or not isinstance(retry_after, (int, float)) or retry_after < 0):
-            raise ScriptError(f"{where}: `retry_after` must be a number of seconds")
-        return _Entry("error", error=kind, message=str(raw.get("message", f"scripted {kind}")),
-                      retry_after=None if retry_after is None else float(retry_after))
-    decision = raw["decision"]
-    if not isinstance(decision, str) or not decision:
-        raise ScriptError(f"{where}: `decision` must be a non-empty string such as approve or reject")
-    return _Entry("decision", decision=decision, comment=str(raw.get("comment", "") or ""))
+def __getattr__(name: str) -> Any:
+    # Lazy, so `import loopdsl.scripted` first and `import loopdsl.providers` first both work.
+    if name in _SCRIPTED_NAMES:
+        from . import scripted
+
+        return getattr(scripted, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _scripted_exception(litellm: Any, entry: _Entry, model: str) -> Exception:
-    common = {"message": entry.message, "llm_provider": "scripted", "model": model}
-    if entry.error == "rate_limit":
-        headers = {"retry-after": f"{entry.retry_after:g}"} if entry.retry_after is not None else None
-        return litellm.RateLimitError(**common, headers=headers)
-    classes = {"timeout": "Timeout", "server_error": "InternalServerError", "context_window": "ContextWindowExceededError",
-               "connection": "APIConnectionError", "auth": "AuthenticationError"}
-    return getattr(litellm, classes[entry.error])(**common)
-
-
-class ScriptedProvider:
-    """Answers LLM calls and checkpoint decisions from a script, per state, in order."""
-
-    def __init__(self, script: Mapping[str, Sequence[_Entry]], source: str = "<script>") -> None:
-        self._source = source
-        self._entries = {state: list(entries) for state, entries in script.items()}
-        self._used = {state: 0 for state in script}
-
-    @classmethod
-    def from_data(cls, data: Any, source: str = "<script>") -> ScriptedProvider:
-        if not isinstance(data, Mapping):
-            raise ScriptError(f"{source}: a script maps state names to lists of replies, e.g. `draft: [\"first reply\"]`")
-        parsed: dict[str, list[_Entry]] = {}
-        for state, entries in data.items():
-            items = entries if isinstance(entries, (list, tuple)) else [entries]
-            parsed[str(state)] = [_parse_entry(item, f"{source}: {state}[{i}]") for i, item in enumerate(items)]
-        return cls(parsed, source)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> ScriptedProvider:
-        file = Path(path)
-        try:
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ScriptError(f"{file}: cannot read the script: {exc.strerror or exc}") from None
-        if file.suffix.lower() == ".json":
-            try:
-                data = json.loads(text)
-            except ValueError as exc:
-                raise ScriptError(f"{file}: not valid JSON: {exc}") from None
-        else:
-            from ruamel.yaml import YAML, YAMLError
-
-            try:
-                data = YAML(typ="safe", pure=True).load(text)
-            except YAMLError as exc:
-                raise ScriptError(f"{file}: not valid YAML: {exc}") from None
-        return cls.from_data(data, str(file))
-
-    def _next(self, state: str, want: str) -> _Entry | None:
-        entries = self._entries.get(state)
-        if entries is None:
-            if want == "decision":
-                return None
-            known = ", ".join(sorted(self._entries)) or "none"
-            raise ScriptExhausted(
-                f"{self._source}: no scripted reply for state '{state}' (the script has entries for: {known}); "
-                f"add `{state}: [...]` to the script"
-            )
-        used = self._used[state]
-        if used >= len(entries):
-            if want == "decision":
-                return None
-            raise ScriptExhausted(
-                f"{self._source}: state '{state}' asked for reply {used + 1} but the script has only "
-                f"{len(entries)} for it; add more entries under `{state}:`"
-            )
-        entry = entries[used]
-        if (entry.kind == "decision") != (want == "decision"):
-            have = "a checkpoint decision" if entry.kind == "decision" else "an LLM reply"
-            need = "a checkpoint decision" if want == "decision" else "an LLM reply"
-            raise ScriptError(f"{self._source}: {state}[{used}] is {have}, but the state asked for {need}")
-        self._used[state] = used + 1
-        return entry
-
-    async def complete(self, request: LlmRequest, *, state: str) -> LlmResponse:
-        entry = self._next(state, "reply")
-        assert entry is not None
-        litellm = ensure_litellm()
-        messages = [dict(m) for m in request.messages]
-        if entry.kind == "error":
-            mock: Any = _scripted_exception(litellm, entry, request.model)
-        else:
-            if entry.usage is not None:
-                # A real provider stops at max_tokens; so does a scripted completion. The
-                # scripted prompt size is kept: count_tokens reserved for it (see there).
-                prompt, completion = entry.usage
-                completion = min(completion, request.max_tokens)
-            else:
-                # Realistic usage so budgets behave offline as they would online; a real
-                # provider stops at max_tokens, so the completion count does too.
-                prompt = int(litellm.token_counter(model=request.model, messages=messages))
-                completion = min(request.max_tokens, int(litellm.token_counter(model=request.model, text=entry.text)))
-            # A response mapping (not a bare string) so LiteLLM keeps this usage and prices it.
-            mock = {
-                "model": request.model,
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": entry.text}}],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                          "total_tokens": prompt + completion},
-            }
-        kwargs = {"model": request.model, "messages": messages, "max_tokens": request.max_tokens,
-                  "mock_response": mock, **_FORCED}
-        response = await _acompletion(litellm, kwargs, request, ())
-        return _response_to_llm(litellm, response, request)
-
-    def count_tokens(self, model: str, messages: Sequence[Mapping[str, str]]) -> int:
-        return count_prompt_tokens(model, messages)
-
-    def prompt_tokens_to_reserve(self, model: str, messages: Sequence[Mapping[str, str]], state: str) -> int:
-        """The real count, or the next scripted reply's `usage.prompt_tokens` when larger,
-        so that scripted usage never bills more than was reserved (caps hold offline too).
-        The engine uses this hook, when a provider has it, instead of `count_tokens`."""
-        counted = self.count_tokens(model, messages)
-        entries = self._entries.get(state) or []
-        used = self._used.get(state, 0)
-        usage = entries[used].usage if used < len(entries) else None
-        if usage is not None:
-            counted = max(counted, int(usage[0]))
-        return counted
-
-    def decision(self, state: str) -> dict[str, str] | None:
-        entry = self._next(state, "decision")
-        return None if entry is None else {"decision": entry.decision, "comment": entry.comment}
-
-    def skip_used(self, counts: Mapping[str, int]) -> None:
-        """Continue a resumed run's script where the killed process left it: `counts` is how
-        many replies and decisions each state had already taken."""
-        for state, count in counts.items():
-            if state in self._entries:
-                self._used[state] = min(int(count), len(self._entries[state]))
-
-    def unused(self) -> dict[str, int]:
-        """States with scripted entries never consumed, and how many (typos show up here)."""
-        return {state: len(entries) - self._used[state]
-                for state, entries in self._entries.items() if self._used[state] < len(entries)}
-
-    def unknown_states(self, state_names: Iterable[str]) -> list[str]:
-        known = set(state_names)
-        return sorted(state for state in self._entries if state not in known)
+__all__ = [
+    "ESTIMATE_MARGIN", "EXACT_TOKENIZER_PROVIDERS", "LOCAL_PLACEHOLDER_KEY", "PROVIDER_ERROR_KINDS",
+    "SCRIPTED_ERROR_KINDS", "LiteLLMProvider", "LlmRequest", "LlmResponse", "Provider", "ProviderError",
+    "ScriptError", "ScriptExhausted", "ScriptedProvider", "count_prompt_tokens", "ensure_litellm",
+    "map_litellm_error", "tokenizer_is_exact",
+]

@@ -1,5 +1,8 @@
 """The durable run store: run records, event logs, run locks and stored LLM responses.
 
+The JSON-only diskcache Disk and the directory checks are in `store_disk`, the run
+lock's handle and heartbeat in `store_lock`.
+
 One directory per store (by default `.loopdsl/` at the repository root) holding a
 diskcache `Cache` (SQLite in WAL mode) that never evicts and stores every value as JSON
 text: diskcache pickles by default, and unpickling a planted row runs code
@@ -31,77 +34,26 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import diskcache
-from diskcache.core import MODE_RAW, UNKNOWN
 
-FORMAT_VERSION = 1
-MARKER_NAME = "loopdsl-store.json"
-DB_NAME = diskcache.core.DBNAME  # "cache.db"
+# The on-disk layer and the run lock live in their own modules; their public names are
+# re-exported (see `__all__`) so `from loopdsl.store import ...` keeps working.
+from .store_disk import (
+    DB_NAME,
+    FORMAT_VERSION,
+    MARKER_NAME,
+    JsonOnlyDisk,
+    StoreError,
+    _prepare_directory,
+)
+from .store_lock import RunLock, _holder_is_dead, _lock_key
+
 ACTIVE_STATUSES = ("running", "waiting")
 _RUN_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _MAX_CANDIDATES_SHOWN = 10
 
 
-class StoreError(Exception):
-    """A problem with the run store a user can act on: says what happened and how to fix it."""
-
-    def __init__(self, message: str, hint: str = "") -> None:
-        self.message = message
-        self.hint = hint
-        super().__init__(f"{message}\n  hint: {hint}" if hint else message)
-
-
 class RunLocked(StoreError):
     """Another live process holds the run."""
-
-
-# --------------------------------------------------------------------------- JSON disk
-
-
-class JsonOnlyDisk(diskcache.Disk):
-    """Stores string keys and JSON values inline in SQLite; refuses anything else on read.
-
-    Values live inline (never in side files) so a commit is one SQLite transaction and
-    nothing outside the database can be half-written by a crash.
-    """
-
-    def __init__(self, directory: str, **_settings: Any) -> None:
-        # diskcache passes its `disk_*` settings (pickle protocol, min file size): unused.
-        super().__init__(directory)
-
-    def put(self, key: Any) -> tuple[Any, bool]:
-        if type(key) is not str:
-            raise TypeError(f"run store keys are strings, got {type(key).__name__}")
-        return key, True
-
-    def get(self, key: Any, raw: bool) -> str:
-        if not raw or type(key) is not str:
-            raise StoreError(
-                "the run store holds a key that loopdsl did not write (not plain text)",
-                "the store may have been tampered with; move the store directory aside",
-            )
-        return key
-
-    def store(self, value: Any, read: bool, key: Any = UNKNOWN) -> tuple[int, int, None, str]:
-        if read:
-            raise TypeError("the run store does not store file objects")
-        text = json.dumps(value, separators=(",", ":"))
-        return 0, MODE_RAW, None, text
-
-    def fetch(self, mode: int, filename: Any, value: Any, read: bool) -> Any:
-        if mode != MODE_RAW or type(value) is not str or filename is not None:
-            raise StoreError(
-                "the run store holds a value that is not JSON (possibly a pickle); "
-                "it was refused, not loaded",
-                "someone else wrote into the store; move the store directory aside and "
-                "inspect it",
-            )
-        try:
-            return json.loads(value)
-        except ValueError:
-            raise StoreError(
-                "the run store holds a value that is not valid JSON",
-                "the store may be damaged; move the store directory aside",
-            ) from None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -149,10 +101,6 @@ def _event_key(run_id: str, index: int) -> str:
     return f"run/{run_id}/event/{index:010d}"
 
 
-def _lock_key(name: str) -> str:
-    return f"lock/{name}"
-
-
 def _check_run_id(run_id: str) -> None:
     ok = (
         isinstance(run_id, str)
@@ -192,150 +140,6 @@ def default_store_dir(start: Path) -> Path:
         if (candidate / ".git").exists():
             return candidate / ".loopdsl"
     return start / ".loopdsl"
-
-
-# --------------------------------------------------------------------------- directory
-
-
-def _holder_is_dead(holder: dict[str, Any]) -> bool:
-    """A holder on this host whose process no longer exists (killed, crashed): its lock
-    would only expire after its ttl; resuming right after a kill -9 need not wait."""
-    if holder.get("host") != socket.gethostname():
-        return False
-    pid = holder.get("pid")
-    if not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    # A zombie (killed, not yet reaped by its parent) still answers signal 0.
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            return stat.read().rsplit(")", 1)[-1].split()[0] == "Z"
-    except OSError:
-        return False
-
-
-def _write_marker(directory: Path) -> None:
-    marker = directory / MARKER_NAME
-    tmp = directory / f".{MARKER_NAME}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"format": FORMAT_VERSION, "tool": "loopdsl"}) + "\n")
-    os.replace(tmp, marker)  # atomic: a crash never leaves half a marker
-
-
-def _prepare_directory(directory: Path) -> None:
-    """Create or check the store directory. Never deletes or rewrites anything not ours."""
-    if directory.exists() and not directory.is_dir():
-        raise StoreError(
-            f"the run store path {directory} is a file, not a directory",
-            "set LOOPDSL_STORE to a directory, or move that file",
-        )
-    if not directory.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-    marker = directory / MARKER_NAME
-    if marker.exists():
-        try:
-            info = json.loads(marker.read_text())
-            fmt = info["format"]
-            tool = info["tool"]
-        except (OSError, ValueError, KeyError, TypeError):
-            raise StoreError(
-                f"the run store marker {marker} is damaged",
-                "it was left untouched; move the store directory aside to start a fresh store",
-            ) from None
-        if tool != "loopdsl" or not isinstance(fmt, int):
-            raise StoreError(
-                f"{directory} is not a loopdsl run store (its marker names {tool!r})",
-                "set LOOPDSL_STORE to another directory",
-            )
-        if fmt > FORMAT_VERSION:
-            raise StoreError(
-                f"the run store {directory} was written by a newer loopdsl "
-                f"(store format {fmt}; this version reads format {FORMAT_VERSION})",
-                "upgrade loopdsl (pip install -U loopdsl), or use another store via LOOPDSL_STORE",
-            )
-    else:
-        if any(directory.iterdir()):
-            raise StoreError(
-                f"{directory} exists, is not empty and is not a loopdsl run store "
-                f"(no {MARKER_NAME})",
-                "nothing was changed; set LOOPDSL_STORE to an empty or new directory, "
-                "or move that directory",
-            )
-        _write_marker(directory)
-    if not (directory / DB_NAME).exists():
-        # Pre-create the database owner-only: SQLite gives its -wal/-shm files the same mode.
-        fd = os.open(directory / DB_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        os.close(fd)
-    # Run records and responses may hold prompts and outputs: owner-only.
-    os.chmod(directory, 0o700)
-    gitignore = directory / ".gitignore"
-    if not gitignore.exists():
-        # `*` ignores everything here, itself included, so `git status` stays clean.
-        gitignore.write_text("*\n")
-
-
-# --------------------------------------------------------------------------- locks
-
-
-class RunLock:
-    """A held cross-process lock on a run; a daemon thread refreshes it every ttl/3.
-
-    Returned by `RunStore.lock` already acquired. Use as a context manager or call
-    `release()`. If the holder is killed, the lock expires within `ttl`.
-    """
-
-    def __init__(self, store: RunStore, name: str, ttl: float, token: str) -> None:
-        self._store = store
-        self.name = name
-        self.ttl = ttl
-        self.token = token
-        self._stop = threading.Event()
-        self._lost = False
-        self._released = False
-        self._thread = threading.Thread(
-            target=self._heartbeat, name=f"loopdsl-lock-{name}", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def lost(self) -> bool:
-        """True when a refresh found the lock taken over (e.g. this process was suspended)."""
-        return self._lost
-
-    def _heartbeat(self) -> None:
-        cache = self._store._cache
-        try:
-            while not self._stop.wait(self.ttl / 3):
-                try:
-                    with cache.transact():
-                        holder = cache.get(_lock_key(self.name))
-                        if isinstance(holder, dict) and holder.get("token") == self.token:
-                            cache.touch(_lock_key(self.name), expire=self.ttl)
-                        else:
-                            self._lost = True
-                            return
-                except (diskcache.Timeout, sqlite3.Error):
-                    continue  # busy store: the next beat retries well before expiry
-        finally:
-            cache.close()  # closes only this thread's SQLite connection
-
-    def release(self) -> None:
-        if self._released:
-            return
-        self._released = True
-        self._stop.set()
-        self._thread.join()
-        self._store._release(self)
-
-    def __enter__(self) -> RunLock:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.release()
 
 
 # --------------------------------------------------------------------------- the store
@@ -604,3 +408,9 @@ class RunStore:
     @_guarded
     def put_cached(self, key: str, value: dict[str, Any]) -> None:
         self._cache.set(f"cache/{key}", value)
+
+
+__all__ = [
+    "ACTIVE_STATUSES", "DB_NAME", "FORMAT_VERSION", "MARKER_NAME", "JsonOnlyDisk", "RunLock",
+    "RunLocked", "RunStore", "StoreError", "default_store_dir", "response_key",
+]

@@ -1,0 +1,103 @@
+"""Run locks: a cross-process lock on a run, kept alive by a heartbeat thread.
+
+The lock is a row `lock/<name>` of the store that expires unless refreshed; taking it
+is `RunStore.lock` (atomic `add`, or a takeover of a dead holder's row).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import threading
+from typing import TYPE_CHECKING, Any
+
+import diskcache
+
+if TYPE_CHECKING:
+    from .store import RunStore
+
+
+def _lock_key(name: str) -> str:
+    return f"lock/{name}"
+
+
+def _holder_is_dead(holder: dict[str, Any]) -> bool:
+    """A holder on this host whose process no longer exists (killed, crashed): its lock
+    would only expire after its ttl; resuming right after a kill -9 need not wait."""
+    if holder.get("host") != socket.gethostname():
+        return False
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    # A zombie (killed, not yet reaped by its parent) still answers signal 0.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------- locks
+
+
+class RunLock:
+    """A held cross-process lock on a run; a daemon thread refreshes it every ttl/3.
+
+    Returned by `RunStore.lock` already acquired. Use as a context manager or call
+    `release()`. If the holder is killed, the lock expires within `ttl`.
+    """
+
+    def __init__(self, store: RunStore, name: str, ttl: float, token: str) -> None:
+        self._store = store
+        self.name = name
+        self.ttl = ttl
+        self.token = token
+        self._stop = threading.Event()
+        self._lost = False
+        self._released = False
+        self._thread = threading.Thread(
+            target=self._heartbeat, name=f"loopdsl-lock-{name}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def lost(self) -> bool:
+        """True when a refresh found the lock taken over (e.g. this process was suspended)."""
+        return self._lost
+
+    def _heartbeat(self) -> None:
+        cache = self._store._cache
+        try:
+            while not self._stop.wait(self.ttl / 3):
+                try:
+                    with cache.transact():
+                        holder = cache.get(_lock_key(self.name))
+                        if isinstance(holder, dict) and holder.get("token") == self.token:
+                            cache.touch(_lock_key(self.name), expire=self.ttl)
+                        else:
+                            self._lost = True
+                            return
+                except (diskcache.Timeout, sqlite3.Error):
+                    continue  # busy store: the next beat retries well before expiry
+        finally:
+            cache.close()  # closes only this thread's SQLite connection
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        self._stop.set()
+        self._thread.join()
+        self._store._release(self)
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
