@@ -47,7 +47,11 @@ class Progress:
             line = f"  llm {event.get('model')}: {usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens, {_money(event.get('cost_usd'))}{note}   [{self._spend()}]"
         elif kind == "gate":
             mark = "pass" if event.get("passed") else "FAIL"
-            line = f"  {event['phase']}-gate {event['gate']}: {mark}" + ("" if event.get("passed") else f": {_first_line(event.get('message', ''))}")
+            line = f"  {event['phase']}-gate {event['gate']}: {mark}"
+            if not event.get("passed"):
+                # The message's first line says what failed; its tail (test output, the
+                # schema error) is what a person needs to see: show a few lines of both.
+                line += ": " + _some_lines(event.get("message", ""))
         elif kind == "retry":
             line = f"  retry in {event['delay_s']}s after {event['kind']}: {_first_line(event.get('message', ''))}"
         elif kind == "failed":
@@ -66,6 +70,14 @@ class Progress:
                 line = f"  sub-loop {event['run_id']} ended {inner.get('status')}"
         if line:
             print(line, file=self.stream, flush=True)
+
+
+def _some_lines(text: str, count: int = 6, limit: int = 160) -> str:
+    lines = [ln.rstrip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    if len(lines) > count:
+        lines = lines[:1] + ["…"] + lines[-(count - 2):]
+    clipped = [ln if len(ln) <= limit else ln[: limit - 1] + "…" for ln in lines]
+    return "\n      ".join(clipped)
 
 
 def _first_line(text: str, limit: int = 160) -> str:
