@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .budget import conservative_tokens
+from .budget import conservative_tokens, reservation_for
 from .model import EvaluateAction, Gate, LlmAction, Loop, ModelAlias
 from .prices import model_price
 from .project.graphs import in_cycle
@@ -103,12 +103,13 @@ def _gate_names(gates: tuple[Gate, ...]) -> list[str]:
 
 
 def call_worst_case(loop: Loop, alias: ModelAlias, prompt_tokens: int, max_tokens: int) -> tuple[int, float | None]:
-    prices = [alias.price if (m == alias.model and alias.price) else model_price(m) for m in (alias.model, *alias.fallbacks)]
-    tokens = prompt_tokens + max_tokens
-    if any(p is None for p in prices):
-        return tokens, None
-    worst = max((prompt_tokens * p.input_per_mtok + max_tokens * p.output_per_mtok) / 1e6 for p in prices if p)
-    return tokens, worst
+    """The reservation the engine would make for one call (None cost: a model has no price)."""
+    priced = [(m, alias.price if (m == alias.model and alias.price) else model_price(m))
+              for m in (alias.model, *alias.fallbacks)]
+    try:
+        return reservation_for(priced, prompt_tokens, max_tokens)
+    except ValueError:
+        return prompt_tokens + max_tokens, None
 
 
 def prompt_tokens_estimate(loop: Loop, action: LlmAction | EvaluateAction) -> int:

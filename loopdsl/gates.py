@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from jsonschema import Draft7Validator
-from jsonschema.exceptions import SchemaError
 
 from . import templates
+from .jsonschema_check import InvalidSchema, schema_errors
 from .model import BUILTIN_GATES, Gate
 from .secrets import Redactor, find_secrets
 from .shell import ShellResult
@@ -24,7 +23,8 @@ from .shell import ShellResult
 # The part of a failing command's output that goes into the message (and so into feedback).
 OUTPUT_TAIL_BYTES = 2048
 _MAX_SCHEMA_ERRORS = 5
-_FENCE = re.compile(r"\A\s*```[^\n`]*\n(?P<body>.*?)\n?[ \t]*```\s*\Z", re.DOTALL)
+# The info string (```python) ends at a newline; a one-line fence (```{"a": 1}```) has none.
+_FENCE = re.compile(r"\A\s*```(?:[^\n`]*\n)?(?P<body>.*?)\n?[ \t]*```\s*\Z", re.DOTALL)
 _TEMPLATE_ERRORS: tuple[type[BaseException], ...] = tuple(
     getattr(templates, name) for name in ("RenderError", "TemplateError") if hasattr(templates, name)
 )
@@ -50,7 +50,10 @@ class _GateFailed(Exception):
 
 
 def strip_code_fence(text: str) -> str:
-    """The body of one code fence surrounding the whole text (```lang ... ```), else the text."""
+    """The body of one code fence surrounding the whole text (```lang ... ```), else the text.
+
+    Used for every model reply that must parse: `output: json`, evaluator verdicts and the
+    `python_syntax` gate."""
     match = _FENCE.match(text)
     return match.group("body") if match else text
 
@@ -243,19 +246,13 @@ class GateRunner:
                 "answer with a JSON document (use `output: json` on the llm state)"
             )
 
-        def build() -> Draft7Validator:
-            schema = dict(gate.schema or {})
-            try:
-                Draft7Validator.check_schema(schema)
-            except SchemaError as exc:
-                raise _GateFailed(f"json_schema gate '{label}' has an invalid schema: {exc.message}") from None
-            return Draft7Validator(schema)
-
-        validator = self._cached(gate, "schema", build)
-        errors = sorted(validator.iter_errors(document), key=lambda e: (list(e.absolute_path), e.message))
-        if errors:
-            lines = [f"{e.json_path}: {e.message}" for e in errors[:_MAX_SCHEMA_ERRORS]]
-            more = len(errors) - _MAX_SCHEMA_ERRORS
+        try:
+            problems = schema_errors(gate.schema or {}, document)
+        except InvalidSchema as exc:
+            raise _GateFailed(f"json_schema gate '{label}' has an invalid schema: {exc}") from None
+        if problems:
+            lines = problems[:_MAX_SCHEMA_ERRORS]
+            more = len(problems) - _MAX_SCHEMA_ERRORS
             if more > 0:
                 lines.append(f"... and {more} more")
             raise _GateFailed(

@@ -12,11 +12,11 @@ import asyncio
 import hashlib
 import json
 import os
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from .budget import Ledger, reservation_for
+from .budget import Ledger, cost_for, reservation_for
+from .gates import strip_code_fence
 from .model import EvaluateAction, LlmAction, Loop, ModelAlias, Price
 from .prices import model_price
 from .providers import LlmRequest, LlmResponse, Provider, ProviderError
@@ -38,18 +38,9 @@ EVALUATOR_INSTRUCTIONS = (
     "You are an evaluator. Judge the work against the criteria. Reply with JSON only, exactly "
     'of the form {"verdict": "accept" | "reject", "feedback": "<what to change, or why it is fine>"}.'
 )
-_FENCE = re.compile(r"^\s*```[A-Za-z0-9_+-]*\s*(.*?)\s*```\s*$", re.DOTALL)
-
-
-def strip_fence(text: str) -> str:
-    """One surrounding Markdown code fence is removed; anything else is left as is."""
-    m = _FENCE.match(text)
-    return m.group(1) if m else text
-
-
 def parse_json_reply(text: str) -> Any:
     try:
-        return json.loads(strip_fence(text))
+        return json.loads(strip_code_fence(text))
     except json.JSONDecodeError as exc:
         raise StepFailure(
             "parse",
@@ -65,10 +56,6 @@ def request_key(run_id: str, state: str, visit: int, attempt: int, chain_index: 
 
 def cache_key(request: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(request, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def alias_cost(price: Price, prompt_tokens: int, completion_tokens: int) -> float:
-    return (prompt_tokens * price.input_per_mtok + completion_tokens * price.output_per_mtok) / 1_000_000
 
 
 @dataclass
@@ -214,7 +201,7 @@ class LlmCaller:
         price = dict(priced).get(request.model)
         cost_usd = response.cost_usd
         if price is not None and (cost_usd is None or request.model == priced[0][0]):
-            cost_usd = alias_cost(price, response.prompt_tokens, response.completion_tokens)
+            cost_usd = cost_for(price, response.prompt_tokens, response.completion_tokens)
         if cost_usd is None:  # unknown cost is never $0: keep the reserved worst case
             cost_usd = cost
         used = response.prompt_tokens + response.completion_tokens
@@ -234,14 +221,17 @@ class LlmCaller:
 
 def llm_result(action: LlmAction, reply: dict[str, Any]) -> dict[str, Any]:
     """Shape an llm reply into the state's result; json output is parsed and checked."""
-    from .jsonschema_check import schema_errors
+    from .jsonschema_check import InvalidSchema, schema_errors
 
     result = {k: reply[k] for k in ("text", "usage", "cost_usd", "model")}
     result["json"] = None
     if action.output == "json":
         data = parse_json_reply(reply["text"])
         if action.schema is not None:
-            problems = schema_errors(action.schema, data)
+            try:
+                problems = schema_errors(action.schema, data)
+            except InvalidSchema as exc:
+                raise StepFailure("parse", f"the state's `schema` is not a valid JSON Schema: {exc}", result=result) from None
             if problems:
                 raise StepFailure("parse", "the JSON does not match the schema: " + "; ".join(problems[:5]), result=result)
         result["json"] = data

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from .budget import BudgetExceeded, Ledger
 from .inputs import InputError, coerce_inputs
 from .llmcall import StepFailure
-from .model import Loop, LoopAction
+from .model import ERROR_KINDS, Loop, LoopAction
 from .runstate import BUDGET_EXHAUSTED, COMPLETED, WAITING, RunState, history_from_events
 from .templates import Expression, RenderError
 from .waiting import wait_for_person
@@ -187,7 +187,7 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
                                  f"sub-loop {action.path} stopped: {err.get('message', 'budget exhausted')}")
         if only["status"] != COMPLETED:
             err = only.get("error") or {}
-            kind = str(err["kind"]) if err.get("kind") in _KINDS else "gate"
+            kind = str(err["kind"]) if err.get("kind") in ERROR_KINDS else "gate"
             raise StepFailure(kind, f"sub-loop {action.path} ended {only['status']}: {err.get('message', '')}",
                               result={"status": only["status"], "outputs": only["outputs"]})
         return {"status": only["status"], "outputs": only["outputs"], **only["outputs"]}
@@ -202,10 +202,6 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         raise StepFailure("gate", f"{failures} of {len(results)} children of '{cs.state.name}' failed "
                           f"(tolerate_failures: {action.tolerate_failures})", result={"items": shaped, "failures": failures})
     return {"items": shaped, "failures": failures}
-
-
-_KINDS = frozenset({"rate_limit", "server_error", "timeout", "connection", "auth", "context_window",
-                    "shell_exit", "gate", "parse", "no_transition", "budget"})
 
 
 def _forward_to(parent: "Engine", run_id: str) -> Callable[[dict[str, Any]], None]:
