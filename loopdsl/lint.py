@@ -34,7 +34,7 @@ from .imports import (
     resolve_imports,
 )
 from .loader import Document, load_document
-from .model import LlmAction, Loop, LoopAction, build_loop
+from .model import Loop, build_loop
 from .rules import GRAPH_RULES, RULES, LintContext
 
 INTERNAL_ERROR = "internal-error"
@@ -392,35 +392,3 @@ def load_loop(path: str | Path) -> Loop:
                                     "this file has no `states`: it is an import library, not a loop",
                                     "run a loop file; libraries are used through `imports:`")])
     return analysis.loop
-
-
-def source_files(path: str | Path) -> list[Path]:
-    """Every file a loop's behaviour depends on: the loop, its imports (transitively), its
-    skills and its sub-loops (with theirs). For recording hashes with a run; files that do
-    not exist are left out (lint reports them)."""
-    session = LintSession()
-    found: list[Path] = []
-
-    def visit(file: Path) -> None:
-        key = file.resolve()
-        if key in found or not key.is_file():
-            return
-        found.append(key)
-        analysis = session.lint_file(file)
-        if analysis.imported is not None:
-            for imported in analysis.imported.files:
-                if imported not in found:
-                    found.append(imported)
-        if analysis.loop is None:
-            return
-        for state in analysis.loop.states.values():
-            action = state.action
-            if isinstance(action, LlmAction) and action.skill:
-                skill = (file.parent / action.skill).resolve()
-                if skill.is_file() and skill not in found:
-                    found.append(skill)
-            elif isinstance(action, LoopAction):
-                visit(file.parent / action.path)
-
-    visit(Path(path))
-    return found

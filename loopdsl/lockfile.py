@@ -28,24 +28,12 @@ def sha256_file(path: Path) -> str:
         return "missing"
 
 
-def _import_paths(file: Path, seen: set[Path]) -> list[Path]:
-    """An import file and the files it imports in turn (cycles are lint's to report)."""
-    from ruamel.yaml import YAML, YAMLError
+def _imported_files(source: Path) -> list[Path]:
+    """The files a loop file imports, transitively, as lint resolves them."""
+    from .lint import LintSession
 
-    if file in seen:
-        return []
-    seen.add(file)
-    found = [file]
-    try:
-        data = YAML(typ="safe", pure=True).load(file.read_text(encoding="utf-8"))
-    except (OSError, YAMLError, UnicodeDecodeError):
-        return found
-    items = data.get("imports") if isinstance(data, dict) else None
-    for item in items if isinstance(items, list) else ():
-        rel = item.get("path") if isinstance(item, dict) else item
-        if isinstance(rel, str):
-            found.extend(_import_paths((file.parent / rel).resolve(), seen))
-    return found
+    imported = LintSession().lint_file(source).imported
+    return list(imported.files) if imported is not None else []
 
 
 def dependencies(loop: Loop, _seen: set[Path] | None = None) -> dict[str, str]:
@@ -62,10 +50,9 @@ def dependencies(loop: Loop, _seen: set[Path] | None = None) -> dict[str, str]:
         seen.add(src)
         files[str(src)] = sha256_file(src)
     base = loop.base_dir
-    visited_imports: set[Path] = set()
-    for imp in loop.imports:
-        for path in _import_paths((base / imp.path).resolve(), visited_imports):
-            files[str(path)] = sha256_file(path)
+    if loop.source is not None and loop.imports:
+        for path in _imported_files(loop.source):
+            files[str(path.resolve())] = sha256_file(path)
     for state in loop.states.values():
         action = state.action
         if isinstance(action, LlmAction) and action.skill:

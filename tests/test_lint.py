@@ -429,8 +429,9 @@ def test_report_exit_codes_directly() -> None:
     assert LintReport([replace(err, rule="internal-error")], {}, 1).exit_code(False) == 3
 
 
-def test_source_files_lists_what_a_run_depends_on(tmp_path: Path) -> None:
-    from loopdsl.lint import source_files
+def test_dependencies_list_what_a_run_depends_on(tmp_path: Path) -> None:
+    from loopdsl.lint import load_loop
+    from loopdsl.lockfile import dependencies
 
     main = _project(tmp_path)
     write(tmp_path, "loops/skills/s.md", "## When\n## Read\n## Judge\n## Output\n## Stop\n")
@@ -440,5 +441,5 @@ def test_source_files_lists_what_a_run_depends_on(tmp_path: Path) -> None:
         'llm: {model: writer, skill: skills/s.md, prompt: "Write a haiku."}',
     ).replace("next: done\n  done:", "next: sub\n  sub: {loop: child.yaml, next: done}\n  done:"))
     assert lint_paths([main]).diagnostics == []
-    names = [p.relative_to(tmp_path).as_posix() for p in source_files(main)]
+    names = [Path(p).relative_to(tmp_path.resolve()).as_posix() for p in dependencies(load_loop(main))]
     assert names == ["loops/main.yaml", "shared/gates.yaml", "loops/skills/s.md", "loops/child.yaml"]
