@@ -147,7 +147,9 @@ class Engine:
         ctx.clear()
         ctx.update(run.results)
         ctx["inputs"] = run.inputs
-        ctx["secrets"] = dict(self.ports.secret_values)
+        # A declared secret that is not set passes an empty value (`env: {GH_TOKEN: ...}` for
+        # an optional token: the tool then uses its own login).
+        ctx["secrets"] = {**{name: "" for name in self.loop.secrets}, **self.ports.secret_values}
         ctx["history"] = run.history
         ctx["feedback"] = run.feedback
         ctx["error"] = run.error
