@@ -277,6 +277,9 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[
 def _whole_secret_counts(site: Site) -> dict[str, int]:
     """How many times each secret is read whole (`{{ secrets.X }}`) in a template site."""
     counts: dict[str, int] = {}
+    if site.where == "env":  # an env value passes a secret whole only when it is nothing else
+        found = WHOLE_SECRET_RE.fullmatch(site.source)
+        return {(found.group(1) or found.group(2)): 1} if found else {}
     if site.mode != "expr":
         for found in WHOLE_SECRET_RE.finditer(site.source):
             name = found.group(1) or found.group(2)
