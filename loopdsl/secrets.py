@@ -172,6 +172,20 @@ class Redactor:
         return obj
 
 
+# Every secret value this process has read (api.secret_values): the last line of defence
+# for text printed outside a run's own redactor (an internal error, a usage error).
+_READ: set[str] = set()
+
+
+def remember(values: Iterable[str]) -> None:
+    _READ.update(v for v in values if isinstance(v, str) and v)
+
+
+def redact_printed(text: str) -> str:
+    """`text` with every secret this process has read redacted, as an error message."""
+    return Redactor(_READ).error(text) if _READ else text
+
+
 # ---------------------------------------------------------------- secret scanning
 
 

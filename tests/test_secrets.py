@@ -183,3 +183,12 @@ def test_error_messages_lose_any_run_of_eight_characters_of_a_secret() -> None:
 
 def test_redactor_values_are_what_a_child_inherits() -> None:
     assert set(Redactor(["b", "", "aa", "b"]).values) == {"aa", "b"}
+
+
+def test_text_printed_outside_a_run_is_redacted_with_every_secret_the_process_read() -> None:
+    from loopdsl.secrets import redact_printed, remember
+
+    value = "printed-Zx81Qw0-secret"
+    assert redact_printed(f"error: {value[:12]}") == f"error: {value[:12]}"  # not read yet
+    remember([value, ""])
+    assert redact_printed(f"error: {value} / {value[:12]}") == f"error: {REDACTED} / {REDACTED}"
