@@ -8,6 +8,7 @@ a model wrote. Where templates may read secrets at all is checked in rules_templ
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -71,29 +72,40 @@ def _writes_runnable_file(spec: ShellSpec) -> bool:
     return any(not _DATA_FILE.search(t) for t in targets)
 
 
-def _reachable_from(ctx: LintContext, start: str) -> set[str]:
-    seen: set[str] = set()
-    stack = list(ctx.edges.get(start, ()))
-    while stack:
-        name = stack.pop()
-        if name not in seen:
-            seen.add(name)
-            stack.extend(ctx.edges.get(name, ()))
-    return seen
+def _after_writers(ctx: LintContext, writers: list[_Command]) -> dict[str, _Command]:
+    """Each state that can run after a writer (or is one), with the nearest such writer:
+    one breadth-first walk from all writers at once, so lint stays linear in states."""
+    first: dict[str, _Command] = {}
+    queue: deque[str] = deque()
+    for writer in writers:
+        assert writer.state is not None
+        if writer.state not in first:
+            first[writer.state] = writer
+            queue.append(writer.state)
+    while queue:
+        name = queue.popleft()
+        for dest in ctx.edges.get(name, ()):
+            if dest not in first:
+                first[dest] = first[name]
+                queue.append(dest)
+    return first
 
 
 def _model_states(ctx: LintContext) -> set[str]:
     """States whose results hold a model's words: llm and evaluate states, and `set`
     states computed from them (to a fixed point)."""
     tainted = {n for n, s in ctx.states.items() if s.kind in ("llm", "evaluate")}
-    sets = {n: s for n, s in ctx.states.items() if s.kind == "set"}
-    changed = True
-    while changed:
-        changed = False
-        for name, state in sets.items():
-            if name not in tainted and _set_reads(ctx, state) & tainted:
-                tainted.add(name)
-                changed = True
+    readers: dict[str, list[str]] = {}  # state -> the set states that read it
+    for name, state in ctx.states.items():
+        if state.kind == "set":
+            for read in _set_reads(ctx, state):
+                readers.setdefault(read, []).append(name)
+    work = list(tainted)
+    while work:
+        for reader in readers.get(work.pop(), ()):
+            if reader not in tainted:
+                tainted.add(reader)
+                work.append(reader)
     return tainted
 
 
@@ -156,17 +168,18 @@ def secret_with_model_output(ctx: LintContext) -> Iterator[Diagnostic]:
     # every command after them may run it.
     writers = [c for c in commands if c.state is not None and _reads(c.spec) & model_states
                and _writes_runnable_file(c.spec)]
+    after = _after_writers(ctx, writers)
     for command in commands:
         passed = sorted(set(command.spec.secrets_passed.values()))
         if not passed:
             continue
         own = sorted(_reads(command.spec, env=False) & model_states)
-        later = [w for w in writers if command.state is None or command.state == w.state
-                 or command.state in _reachable_from(ctx, str(w.state))]
+        # A named gate may run in any state: any writer counts.
+        writer = (writers[0] if writers else None) if command.state is None else after.get(command.state)
         if own:
             why = f'runs the reply of "{own[0]}" (a model wrote it)'
-        elif later:
-            why = f"may run the file {later[0].label} writes from a model's reply"
+        elif writer is not None:
+            why = f"may run the file {writer.label} writes from a model's reply"
         else:
             continue
         yield ctx.diag(
