@@ -2,11 +2,11 @@
 commands, gate, prompt, model reply and failure all carry the secret, then a byte-wise
 search of everything the run showed or stored.
 
-What the docs promise (docs/dsl.md, `secrets`): values are read from the environment,
-never stored, and redacted from every output, trace and error message; commands get
-them as environment variables. So a command may still write "$MY_TOKEN" into a file of
-its own (the loop author asked for that, and loopdsl cannot see it); but every value
-loopdsl renders from captured output or model replies is already redacted.
+What the docs promise (docs/dsl.md, secret rules): values are read from the environment,
+never stored, and redacted from every output, trace and error message; a command gets
+one as an environment variable when its `env:` passes it. So a command may still write
+"$MY_TOKEN" into a file of its own (the loop author asked for that, and loopdsl cannot see
+it); but every value loopdsl renders from captured output or model replies is already redacted.
 """
 from __future__ import annotations
 

@@ -215,3 +215,41 @@ def test_a_secret_handed_down_or_quoted_by_an_error_is_redacted_even_without_lin
     assert [w for w in windows if any(w in data for data in kept)] == []
     child = loopdsl.load(tmp_path / "child.yaml")  # a lint-clean child: the redaction is the parent's
     assert child.secrets == ()
+
+
+# ------------------------------------------------------------ scoping (secret rules 1)
+
+SCOPED = """\
+loopdsl: 1
+name: scoped
+secrets: [MY_TOKEN, OTHER_TOKEN]
+gates:
+  blind: {shell: "! printenv MY_TOKEN"}        # fails if the gate's command sees the secret
+start: given
+states:
+  given:
+    shell:
+      cmd: printenv MY_TOKEN | wc -c; printenv OTHER_TOKEN || echo other-unset
+      env: {MY_TOKEN: "{{ secrets.MY_TOKEN }}"}
+    next: blind
+  blind:
+    shell: "env | grep -c -e scoped-value-123 -e other-value-456 || true"
+    gates:
+      after: [{ref: blind}]
+    next: done
+  done:
+    end: completed
+    output: {given: "{{ given.stdout }}", blind: "{{ blind.stdout | trim }}"}
+"""
+
+
+def test_a_command_gets_only_the_secrets_its_env_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_TOKEN", "scoped-value-123")
+    monkeypatch.setenv("OTHER_TOKEN", "other-value-456")
+    (tmp_path / "scoped.yaml").write_text(SCOPED, encoding="utf-8")
+    assert loopdsl.load(tmp_path / "scoped.yaml").secrets == ("MY_TOKEN", "OTHER_TOKEN")  # lint-clean
+    result = loopdsl.run(tmp_path / "scoped.yaml", workdir=tmp_path)
+    assert result.status == "completed", result.state.error
+    assert result.outputs == {"given": "17\nother-unset\n", "blind": "0"}
+    gate = [e for e in result.events if e["type"] == "gate"]
+    assert gate and gate[0]["passed"]
