@@ -77,6 +77,7 @@ def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
+            errors="surrogateescape",  # a file name need not be UTF-8
             check=False,  # callers decide; failures become WorkspaceError below
         )
     except FileNotFoundError:
@@ -249,6 +250,9 @@ def _files_with_secrets(wt: Worktree, redactor: Redactor) -> list[str]:
     proc = subprocess.run(["git", "cat-file", "--batch"], cwd=wt.path, env=_git_env(), capture_output=True,
                           input="".join(f"{i}\n" for i in ids).encode(), check=False)
     data, at = proc.stdout, 0
+    if proc.returncode != 0 or data.count(b"\n") < len(ids):
+        raise WorkspaceError(f"could not read the run's changes in {wt.path} to check them for secrets: "
+                             f"{proc.stderr.decode(errors='replace').strip()}", "the worktree is kept; inspect it with git")
     for object_id in ids:
         header_end = data.index(b"\n", at)
         header = data[at:header_end].split()
@@ -261,7 +265,15 @@ def _files_with_secrets(wt: Worktree, redactor: Redactor) -> list[str]:
             if redactor(text) != text:
                 found.add(blobs[object_id])
         at += size + 1
+    messages = _git(wt.path, "log", "--format=%B", f"{wt.base_commit}..HEAD").stdout
+    if redactor(messages) != messages:
+        found.add("the message of a commit a command made")
     return sorted(found)
+
+
+def _shown(path: str) -> str:
+    """A path as printable text (a name that is not UTF-8 keeps its bytes as escapes)."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def finish_worktree(wt: Worktree, message: str, secret_values: Iterable[str] = ()) -> str | None:
@@ -281,7 +293,7 @@ def finish_worktree(wt: Worktree, message: str, secret_values: Iterable[str] = (
         if _git(wt.path, "rev-parse", "HEAD").stdout.strip() != wt.base_commit:
             _git(wt.path, "reset", "--quiet", "--soft", wt.base_commit)
         raise SecretInCommit(
-            f"not committing the run's changes: {', '.join(redactor(p) for p in leaked)} "
+            f"not committing the run's changes: {', '.join(redactor(_shown(p)) for p in leaked)} "
             "contain(s) the value of a declared secret",
             f"the worktree {wt.path} is kept with the changes staged: remove the secret from the file "
             "(pass it to the command through `env:` instead of writing it), or `loopdsl clean`",

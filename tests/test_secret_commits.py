@@ -161,3 +161,17 @@ def test_a_secret_in_a_file_name_is_caught(repo: Path) -> None:
     proc, summary, _store = _run(repo, 'touch "cache-$NPM_TOKEN.json"')
     assert proc.returncode == 1 and summary["status"] == "failed"
     assert b"cache-***.json" in proc.stdout and SECRET.encode() not in proc.stdout + proc.stderr
+
+
+def test_a_secret_in_a_commit_message_is_caught(repo: Path) -> None:
+    proc, summary, _store = _run(repo, textwrap.dedent("""\
+        echo change > change.txt
+        git add change.txt && git -c user.name=x -c user.email=x@x commit -q -m "deploy with $NPM_TOKEN\""""))
+    assert proc.returncode == 1 and summary["status"] == "failed"
+    assert b"the message of a commit a command made" in proc.stdout and SECRET.encode() not in proc.stdout
+
+
+def test_a_file_name_that_is_not_utf8_is_named_without_a_crash(repo: Path) -> None:
+    proc, summary, _store = _run(repo, "printf '%s' \"$NPM_TOKEN\" > \"$(printf 'bad-\\377-name.txt')\"")
+    assert proc.returncode == 1 and summary["status"] == "failed", proc.stderr.decode()[-2000:]
+    assert b"bad-\\\\xff-name.txt" in proc.stdout and b"Traceback" not in proc.stderr
