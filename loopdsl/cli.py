@@ -104,9 +104,11 @@ def validate(paths: Sequence[str], fmt: str) -> None:
 
 
 def _fail(message: str, hint: str = "", code: int = EXIT_USAGE) -> None:
-    click.echo(f"loopdsl: error: {message}", err=True)
+    from .secrets import redact_printed
+
+    click.echo(redact_printed(f"loopdsl: error: {message}"), err=True)
     if hint:
-        click.echo(f"  hint: {hint}", err=True)
+        click.echo(redact_printed(f"  hint: {hint}"), err=True)
     sys.exit(code)
 
 
@@ -440,9 +442,11 @@ def main() -> None:
         import os
         import traceback
 
-        click.echo(f"loopdsl: internal error: {type(exc).__name__}: {exc}", err=True)
+        from .secrets import redact_printed
+
+        click.echo(redact_printed(f"loopdsl: internal error: {type(exc).__name__}: {exc}"), err=True)
         if os.environ.get("LOOPDSL_DEBUG"):
-            traceback.print_exc()
+            click.echo(redact_printed(traceback.format_exc()), err=True, nl=False)
         else:
             click.echo("  (set LOOPDSL_DEBUG=1 for the traceback; please report it)", err=True)
         sys.exit(EXIT_INTERNAL)

@@ -15,9 +15,11 @@ from typing import Any, Callable, Iterable, Mapping
 from .api import RunResult, StoreRecorder, UsageError, load, loop_files, make_ports, new_run_state, open_store
 from .compile import CompiledLoop, compile_loop
 from .engine import Engine, utc_now
-from .runstate import ABORTED, COMPLETED, RUNNING, WAITING, RunState, history_from_events
+from .runstate import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events
 from .store import RunStore
-from .workspace import WorkspaceError, Worktree, create_worktree, find_repo_root, finish_worktree, open_worktree
+from .workspace import (
+    SecretInCommit, WorkspaceError, Worktree, create_worktree, find_repo_root, finish_worktree, open_worktree,
+)
 
 GROUP_WAIT_POLL_S = 2.0
 
@@ -75,15 +77,24 @@ def _prepare_workspace(compiled: CompiledLoop, state: RunState, store: RunStore,
     return wt.path
 
 
-def _finish_workspace(state: RunState, store: RunStore, recorder: StoreRecorder) -> None:
+def _finish_workspace(state: RunState, engine: Engine) -> None:
     info = state.meta.get("worktree")
     if not info or not info.get("kept"):
         return
     wt = Worktree(repo=Path(info["repo"]), path=Path(info["path"]), branch=info["branch"], base_commit=info["base_commit"])
     if state.status == COMPLETED:
-        sha = finish_worktree(wt, f"loopdsl: {state.loop} run {state.run_id}\n\nPath: {' -> '.join(state.path)}")
+        try:
+            sha = finish_worktree(wt, f"loopdsl: {state.loop} run {state.run_id}\n\nPath: {' -> '.join(state.path)}",
+                                  engine.redact.values)
+        except SecretInCommit as exc:  # the run did its work, but its result cannot be kept as it is
+            error = {"state": state.current, "kind": "workspace", "message": f"{exc.message}; {exc.hint}"}
+            state.status, state.error = FAILED, error
+            engine.emit("failed", **error)
+            engine.emit("end", status=FAILED, state=state.current, outputs=state.outputs, spent=engine.ledger.spent())
+            engine.commit()
+            return
         info.update(kept=False, commit=sha)
-    recorder.commit(state, [])
+    engine.ports.recorder.commit(state, [])
 
 
 async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, *, workdir: Path, script: Any,
@@ -96,7 +107,7 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, *, 
     for event in first or ():
         engine.emit(event.pop("type"), **event)
     await engine.execute()
-    _finish_workspace(state, store, recorder)
+    _finish_workspace(state, engine)
     return RunResult(state, engine.events, store.directory)
 
 

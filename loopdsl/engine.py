@@ -50,7 +50,9 @@ class Engine:
         if ledger is None:
             ledger = Ledger.from_json(self.loop.budget, run.ledger) if run.ledger else Ledger(self.loop.budget)
         self.ledger = ledger
-        self.redact = Redactor(ports.secret_values.values())
+        # A child loop also hides its ancestors' secrets: a value handed down through `with:`
+        # (or derived from one) must not reach the child's records in clear.
+        self.redact = Redactor([*ports.secret_values.values(), *ports.inherited_secrets])
         self.events: list[dict[str, Any]] = []
         self._unsaved: list[dict[str, Any]] = []
         self._provider: Any = None
@@ -60,17 +62,20 @@ class Engine:
         self.dispatch = _Dispatch()
         self.machine = compiled.new_machine(self.dispatch, self._guard)
         self.machine.set_state(run.current or self.loop.start)
+        # Commands get no declared secret unless their own `env:` passes it (`{X: "{{ secrets.X }}"}`):
+        # a command that runs model-written code must not see credentials it was not given.
+        self.command_env = {k: v for k, v in ports.env.items() if k not in ports.secret_values}
         self.gates = GateRunner(
             self.loop.gates,
             run_shell=run_command,
-            base_env=ports.env,
+            base_env=self.command_env,
             cwd=ports.workdir,
             redactor=self.redact,
-            secret_values=list(ports.secret_values.values()),
+            secret_values=self.redact.values,
         )
         self.llm = LlmCaller(
             self.loop, self.ledger, self._get_provider, ports.recorder, self._commit_pending, ports.env, ports.use_cache,
-            redact=self.redact.redact_obj if ports.secret_values else (lambda value: value),
+            redact=self.redact.redact_obj if self.redact else (lambda value: value),
             count_asked=self._count_asked,
         )
         self.context: dict[str, Any] = {}
@@ -102,8 +107,10 @@ class Engine:
     def emit(self, type_: str, **data: Any) -> None:
         self.run.seq += 1
         event = {"seq": self.run.seq, "t": utc_now(), "type": type_, **data}
-        if self.ports.secret_values:
+        if self.redact:
             event = self.redact.redact_obj(event)
+            if isinstance(event.get("message"), str):  # error text may quote a secret cut short
+                event["message"] = self.redact.error(event["message"])
         if self.ports.keep_events:
             self.events.append(event)
         self._unsaved.append(event)
@@ -140,7 +147,9 @@ class Engine:
         ctx.clear()
         ctx.update(run.results)
         ctx["inputs"] = run.inputs
-        ctx["secrets"] = dict(self.ports.secret_values)
+        # A declared secret that is not set passes an empty value (`env: {GH_TOKEN: ...}` for
+        # an optional token: the tool then uses its own login).
+        ctx["secrets"] = {**{name: "" for name in self.loop.secrets}, **self.ports.secret_values}
         ctx["history"] = run.history
         ctx["feedback"] = run.feedback
         ctx["error"] = run.error
@@ -234,8 +243,10 @@ class Engine:
                 result = await self._bounded_attempt(cs, ctx, visit, attempt)
             except StepFailure as failure:
                 self._account(state.name, started, spent_before)
+                if self.redact:  # a template or command error may quote a secret, whole or cut short
+                    failure.message = self.redact.error(failure.message)
                 if failure.kind in state.retry.on and attempt < state.retry.max_attempts:
-                    run.feedback = self.redact(failure.message) if self.ports.secret_values else failure.message
+                    run.feedback = self.redact(failure.message) if self.redact else failure.message
                     delay = backoff_delay(state.retry, attempt, failure.retry_after)
                     failed = self._failed_result(failure)
                     run.history.setdefault(state.name, []).append(failed)
@@ -270,7 +281,7 @@ class Engine:
         totals["cost_usd"] = round(totals["cost_usd"] + self.ledger.cost_spent - spent_before[1], 12)
 
     def _store_result(self, name: str, result: dict[str, Any]) -> None:
-        if self.ports.secret_values:
+        if self.redact:
             result = self.redact.redact_obj(result)
         self.run.results[name] = result
         self.run.history.setdefault(name, []).append(result)
@@ -279,16 +290,18 @@ class Engine:
     def _failed_result(self, failure: StepFailure) -> dict[str, Any]:
         result = dict(failure.result or {})
         result.update(ok=False, error={"kind": failure.kind, "message": failure.message})
-        return self.redact.redact_obj(result) if self.ports.secret_values else result
+        return self.redact.redact_obj(result) if self.redact else result
 
     def _fail_state(self, state: State, failure: StepFailure, *, recoverable: bool = True) -> None:
         run = self.run
+        if self.redact:
+            failure.message = self.redact.error(failure.message)
         error = {"state": state.name, "kind": failure.kind, "message": failure.message}
-        if self.ports.secret_values:
+        if self.redact:
             error = self.redact.redact_obj(error)
         self._store_result(state.name, self._failed_result(failure))
         run.error = error
-        run.feedback = self.redact(failure.message) if self.ports.secret_values else failure.message
+        run.feedback = self.redact(failure.message) if self.redact else failure.message
         self.emit("failed", **error, result=self.run.results[state.name])
         if not recoverable or not self._follow(FAIL, state.on_failure):
             self._finish(FAILED, None, error=error)
@@ -391,7 +404,7 @@ class Engine:
     async def _shell(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
         shell = cs.shell
         assert shell is not None
-        env = dict(self.ports.env)
+        env = dict(self.command_env)
         try:
             for key, template in shell.env.items():
                 env[key] = template.render(ctx)
@@ -458,7 +471,7 @@ class Engine:
         if error is not None:
             run.error = error
         run.outputs = self._render_outputs(cs)
-        if self.ports.secret_values:
+        if self.redact:
             run.outputs = self.redact.redact_obj(run.outputs)
         run.ended_at = utc_now()
         self.emit("end", status=status, state=run.current, outputs=run.outputs, spent=self.ledger.spent())
