@@ -331,7 +331,8 @@ def runs(store: str | None, as_json: bool) -> None:
     # No store yet simply means no runs yet (and listing must not create one).
     records = [r for r in open_store(where, Path.cwd()).list_runs() if not r.get("parent")] if where.exists() else []
     if as_json:
-        click.echo(json.dumps([{k: r.get(k) for k in ("run_id", "loop", "status", "started_at", "ended_at", "ledger")} for r in records], indent=2))
+        click.echo(json.dumps([{**{k: r.get(k) for k in ("run_id", "loop", "status", "started_at", "ended_at", "ledger")},
+                                 "interrupted": bool(r.get("interrupted"))} for r in records], indent=2))
     else:
         click.echo(runs_table(records))
 

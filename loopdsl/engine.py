@@ -22,8 +22,9 @@ from .llmcall import CallContext, LlmCaller, StepFailure, evaluate_result, llm_r
 from .model import EvaluateAction, LlmAction, State
 from .ports import Human, MemoryRecorder, NoHuman, Ports, Recorder, utc_now
 from .retry import backoff_delay
+from .scripted import ScriptError, ScriptExhausted
 from .runstate import (
-    BUDGET_EXHAUSTED, FAILED, RUNNING, WAITING, RunState,
+    ABORTED, BUDGET_EXHAUSTED, COMPLETED, FAILED, RUNNING, WAITING, RunState,
 )
 from .secrets import Redactor
 from .shell import run_command
@@ -141,6 +142,8 @@ class Engine:
         ctx.update(run.results)
         ctx["inputs"] = run.inputs
         ctx["secrets"] = dict(self.ports.secret_values)
+        for name in self.loop.states:  # `history.X` of a state that has not run yet is []
+            run.history.setdefault(name, [])
         ctx["history"] = run.history
         ctx["feedback"] = run.feedback
         ctx["error"] = run.error
@@ -190,7 +193,27 @@ class Engine:
                                                         "message": exc.message})
         except Waiting:
             pass
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            self._end_abruptly(ABORTED, "interrupted", "the run was interrupted (Ctrl-C or a signal)")
+            raise
+        except Exception as exc:
+            kind = "reply_script" if isinstance(exc, (ScriptError, ScriptExhausted)) else "internal"
+            self._end_abruptly(FAILED, kind, f"{type(exc).__name__}: {exc}")
+            raise
         return run
+
+    def _end_abruptly(self, status: str, kind: str, message: str) -> None:
+        """Record the end of a run stopped by an exception, so the store never says `running`
+        for a run no process drives. Best effort: a failing commit (a full disk, a lost lock)
+        must not hide the exception that stopped the run."""
+        if self.run.is_final:
+            return
+        self.run.pending = None
+        try:
+            self.emit("stopped", state=self.run.current, kind=kind, message=message)
+            self._finish(status, None, error={"state": self.run.current, "kind": kind, "message": message})
+        except Exception:
+            pass
 
     def _enter(self, dest: str) -> None:
         run = self.run
@@ -433,8 +456,11 @@ class Engine:
         return llm_result(action, reply)
 
     # ------------------------------------------------------------ ending
-    def _render_outputs(self, cs: CompiledState | None) -> dict[str, Any]:
+    def _render_outputs(self, cs: CompiledState | None) -> tuple[dict[str, Any], list[str]]:
+        """The run's outputs, and a message per output that could not be rendered (its value
+        is then null): a `completed` end must not pass off a broken output as done."""
         outputs: dict[str, Any] = {}
+        problems: list[str] = []
         ctx = self._refresh_context(self.run.current, 1)
         templates = dict(self.compiled.outputs)
         if cs is not None:
@@ -450,14 +476,20 @@ class Engine:
             except RenderError as exc:
                 outputs[name] = None  # e.g. names a state this path never ran
                 self.emit("output_error", output=name, message=str(exc))
-        return outputs
+                problems.append(f"output '{name}': {exc}")
+        return outputs, problems
 
     def _finish(self, status: str, cs: CompiledState | None, error: dict[str, Any] | None = None) -> None:
         run = self.run
         run.status = status
         if error is not None:
             run.error = error
-        run.outputs = self._render_outputs(cs)
+        run.outputs, problems = self._render_outputs(cs)
+        if problems and status == COMPLETED:
+            status = run.status = FAILED
+            run.error = {"state": run.current, "kind": "output", "message": "; ".join(problems)}
+            if self.ports.secret_values:
+                run.error = self.redact.redact_obj(run.error)
         if self.ports.secret_values:
             run.outputs = self.redact.redact_obj(run.outputs)
         run.ended_at = utc_now()

@@ -120,13 +120,23 @@ def summary(state: RunState, store_dir: Any = None) -> str:
     return "\n".join(lines)
 
 
+def run_status(record: Mapping[str, Any]) -> str:
+    """A run's status as a person should read it: a `running` run that no live process
+    drives (the store marks it `interrupted`) says how to continue it."""
+    if record.get("interrupted"):
+        return f"interrupted (resume {record.get('run_id', '')})"
+    return str(record.get("status", ""))
+
+
 def runs_table(records: list[dict[str, Any]]) -> str:
-    header = f"{'ID':<10} {'LOOP':<24} {'STATUS':<17} {'STARTED':<20} {'SPENT':>10}"
+    statuses = [run_status(r) for r in records]
+    width = max([17, *(len(s) for s in statuses)])
+    header = f"{'ID':<10} {'LOOP':<24} {'STATUS':<{width}} {'STARTED':<20} {'SPENT':>10}"
     rows = [header]
-    for r in records:
+    for r, status in zip(records, statuses):
         ledger = r.get("ledger") or {}
         started = (r.get("started_at") or "")[:19].replace("T", " ")
-        rows.append(f"{r.get('run_id', ''):<10} {r.get('loop', '')[:24]:<24} {r.get('status', ''):<17} {started:<20} {_money(ledger.get('cost_usd')):>10}")
+        rows.append(f"{r.get('run_id', ''):<10} {r.get('loop', '')[:24]:<24} {status:<{width}} {started:<20} {_money(ledger.get('cost_usd')):>10}")
     return "\n".join(rows)
 
 
