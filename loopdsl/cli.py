@@ -221,7 +221,9 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
         report = walk(model)
         click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.to_text())
         sys.exit(EXIT_OK)
-    budget = {"tokens": model.budget.tokens, "cost_usd": model.budget.cost_usd, "steps": model.budget.steps}
+    from .durable import budget_caps
+
+    budget = budget_caps(model)
     try:
         result = api.run(model, _read_inputs_file(inputs_file), script=script, store=False if no_store else (store or True),
                          human=None if script else _terminal_human(), cache=cache,

@@ -77,6 +77,7 @@ class Engine:
         self.context: dict[str, Any] = {}
         self._build_context()
         self._settle_completed_call()
+        self._account_for_crash()
 
     def _settle_completed_call(self) -> None:
         """A run killed between an LLM call's stored response and the next commit was
@@ -93,6 +94,20 @@ class Engine:
                                     int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0)),
                                     float(stored.get("cost_usd") or 0.0))
         pending["settled"] = True
+
+    def _account_for_crash(self) -> None:
+        """Spending committed by a process killed mid-attempt (a charged reservation, a call
+        completed just before the kill) never reached the per-state totals: give it to the
+        state that was running, so that the per-state table adds up to `spent`."""
+        usage = self.run.usage
+        tokens = self.ledger.tokens_spent - sum(int(u.get("tokens", 0)) for u in usage.values())
+        cost = self.ledger.cost_spent - sum(float(u.get("cost_usd", 0.0)) for u in usage.values())
+        if tokens <= 0 and cost <= 1e-12:
+            return
+        name = (self.run.pending or {}).get("state") or self.run.current
+        totals = usage.setdefault(name, {"tokens": 0, "cost_usd": 0.0, "seconds": 0.0, "attempts": 0})
+        totals["tokens"] += max(tokens, 0)
+        totals["cost_usd"] = round(totals["cost_usd"] + max(cost, 0.0), 12)
 
     # ------------------------------------------------------------ plumbing
     def _get_provider(self) -> Any:
@@ -187,7 +202,7 @@ class Engine:
                     continue
                 await self._run_state(cstate)
         except BudgetExceeded as exc:
-            self.emit("budget_exhausted", which=exc.which, message=exc.message)
+            self.emit("budget_exhausted", which=exc.which, message=exc.message, spent=self.ledger.spent())
             self.run.pending = None
             self._finish(BUDGET_EXHAUSTED, None, error={"state": run.current, "kind": "budget", "which": exc.which,
                                                         "message": exc.message})
@@ -252,7 +267,7 @@ class Engine:
             ctx = self._refresh_context(state.name, attempt)
             started = time.monotonic()
             spent_before = (self.ledger.tokens_spent, self.ledger.cost_spent)
-            self.emit("attempt", state=state.name, visit=visit, attempt=attempt)
+            self.emit("attempt", state=state.name, visit=visit, attempt=attempt, spent=self.ledger.spent())
             try:
                 result = await self._bounded_attempt(cs, ctx, visit, attempt)
             except StepFailure as failure:
@@ -263,7 +278,8 @@ class Engine:
                     failed = self._failed_result(failure)
                     run.history.setdefault(state.name, []).append(failed)
                     self.emit("retry", state=state.name, attempt=attempt, kind=failure.kind,
-                              message=failure.message, delay_s=round(delay, 3), result=failed)
+                              message=failure.message, delay_s=round(delay, 3), result=failed,
+                              spent=self.ledger.spent())
                     await self._sleep(delay)
                     attempt += 1
                     continue
@@ -312,7 +328,7 @@ class Engine:
         self._store_result(state.name, self._failed_result(failure))
         run.error = error
         run.feedback = self.redact(failure.message) if self.ports.secret_values else failure.message
-        self.emit("failed", **error, result=self.run.results[state.name])
+        self.emit("failed", **error, result=self.run.results[state.name], spent=self.ledger.spent())
         if not recoverable or not self._follow(FAIL, state.on_failure):
             self._finish(FAILED, None, error=error)
 
@@ -448,9 +464,21 @@ class Engine:
         system = render_or_fail(cs.system, ctx, "rendering the system text") if cs.system else None
         skill_text = self.ports.skills.get(action.skill, "") if isinstance(action, LlmAction) and action.skill else ""
         messages = self.llm.messages(action, prompt, system, skill_text)
-        reply = await self.llm.call(action, messages, CallContext(self.run.run_id, cs.state.name, visit, attempt, skill_text))
+        before = (self.ledger.tokens_spent, self.ledger.cost_spent)
+        try:
+            reply = await self.llm.call(action, messages, CallContext(self.run.run_id, cs.state.name, visit, attempt, skill_text))
+        except StepFailure as failure:
+            # A call that failed may still have been charged (a timeout, a dropped connection):
+            # it is listed beside the paid calls so that `show` adds up to `spent`.
+            tokens, cost = self.ledger.tokens_spent - before[0], self.ledger.cost_spent - before[1]
+            if tokens > 0 or cost > 0:
+                self.emit("llm", state=cs.state.name, attempt=attempt, model=self.loop.models[action.model].model,
+                          failed=failure.kind, charged={"tokens": tokens, "cost_usd": cost}, usage=None,
+                          cost_usd=cost, spent=self.ledger.spent())
+            raise
         self.emit("llm", state=cs.state.name, attempt=attempt, model=reply.get("model"), usage=reply.get("usage"),
-                  cost_usd=reply.get("cost_usd"), replayed=bool(reply.get("replayed")), cached=bool(reply.get("cached")))
+                  cost_usd=reply.get("cost_usd"), replayed=bool(reply.get("replayed")), cached=bool(reply.get("cached")),
+                  spent=self.ledger.spent())
         if isinstance(action, EvaluateAction):
             return evaluate_result(reply)
         return llm_result(action, reply)
