@@ -223,7 +223,9 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
         report = walk(model)
         click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.to_text())
         sys.exit(EXIT_OK)
-    budget = {"tokens": model.budget.tokens, "cost_usd": model.budget.cost_usd, "steps": model.budget.steps}
+    from .durable import budget_caps
+
+    budget = budget_caps(model)
     try:
         result = api.run(model, _read_inputs_file(inputs_file), script=script, store=False if no_store else (store or True),
                          human=None if script else _terminal_human(), cache=cache,
@@ -333,7 +335,8 @@ def runs(store: str | None, as_json: bool) -> None:
     # No store yet simply means no runs yet (and listing must not create one).
     records = [r for r in open_store(where, Path.cwd()).list_runs() if not r.get("parent")] if where.exists() else []
     if as_json:
-        click.echo(json.dumps([{k: r.get(k) for k in ("run_id", "loop", "status", "started_at", "ended_at", "ledger")} for r in records], indent=2))
+        click.echo(json.dumps([{**{k: r.get(k) for k in ("run_id", "loop", "status", "started_at", "ended_at", "ledger")},
+                                 "interrupted": bool(r.get("interrupted"))} for r in records], indent=2))
     else:
         click.echo(runs_table(records))
 

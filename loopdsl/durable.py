@@ -148,9 +148,15 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
             state.status, state.error, state.ended_at = "failed", {"kind": "workspace", "message": exc.message}, utc_now()
             StoreRecorder(store, run_id).commit(state, [{"seq": 1, "t": utc_now(), "type": "end", "status": "failed"}])
             raise UsageError(exc.message, exc.hint) from None
-        started = {"type": "start", "loop": loop.name, "run_id": run_id, "inputs": dict(values), "workdir": str(run_dir)}
+        started = {"type": "start", "loop": loop.name, "run_id": run_id, "inputs": dict(values), "workdir": str(run_dir),
+                   "caps": budget_caps(loop)}
         return await _execute(compiled, state, store, workdir=run_dir, script=script, provider=provider,
                               human=human, cache=cache, listeners=listeners, first=[started])
+
+
+def budget_caps(loop: Any) -> dict[str, Any]:
+    """The caps a person watching a run sees beside its spending (None: uncapped)."""
+    return {"tokens": loop.budget.tokens, "cost_usd": loop.budget.cost_usd, "steps": loop.budget.steps}
 
 
 def changed_files(state: RunState) -> list[str]:
@@ -200,7 +206,8 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
             workdir = wt.path
         if script is None and state.meta.get("script"):
             script = state.meta["script"]
-        first = [{"type": "resume", "from_state": state.current, "status": state.status, "forced": bool(changed)}]
+        first = [{"type": "resume", "from_state": state.current, "status": state.status, "forced": bool(changed),
+                  "caps": budget_caps(compiled.loop), "spent": {k: state.ledger.get(k, 0) for k in ("tokens", "cost_usd", "steps")}}]
         return await _execute(compiled, state, store, workdir=workdir, script=script, provider=provider,
                               human=human, cache=cache, listeners=listeners, first=first)
 

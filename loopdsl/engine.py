@@ -22,8 +22,9 @@ from .llmcall import CallContext, LlmCaller, StepFailure, evaluate_result, llm_r
 from .model import EvaluateAction, LlmAction, State
 from .ports import Human, MemoryRecorder, NoHuman, Ports, Recorder, utc_now
 from .retry import backoff_delay
+from .scripted import ScriptError, ScriptExhausted
 from .runstate import (
-    BUDGET_EXHAUSTED, FAILED, RUNNING, WAITING, RunState,
+    ABORTED, BUDGET_EXHAUSTED, COMPLETED, FAILED, RUNNING, WAITING, RunState,
 )
 from .secrets import Redactor
 from .shell import run_command
@@ -81,6 +82,7 @@ class Engine:
         self.context: dict[str, Any] = {}
         self._build_context()
         self._settle_completed_call()
+        self._account_for_crash()
 
     def _settle_completed_call(self) -> None:
         """A run killed between an LLM call's stored response and the next commit was
@@ -97,6 +99,20 @@ class Engine:
                                     int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0)),
                                     float(stored.get("cost_usd") or 0.0))
         pending["settled"] = True
+
+    def _account_for_crash(self) -> None:
+        """Spending committed by a process killed mid-attempt (a charged reservation, a call
+        completed just before the kill) never reached the per-state totals: give it to the
+        state that was running, so that the per-state table adds up to `spent`."""
+        usage = self.run.usage
+        tokens = self.ledger.tokens_spent - sum(int(u.get("tokens", 0)) for u in usage.values())
+        cost = self.ledger.cost_spent - sum(float(u.get("cost_usd", 0.0)) for u in usage.values())
+        if tokens <= 0 and cost <= 1e-12:
+            return
+        name = (self.run.pending or {}).get("state") or self.run.current
+        totals = usage.setdefault(name, {"tokens": 0, "cost_usd": 0.0, "seconds": 0.0, "attempts": 0})
+        totals["tokens"] += max(tokens, 0)
+        totals["cost_usd"] = round(totals["cost_usd"] + max(cost, 0.0), 12)
 
     # ------------------------------------------------------------ plumbing
     def _get_provider(self) -> Any:
@@ -150,6 +166,8 @@ class Engine:
         # A declared secret that is not set passes an empty value (`env: {GH_TOKEN: ...}` for
         # an optional token: the tool then uses its own login).
         ctx["secrets"] = {**{name: "" for name in self.loop.secrets}, **self.ports.secret_values}
+        for name in self.loop.states:  # `history.X` of a state that has not run yet is []
+            run.history.setdefault(name, [])
         ctx["history"] = run.history
         ctx["feedback"] = run.feedback
         ctx["error"] = run.error
@@ -193,13 +211,33 @@ class Engine:
                     continue
                 await self._run_state(cstate)
         except BudgetExceeded as exc:
-            self.emit("budget_exhausted", which=exc.which, message=exc.message)
+            self.emit("budget_exhausted", which=exc.which, message=exc.message, spent=self.ledger.spent())
             self.run.pending = None
             self._finish(BUDGET_EXHAUSTED, None, error={"state": run.current, "kind": "budget", "which": exc.which,
                                                         "message": exc.message})
         except Waiting:
             pass
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            self._end_abruptly(ABORTED, "interrupted", "the run was interrupted (Ctrl-C or a signal)")
+            raise
+        except Exception as exc:
+            kind = "reply_script" if isinstance(exc, (ScriptError, ScriptExhausted)) else "internal"
+            self._end_abruptly(FAILED, kind, f"{type(exc).__name__}: {exc}")
+            raise
         return run
+
+    def _end_abruptly(self, status: str, kind: str, message: str) -> None:
+        """Record the end of a run stopped by an exception, so the store never says `running`
+        for a run no process drives. Best effort: a failing commit (a full disk, a lost lock)
+        must not hide the exception that stopped the run."""
+        if self.run.is_final:
+            return
+        self.run.pending = None
+        try:
+            self.emit("stopped", state=self.run.current, kind=kind, message=message)
+            self._finish(status, None, error={"state": self.run.current, "kind": kind, "message": message})
+        except Exception:
+            pass
 
     def _enter(self, dest: str) -> None:
         run = self.run
@@ -238,7 +276,7 @@ class Engine:
             ctx = self._refresh_context(state.name, attempt)
             started = time.monotonic()
             spent_before = (self.ledger.tokens_spent, self.ledger.cost_spent)
-            self.emit("attempt", state=state.name, visit=visit, attempt=attempt)
+            self.emit("attempt", state=state.name, visit=visit, attempt=attempt, spent=self.ledger.spent())
             try:
                 result = await self._bounded_attempt(cs, ctx, visit, attempt)
             except StepFailure as failure:
@@ -251,7 +289,8 @@ class Engine:
                     failed = self._failed_result(failure)
                     run.history.setdefault(state.name, []).append(failed)
                     self.emit("retry", state=state.name, attempt=attempt, kind=failure.kind,
-                              message=failure.message, delay_s=round(delay, 3), result=failed)
+                              message=failure.message, delay_s=round(delay, 3), result=failed,
+                              spent=self.ledger.spent())
                     await self._sleep(delay)
                     attempt += 1
                     continue
@@ -302,7 +341,7 @@ class Engine:
         self._store_result(state.name, self._failed_result(failure))
         run.error = error
         run.feedback = self.redact(failure.message) if self.redact else failure.message
-        self.emit("failed", **error, result=self.run.results[state.name])
+        self.emit("failed", **error, result=self.run.results[state.name], spent=self.ledger.spent())
         if not recoverable or not self._follow(FAIL, state.on_failure):
             self._finish(FAILED, None, error=error)
 
@@ -438,16 +477,31 @@ class Engine:
         system = render_or_fail(cs.system, ctx, "rendering the system text") if cs.system else None
         skill_text = self.ports.skills.get(action.skill, "") if isinstance(action, LlmAction) and action.skill else ""
         messages = self.llm.messages(action, prompt, system, skill_text)
-        reply = await self.llm.call(action, messages, CallContext(self.run.run_id, cs.state.name, visit, attempt, skill_text))
+        before = (self.ledger.tokens_spent, self.ledger.cost_spent)
+        try:
+            reply = await self.llm.call(action, messages, CallContext(self.run.run_id, cs.state.name, visit, attempt, skill_text))
+        except StepFailure as failure:
+            # A call that failed may still have been charged (a timeout, a dropped connection):
+            # it is listed beside the paid calls so that `show` adds up to `spent`.
+            tokens, cost = self.ledger.tokens_spent - before[0], self.ledger.cost_spent - before[1]
+            if tokens > 0 or cost > 0:
+                self.emit("llm", state=cs.state.name, attempt=attempt, model=self.loop.models[action.model].model,
+                          failed=failure.kind, charged={"tokens": tokens, "cost_usd": cost}, usage=None,
+                          cost_usd=cost, spent=self.ledger.spent())
+            raise
         self.emit("llm", state=cs.state.name, attempt=attempt, model=reply.get("model"), usage=reply.get("usage"),
-                  cost_usd=reply.get("cost_usd"), replayed=bool(reply.get("replayed")), cached=bool(reply.get("cached")))
+                  cost_usd=reply.get("cost_usd"), replayed=bool(reply.get("replayed")), cached=bool(reply.get("cached")),
+                  spent=self.ledger.spent())
         if isinstance(action, EvaluateAction):
             return evaluate_result(reply)
         return llm_result(action, reply)
 
     # ------------------------------------------------------------ ending
-    def _render_outputs(self, cs: CompiledState | None) -> dict[str, Any]:
+    def _render_outputs(self, cs: CompiledState | None) -> tuple[dict[str, Any], list[str]]:
+        """The run's outputs, and a message per output that could not be rendered (its value
+        is then null): a `completed` end must not pass off a broken output as done."""
         outputs: dict[str, Any] = {}
+        problems: list[str] = []
         ctx = self._refresh_context(self.run.current, 1)
         templates = dict(self.compiled.outputs)
         if cs is not None:
@@ -463,14 +517,20 @@ class Engine:
             except RenderError as exc:
                 outputs[name] = None  # e.g. names a state this path never ran
                 self.emit("output_error", output=name, message=str(exc))
-        return outputs
+                problems.append(f"output '{name}': {exc}")
+        return outputs, problems
 
     def _finish(self, status: str, cs: CompiledState | None, error: dict[str, Any] | None = None) -> None:
         run = self.run
         run.status = status
         if error is not None:
             run.error = error
-        run.outputs = self._render_outputs(cs)
+        run.outputs, problems = self._render_outputs(cs)
+        if problems and status == COMPLETED:
+            status = run.status = FAILED
+            run.error = {"state": run.current, "kind": "output", "message": "; ".join(problems)}
+            if self.redact:
+                run.error = self.redact.redact_obj(run.error)
         if self.redact:
             run.outputs = self.redact.redact_obj(run.outputs)
         run.ended_at = utc_now()

@@ -143,6 +143,20 @@ class LintContext:
             stack.extend(self.edges[name])
         return seen
 
+    def reached_from(self, source: str) -> set[str]:
+        """States some path from `source` leads to (one step at least), memoised per source."""
+        cache: dict[str, set[str]] = self.__dict__.setdefault("_reached_from", {})
+        if source not in cache:
+            seen: set[str] = set()
+            stack = list(self.edges.get(source, ()))
+            while stack:
+                name = stack.pop()
+                if name not in seen:
+                    seen.add(name)
+                    stack.extend(self.edges[name])
+            cache[source] = seen
+        return cache[source]
+
     @cached_property
     def predecessors(self) -> dict[str, list[str]]:
         preds: dict[str, list[str]] = {name: [] for name in self.states}

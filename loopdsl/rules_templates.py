@@ -241,6 +241,15 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[
                 position=position,
                 hint="`history.<state>` lists the attempts of a state of this loop",
             )
+        if (use.attr is not None and site.state is not None and use.attr != site.state
+                and site.state not in ctx.reached_from(use.attr)):
+            return ctx.diag(
+                "undefined-variable",
+                f'history.{use.attr}: state "{use.attr}" cannot have run before "{site.state}" '
+                "(no path leads from it here), so this is always []",
+                position=position,
+                hint=f'read the history of a state that runs before "{site.state}", or move this to a state after "{use.attr}"',
+            )
         return None
     if use.root in TEMPLATE_ROOTS:
         return None

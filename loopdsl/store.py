@@ -299,8 +299,15 @@ class RunStore:
             record = self._cache.get(_record_key(run_id))
             if record is not None:
                 record.setdefault("run_id", run_id)
+                if record.get("status") == "running" and not self._driven(run_id):
+                    record["interrupted"] = True  # its process was killed: `resume` continues it
                 out.append(record)
         return out
+
+    def _driven(self, run_id: str) -> bool:
+        """Whether a live process holds the run's lock (an expired row reads as absent)."""
+        holder = self._holder(run_id)
+        return holder is not None and not _holder_is_dead(holder)
 
     @_guarded
     def active_runs(self, group: str) -> list[str]:

@@ -346,6 +346,51 @@ def test_outputs_top_level_overlaid_by_end_output_at_any_end(tmp_path: Path) -> 
     assert bad.outputs == {"greeting": "hi", "which": "top"}
 
 
+def test_an_output_that_cannot_be_rendered_fails_a_completed_end_but_not_another(tmp_path: Path) -> None:
+    # Lint cannot see this one: the value's shape is known only at run time.
+    body = """\
+        inputs:
+          fail: {type: boolean, default: false}
+        outputs:
+          first: "{{ hello.json.items[0] }}"
+        start: hello
+        states:
+          hello:
+            set: {json: "{}"}
+            transitions:
+              - {to: bad, when: "inputs.fail"}
+              - {to: good}
+          good: {end: completed}
+          bad: {end: escalated}
+        """
+    good = run(tmp_path, body)
+    assert good.status == "failed"
+    assert good.state.error["kind"] == "output" and "output 'first'" in good.state.error["message"]
+    assert good.exit_code == 1
+    bad = run(tmp_path, body, inputs={"fail": True})
+    assert bad.status == "escalated" and bad.outputs == {"first": None}
+    assert [e["output"] for e in events(bad, "output_error")] == ["first"]
+
+
+def test_history_of_a_state_that_has_not_run_is_an_empty_list(tmp_path: Path) -> None:
+    body = """\
+        start: count
+        states:
+          count:
+            set: {checks: "history.check | length"}
+            max_visits: 5
+            transitions:
+              - {to: done, when: "count.checks >= 2"}
+              - {to: check}
+          check: {shell: "true", next: count}
+          done: {end: completed, output: {checks: "{{ count.checks }}"}}
+        """
+    result = run(tmp_path, body)
+    assert result.status == "completed", result.state.error
+    assert [r["checks"] for r in result.state.history["count"]] == [0, 1, 2]
+    assert result.outputs == {"checks": 2}
+
+
 # ---------------------------------------------------------------- guards
 
 
