@@ -4,8 +4,9 @@ Before an LLM call the engine reserves the call's worst case (`reservation_for`)
 `Ledger.reserve` refuses it unless spent + outstanding reservations + the new one
 fit under every cap, in this ledger and in every ancestor (a sub-loop or fan-out
 child shares its parent's budget). After the call the provider's reported usage
-replaces the reservation (`settle`); a call that timed out, was cancelled or killed
-is charged the whole reservation (`charge_reservation`). Because reservations are
+replaces the reservation (`settle`); a call that may have been paid without a usable
+report (timed out, dropped, unreadable reply or usage, cancelled or killed) is charged the
+whole reservation (`charge_reservation`); docs/dsl.md has the table. Because reservations are
 held while calls are in flight, concurrent fan-out children cannot together
 overrun a cap.
 
