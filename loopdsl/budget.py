@@ -342,12 +342,14 @@ def reservation_for(
 
 # Request parameters that change what one call may cost, compared without case, `_` or `-`:
 # several completions per request, an output cap other than the reserved `max_tokens`
-# (each provider's spelling), a thinking budget, or a dearer service tier.
+# (each provider's spelling), a thinking budget, a dearer service tier, or another model,
+# prompt or fallback chain than the one reserved for.
 _COST_PARAMS = frozenset({
     "n", "bestof", "candidatecount", "numgenerations",
     "maxtokens", "maxcompletiontokens", "maxoutputtokens", "maxnewtokens", "maxtokenstosample", "numpredict",
     "thinking", "thinkingbudget", "thinkingconfig", "budgettokens",
     "servicetier",
+    "model", "messages", "fallbacks", "contextwindowfallbackdict",
 })
 
 

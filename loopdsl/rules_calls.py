@@ -95,8 +95,9 @@ def params_cost_diagnostics(path: str, locate: Callable[[YamlPath], tuple[int, i
             path, line, col, Severity.ERROR, "params-cost",
             f'model alias "{alias.name}" sets params.{shown}, which changes what a call costs '
             "beyond what the budget reserves",
-            "remove it: bound each reply with the alias's (or the call's) `max_tokens`, and spending "
-            "with `budget:` (tokens, cost_usd); one call is one completion at the standard tier",
+            "remove it: the budget reserves one completion of the alias's `model` (or a `fallbacks` entry) "
+            "for the state's prompt, of at most `max_tokens` tokens (set on the alias or the call), at the "
+            "standard tier; bound spending with `budget:` (tokens, cost_usd)",
         ))
     return out
 

@@ -454,6 +454,6 @@ def test_params_cost_in_an_imported_model_points_into_the_library(tmp_path: Path
     found = [d for d in lint_paths([loop]).diagnostics if d.rule == "params-cost"]
     assert len(found) == 1
     assert found[0].path.endswith("lib.yaml") and (found[0].line, found[0].col) == (6, 14)
-    assert "params.best_of" in found[0].message and "max_tokens" in found[0].hint
+    assert "params.best_of" in found[0].message and "`max_tokens`" in found[0].hint
     with pytest.raises(LoopError):
         load_loop(loop)  # so `loopdsl run` refuses it too

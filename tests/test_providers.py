@@ -429,10 +429,11 @@ def test_missing_or_garbage_usage_is_reported_unknown(litellm: Any, stub_server:
 
 def test_params_never_override_the_reserved_max_tokens(litellm: Any, stub_server: StubServer) -> None:
     stub_server.reply_text("one completion")
-    params = {"max_tokens": 64000, "max_completion_tokens": 64000, "n": 20, "seed": 3,
-              "extra_body": {"n": 5, "best_of": 5, "top_k": 4}}
+    params = {"max_tokens": 64000, "max_completion_tokens": 64000, "n": 20, "seed": 3, "model": "openai/o1-pro",
+              "messages": [{"role": "user", "content": "x" * 10_000}], "extra_body": {"n": 5, "best_of": 5, "top_k": 4}}
     run(LiteLLMProvider().complete(stub_request(stub_server, params=params), state="draft"))
     body = stub_server.requests[0].body
     assert body["max_tokens"] == 50 and body["seed"] == 3 and body["top_k"] == 4
+    assert body["model"] == "gpt-4o-mini" and body["messages"] == list(MESSAGES)
     for key in ("n", "best_of", "max_completion_tokens"):
         assert key not in body
