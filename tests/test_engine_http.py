@@ -306,3 +306,33 @@ def test_params_that_change_the_cost_are_refused_at_call_time(stub_server: StubS
     assert result.state.error["kind"] == "budget" and "extra_body.n" in result.state.error["message"]
     assert stub_server.requests == []
     assert result.tokens == 0
+
+
+def test_a_prompt_past_a_price_tier_is_charged_at_that_tier(stub_server: StubServer, tmp_path: Path) -> None:
+    # gpt-5.4 bills a call whose prompt passes 272k tokens at $5 / $22.50 per Mtok instead of
+    # $2.50 / $15 (LiteLLM's table); the run must report what LiteLLM itself says it cost.
+    from loopdsl.providers import ensure_litellm
+
+    stub_server.reply_text("long read", prompt_tokens=300_000, completion_tokens=1_000)
+    path = tmp_path / "tier.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        loopdsl: 1
+        name: tier
+        models:
+          big: {{model: openai/gpt-5.4, api_base: {stub_server.api_base}, max_tokens: 1000}}
+        budget: {{cost_usd: 5.0}}
+        start: ask
+        states:
+          ask:
+            llm: {{model: big, prompt: "Summarise the attached corpus"}}
+            next: done
+          done: {{end: completed}}
+        """), encoding="utf-8")
+    result = run(path, tmp_path)
+    assert result.status == "completed", result.state.error
+    litellm = ensure_litellm()
+    reply = litellm.ModelResponse(model="gpt-5.4", usage={"prompt_tokens": 300_000, "completion_tokens": 1_000,
+                                                          "total_tokens": 301_000})
+    expected = litellm.completion_cost(completion_response=reply, model="openai/gpt-5.4")
+    assert expected == pytest.approx((300_000 * 5.0 + 1_000 * 22.5) / 1e6)
+    assert result.cost_usd == pytest.approx(expected, rel=1e-9)
