@@ -76,6 +76,9 @@ class InputSpec:
 class Price:
     input_per_mtok: float
     output_per_mtok: float
+    # (prompt tokens above which, input_per_mtok, output_per_mtok): from LiteLLM's table
+    # (`input_cost_per_token_above_200k_tokens` ...); a whole call is billed at its tier.
+    tiers: tuple[tuple[int, float, float], ...] = ()
 
 
 @dataclass(frozen=True)

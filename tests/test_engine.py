@@ -637,6 +637,29 @@ def test_default_retry_on_skips_auth_and_context_window(tmp_path: Path) -> None:
         assert result.status == "completed" and [e["kind"] for e in events(result, "retry")] == [kind]
 
 
+def test_scripted_errors_are_charged_like_real_ones(tmp_path: Path) -> None:
+    """docs/dsl.md: scripted `timeout` and `connection` (a dropped connection) are charged the
+    whole reservation; the error statuses nothing."""
+    body = """\
+        start: ask
+        states:
+          ask:
+            llm: {model: m, prompt: "hi", max_tokens: 100}
+            retry: {max_attempts: 2, backoff: {initial: 0s}, on: [timeout, connection, server_error, rate_limit]}
+            next: done
+          done: {end: completed}
+        """
+    ok = {"text": "fine", "usage": {"prompt_tokens": 5, "completion_tokens": 3}}
+    charged = {}
+    for kind in ("timeout", "connection", "server_error", "rate_limit"):
+        result = run(tmp_path, body, replies={"ask": [{"error": kind}, ok]})
+        assert result.status == "completed", result.state.error
+        charged[kind] = result.tokens - 8
+    reserved = charged["timeout"]
+    assert reserved > 100  # the counted prompt + max_tokens
+    assert charged == {"timeout": reserved, "connection": reserved, "server_error": 0, "rate_limit": 0}
+
+
 def test_history_lists_every_attempt(tmp_path: Path) -> None:
     flaky = COUNTER.format(name="h") + 'echo "try $n"; [ "$n" -ge 3 ]'
     result = run(tmp_path, f"""\
