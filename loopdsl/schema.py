@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from jsonschema import Draft7Validator
 from jsonschema.exceptions import ValidationError
@@ -123,10 +123,23 @@ class _Finding:
     hint: str
     suggestion: str | None = None  # did-you-mean target, for unknown keys
     missing_one_of: tuple[str, ...] = ()  # the alternatives, when none of them is given
+    about_name: bool = False  # a key (state, variable ... name) breaks a naming rule
+
+
+class NodeFinding(NamedTuple):
+    node: YamlPath  # the node the diagnostic is about
+    diagnostic: Diagnostic
+    about_name: bool  # the node's name (a state, variable ... name) is wrong, not its value
 
 
 def check(doc: Document) -> list[Diagnostic]:
     """Validate `doc.data` against the loop schema; one diagnostic per offending node."""
+    return [found.diagnostic for found in check_nodes(doc)]
+
+
+def check_nodes(doc: Document) -> list[NodeFinding]:
+    """`check`, each diagnostic with the YAML path of the node it is about (lint uses the
+    paths to run the semantic rules on every part the schema accepted)."""
     findings: dict[YamlPath, _Finding] = {}
     for error in validator().iter_errors(doc.data):
         for finding in _explain(error):
@@ -137,15 +150,14 @@ def check(doc: Document) -> list[Diagnostic]:
         # A file written for another language version may use keys this version does not
         # know: reporting them would be noise, the version is the one problem to fix.
         kept = version
-    diagnostics = []
+    found = []
     for f in kept:
         line, col = doc.locate(f.node, value=f.at_value) if f.node else _first_key(doc)
-        diagnostics.append(
-            Diagnostic(path=doc.path, line=line, col=col, severity=Severity.ERROR,
-                       rule=f.rule, message=f.message, hint=f.hint)
-        )
-    diagnostics.sort(key=lambda d: (d.line, d.col, d.rule))
-    return diagnostics
+        diagnostic = Diagnostic(path=doc.path, line=line, col=col, severity=Severity.ERROR,
+                                rule=f.rule, message=f.message, hint=f.hint)
+        found.append(NodeFinding(f.node, diagnostic, f.about_name))
+    found.sort(key=lambda item: (item.diagnostic.line, item.diagnostic.col, item.diagnostic.rule))
+    return found
 
 
 def _first_key(doc: Document) -> tuple[int, int]:
@@ -247,7 +259,7 @@ def _explain_pattern(error: ValidationError, path: YamlPath) -> list[_Finding]:
         noun = _NAME_NOUNS.get(str(path[-1]) if path else "", "key")
         node = path + (error.instance,)
         message = f"{noun} `{error.instance}` is not valid: {help_text}"
-        return [_Finding(node, False, RULE_VALUE, message, _pattern_fix(pattern, error.instance))]
+        return [_Finding(node, False, RULE_VALUE, message, _pattern_fix(pattern, error.instance), about_name=True)]
     message = f"{_where(path)} {_show(error.instance)} is not valid: {help_text}"
     return [_Finding(path, True, RULE_VALUE, message, _pattern_fix(pattern, error.instance, path))]
 
