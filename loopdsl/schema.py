@@ -93,8 +93,6 @@ def validator() -> Draft7Validator:
 
 
 def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
-    definitions = schema.get("definitions", {})
-
     def expand(node: Any, expanding: tuple[str, ...]) -> Any:
         if isinstance(node, list):
             return [expand(v, expanding) for v in node]
@@ -102,13 +100,25 @@ def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
             return node
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith("#/definitions/") and len(node) == 1:
-            name = ref[len("#/definitions/"):]
-            if name in definitions and name not in expanding:  # a recursive ref stays a ref
-                return expand(definitions[name], expanding + (name,))
+            if ref not in expanding:  # a recursive ref stays a ref
+                return expand(_pointer(schema, ref), expanding + (ref,))
         return {k: expand(v, expanding) for k, v in node.items()}
 
     inlined: dict[str, Any] = expand(schema, ())
     return inlined
+
+
+def _pointer(schema: dict[str, Any], ref: str) -> Any:
+    """The node a local JSON pointer (`#/definitions/state_keys/properties/next`) names."""
+    node: Any = schema
+    for part in ref.lstrip("#/").split("/"):
+        node = node.get(part.replace("~1", "/").replace("~0", "~"), {}) if isinstance(node, dict) else {}
+    return node
+
+
+def action_keys() -> tuple[str, ...]:
+    """The keys that give a state its kind, in the schema's order (`state.oneOf`)."""
+    return tuple(str(b["required"][0]) for b in load_schema()["definitions"]["state"]["oneOf"])
 
 
 # ------------------------------------------------------------------ findings
@@ -173,7 +183,13 @@ def _drop_echoes(findings: list[_Finding]) -> list[_Finding]:
     for f in findings:
         if f.rule == RULE_UNKNOWN_KEY and f.suggestion:
             suggested.setdefault(f.node[:-1], set()).add(f.suggestion)
-    return [f for f in findings if not (f.missing_one_of and suggested.get(f.node, set()) & set(f.missing_one_of))]
+    findings = [f for f in findings if not (f.missing_one_of and suggested.get(f.node, set()) & set(f.missing_one_of))]
+    # A state with two actions is checked as each kind in turn, and each calls the other
+    # action an unknown key: the one-action finding already says it.
+    doubled = {f.node[:-1] for f in findings if f.rule == RULE_ONE_ACTION}
+    actions = set(action_keys())
+    return [f for f in findings
+            if not (f.rule == RULE_UNKNOWN_KEY and f.node[:-1] in doubled and f.node[-1] in actions)]
 
 
 def _explain(error: ValidationError) -> list[_Finding]:
@@ -189,6 +205,10 @@ def _explain_additional(error: ValidationError, path: YamlPath) -> list[_Finding
     for key in instance:
         if key in allowed:
             continue
+        misplaced = _misplaced_state_key(path, str(key), instance)
+        if misplaced is not None:
+            findings.append(misplaced)
+            continue
         guess = _closest(str(key), allowed)
         where = _where(path)
         message = f"unknown key `{key}` in {where}"
@@ -199,6 +219,24 @@ def _explain_additional(error: ValidationError, path: YamlPath) -> list[_Finding
             hint = f"remove `{key}`; keys allowed here: {_word_list(allowed)}"
         findings.append(_Finding(path + (key,), False, RULE_UNKNOWN_KEY, message, hint, guess))
     return findings
+
+
+def _misplaced_state_key(path: YamlPath, key: str, state: dict[str, Any]) -> _Finding | None:
+    """A state key that exists, but not on this kind of state: say which kinds take it."""
+    definitions = load_schema()["definitions"]
+    actions = action_keys()
+    kind = next((a for a in actions if a in state), None)
+    if not (len(path) == 2 and path[0] == "states") or kind is None or key in actions \
+            or key not in definitions["state_keys"]["properties"]:
+        return None
+    if kind == "end":
+        reason = "an `end` state is terminal: it has no action to retry, gate or route from"
+    else:
+        kinds = [f"`{a}`" for a in actions if key in definitions[f"state_{a}"]["properties"]]
+        reason = f"only allowed on {_word_list(kinds, joiner='or')} states"
+    owner = _where(path)
+    return _Finding(path + (key,), False, RULE_UNKNOWN_KEY, f"`{key}` is not allowed in {owner}: {reason}",
+                    f"remove `{key}` from {owner}")
 
 
 def _explain_required(error: ValidationError, path: YamlPath) -> list[_Finding]:
@@ -306,7 +344,11 @@ def _explain_range(error: ValidationError, path: YamlPath) -> list[_Finding]:
 def _explain_not(error: ValidationError, path: YamlPath) -> list[_Finding]:
     # `{"not": {}}` marks a key that is valid elsewhere but not in this kind of state
     # or gate; its description says why.
-    if error.validator_value == {} and path:
+    value = error.validator_value
+    if isinstance(value, dict) and list(value) == ["required"] and len(value["required"]) == 1:
+        # `dependencies: {a: {not: {required: [b]}}}`: b cannot be given beside a.
+        path, value = path + (str(value["required"][0]),), {}
+    if value == {} and path:
         reason = str(error.schema.get("description", "")).rstrip(".")
         key, owner = path[-1], _where(path[:-1])
         message = f"`{key}` is not allowed in {owner}"
@@ -412,10 +454,7 @@ def _resolve(subschema: Any) -> dict[str, Any]:
     """Follow a local `#/definitions/...` reference (the only kind the schema uses)."""
     seen = 0
     while isinstance(subschema, dict) and "$ref" in subschema and seen < 10:
-        node: Any = load_schema()
-        for part in str(subschema["$ref"]).lstrip("#/").split("/"):
-            node = node.get(part, {}) if isinstance(node, dict) else {}
-        subschema, seen = node, seen + 1
+        subschema, seen = _pointer(load_schema(), str(subschema["$ref"])), seen + 1
     return subschema if isinstance(subschema, dict) else {}
 
 
