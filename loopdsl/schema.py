@@ -77,34 +77,46 @@ _NAME_NOUNS = {
 _MAX_SHOWN = 40
 
 
-@lru_cache(maxsize=1)
-def load_schema() -> dict[str, Any]:
-    """The loop schema shipped inside the package. Shared and cached: do not mutate it."""
-    text = resources.files("loopdsl").joinpath("data").joinpath("loop.schema.json").read_text(encoding="utf-8")
+# The schemas loopdsl publishes (schemas/ links to these package copies), by kind of file.
+SCHEMA_FILES = {"loop": "loop.schema.json", "test": "test.schema.json", "replies": "replies.schema.json"}
+
+
+@lru_cache(maxsize=None)
+def load_schema(kind: str = "loop") -> dict[str, Any]:
+    """A schema shipped inside the package. Shared and cached: do not mutate it."""
+    text = resources.files("loopdsl").joinpath("data").joinpath(SCHEMA_FILES[kind]).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
 
 
-@lru_cache(maxsize=1)
-def validator() -> Draft7Validator:
-    """One validator for the process, built from the schema with its local `$ref`s inlined:
+@lru_cache(maxsize=None)
+def validator(kind: str = "loop") -> Draft7Validator:
+    """One validator per kind for the process, built from the schema with its `$ref`s inlined:
     jsonschema resolves a reference on every visit, and inlining makes lint ~20% faster."""
-    return Draft7Validator(_inline_refs(load_schema()), format_checker=Draft7Validator.FORMAT_CHECKER)
+    return Draft7Validator(_inline_refs(load_schema(kind)), format_checker=Draft7Validator.FORMAT_CHECKER)
 
 
 def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
-    def expand(node: Any, expanding: tuple[str, ...]) -> Any:
+    """Local refs (`#/definitions/...`) and refs to a sibling schema file (`replies.schema.json`,
+    which editors resolve next to the referring file) are replaced by what they name."""
+    by_file = {name: kind for kind, name in SCHEMA_FILES.items()}
+
+    def expand(node: Any, root: dict[str, Any], expanding: tuple[str, ...]) -> Any:
         if isinstance(node, list):
-            return [expand(v, expanding) for v in node]
+            return [expand(v, root, expanding) for v in node]
         if not isinstance(node, dict):
             return node
         ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/definitions/") and len(node) == 1:
-            if ref not in expanding:  # a recursive ref stays a ref
-                return expand(_pointer(schema, ref), expanding + (ref,))
-        return {k: expand(v, expanding) for k, v in node.items()}
+        if isinstance(ref, str) and len(node) == 1 and ref not in expanding:  # a recursive ref stays
+            if ref.startswith("#/definitions/"):
+                return expand(_pointer(root, ref), root, expanding + (ref,))
+            if ref in by_file:
+                other = load_schema(by_file[ref])
+                body = {k: v for k, v in other.items() if k not in ("$schema", "$id", "definitions")}
+                return expand(body, other, expanding + (ref,))
+        return {k: expand(v, root, expanding) for k, v in node.items()}
 
-    inlined: dict[str, Any] = expand(schema, ())
+    inlined: dict[str, Any] = expand(schema, schema, ())
     return inlined
 
 
@@ -134,6 +146,7 @@ class _Finding:
     suggestion: str | None = None  # did-you-mean target, for unknown keys
     missing_one_of: tuple[str, ...] = ()  # the alternatives, when none of them is given
     about_name: bool = False  # a key (state, variable ... name) breaks a naming rule
+    exclusive: tuple[str, ...] = ()  # the alternatives, when more than one of them is given
 
 
 class NodeFinding(NamedTuple):
@@ -142,16 +155,17 @@ class NodeFinding(NamedTuple):
     about_name: bool  # the node's name (a state, variable ... name) is wrong, not its value
 
 
-def check(doc: Document) -> list[Diagnostic]:
-    """Validate `doc.data` against the loop schema; one diagnostic per offending node."""
-    return [found.diagnostic for found in check_nodes(doc)]
+def check(doc: Document, kind: str = "loop") -> list[Diagnostic]:
+    """Validate `doc.data` against the schema for its kind of file (see SCHEMA_FILES);
+    one diagnostic per offending node."""
+    return [found.diagnostic for found in check_nodes(doc, kind)]
 
 
-def check_nodes(doc: Document) -> list[NodeFinding]:
+def check_nodes(doc: Document, kind: str = "loop") -> list[NodeFinding]:
     """`check`, each diagnostic with the YAML path of the node it is about (lint uses the
     paths to run the semantic rules on every part the schema accepted)."""
     findings: dict[YamlPath, _Finding] = {}
-    for error in validator().iter_errors(doc.data):
+    for error in validator(kind).iter_errors(doc.data):
         for finding in _explain(error):
             findings.setdefault(finding.node, finding)
     kept = _drop_echoes(list(findings.values()))
@@ -184,12 +198,11 @@ def _drop_echoes(findings: list[_Finding]) -> list[_Finding]:
         if f.rule == RULE_UNKNOWN_KEY and f.suggestion:
             suggested.setdefault(f.node[:-1], set()).add(f.suggestion)
     findings = [f for f in findings if not (f.missing_one_of and suggested.get(f.node, set()) & set(f.missing_one_of))]
-    # A state with two actions is checked as each kind in turn, and each calls the other
-    # action an unknown key: the one-action finding already says it.
-    doubled = {f.node[:-1] for f in findings if f.rule == RULE_ONE_ACTION}
-    actions = set(action_keys())
+    # A state (or reply) with two actions is checked as each kind in turn, and each calls
+    # the other action an unknown key: the one-action finding already says it.
+    doubled = {f.node[:-1]: set(f.exclusive) for f in findings if f.rule == RULE_ONE_ACTION and not f.missing_one_of}
     return [f for f in findings
-            if not (f.rule == RULE_UNKNOWN_KEY and f.node[:-1] in doubled and f.node[-1] in actions)]
+            if not (f.rule == RULE_UNKNOWN_KEY and f.node[-1] in doubled.get(f.node[:-1], set()))]
 
 
 def _explain(error: ValidationError) -> list[_Finding]:
@@ -257,9 +270,12 @@ def _explain_required(error: ValidationError, path: YamlPath) -> list[_Finding]:
 def _explain_type(error: ValidationError, path: YamlPath) -> list[_Finding]:
     expected = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
     wanted = _word_list([_TYPE_WORDS.get(str(t), str(t)) for t in expected], joiner="or")
-    if path == ():
+    if path == () and error.schema.get("title") == load_schema()["title"]:
         message = f"a loop file must be a mapping of keys (loopdsl, name, start, states ...), not {_show(error.instance)}"
         return [_Finding(path, True, RULE_TYPE, message, "start from `loopdsl init` or the example in docs/dsl.md")]
+    if path == ():
+        message = f"a {error.schema.get('title', 'file')} must be {wanted}, not {_show(error.instance)}"
+        return [_Finding(path, True, RULE_TYPE, message, _description(error.schema))]
     message = f"{_where(path)} must be {wanted}, not {_show(error.instance)}"
     return [_Finding(path, True, RULE_TYPE, message, _hint_from(error.schema, path))]
 
@@ -344,12 +360,13 @@ def _explain_range(error: ValidationError, path: YamlPath) -> list[_Finding]:
 def _explain_not(error: ValidationError, path: YamlPath) -> list[_Finding]:
     # `{"not": {}}` marks a key that is valid elsewhere but not in this kind of state
     # or gate; its description says why.
-    value = error.validator_value
-    if isinstance(value, dict) and list(value) == ["required"] and len(value["required"]) == 1:
-        # `dependencies: {a: {not: {required: [b]}}}`: b cannot be given beside a.
-        path, value = path + (str(value["required"][0]),), {}
+    value, described = error.validator_value, error.schema
+    if isinstance(value, dict) and len(value.get("required") or ()) == 1 and set(value) <= {"required", "description"}:
+        # `dependencies: {a: {not: {required: [b], description: why}}}`: b cannot be given
+        # beside a. (The reason sits inside `not`, where editors do not show it on hover.)
+        path, value, described = path + (str(value["required"][0]),), {}, value
     if value == {} and path:
-        reason = str(error.schema.get("description", "")).rstrip(".")
+        reason = str(described.get("description", "")).rstrip(".")
         key, owner = path[-1], _where(path[:-1])
         message = f"`{key}` is not allowed in {owner}"
         if reason:
@@ -410,7 +427,7 @@ def _explain_exclusive(error: ValidationError, path: YamlPath, keys: list[str]) 
     message = f"{what} must have exactly one of {options}, but has {listed}"
     hint = "split the work into one state per action, linked with `next`" if is_state else \
         f"keep one of {listed}"
-    return [_Finding(path + (present[1],), False, RULE_ONE_ACTION, message, hint)]
+    return [_Finding(path + (present[1],), False, RULE_ONE_ACTION, message, hint, exclusive=tuple(keys))]
 
 
 def _explain_other(error: ValidationError, path: YamlPath) -> list[_Finding]:
