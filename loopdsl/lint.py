@@ -136,6 +136,7 @@ class LintSession:
             doc=accepted.doc, loop=loop, path=path, source=source, imported=imported,
             analyze_child=self.analyze_child,
             child_display=lambda relative: display_path(path, relative),
+            graph_complete=accepted.graph_complete,
         )
         semantic = self._semantic(ctx, graph=accepted.graph_complete, tolerant=bool(schema_findings))
         if schema_findings:
@@ -145,7 +146,9 @@ class LintSession:
             names = {(d.line, d.col) for d in semantic if d.rule == "bad-name"}
             diagnostics = [d for d in diagnostics if d.path != path or (d.line, d.col) not in names]
             taken = ({(d.line, d.col) for d in schema_findings} | accepted.hidden_positions(doc)) - names
-            semantic = [d for d in semantic if d.path != path or (d.line, d.col) not in taken]
+            echoed = accepted.echoed_rules()
+            semantic = [d for d in semantic
+                        if d.path != path or ((d.line, d.col) not in taken and d.rule not in echoed)]
         return Analysis(path, diagnostics + semantic, loop=loop, doc=doc, imported=imported)
 
     def _semantic(self, ctx: LintContext, *, graph: bool, tolerant: bool) -> list[Diagnostic]:

@@ -22,6 +22,24 @@ NAMED_SECTIONS = ("states", "models", "gates", "inputs")
 # accepted all of them (a misspelt `nxt:` would otherwise also read as a dead end).
 _GRAPH_INPUTS = ("states", "start", "budget")
 _MAX_ROUNDS = 6
+# Rules whose finding would only echo a rejected key: with `max_tokens: lots` removed from
+# an alias, "this call has no max_tokens" is not news. Keyed by the rejected key (or section).
+_ECHOED_RULES: dict[str, frozenset[str]] = {
+    key: frozenset(rules) for key, rules in {
+        "models": ("unknown-model", "llm-max-tokens", "unknown-price", "evaluator-mirrors-generator"),
+        "model": ("unknown-price", "evaluator-mirrors-generator"),
+        "max_tokens": ("llm-max-tokens",),
+        "price": ("unknown-price",),
+        "fallbacks": ("unknown-price",),
+        "temperature": ("evaluator-mirrors-generator",),
+        "inputs": ("unknown-input", "with-type"),
+        "secrets": ("unknown-secret", "secret-in-command", "secret-in-prompt", "child-secret"),
+        "gates": ("unknown-gate", "gate-needs-value"),
+        "value": ("gate-needs-value",),
+        "with": ("with-missing-input", "with-unknown-input", "with-type"),
+        "unattended": ("checkpoint-unattended",),
+    }.items()
+}
 _STAND_IN_GATE = {"expr": "true"}
 
 Validate = Callable[[Document], Iterable[YamlPath]]
@@ -42,6 +60,11 @@ class Accepted:
                     positions.add(at)
         return positions
 
+    def echoed_rules(self) -> frozenset[str]:
+        """Rules whose findings would only repeat that a touched key is missing."""
+        keys = {str(part) for t in self.touched for part in t if isinstance(part, str)}
+        return frozenset().union(*(_ECHOED_RULES.get(k, frozenset()) for k in keys))
+
 
 def accepted_parts(doc: Document, rejected: Iterable[YamlPath], validate: Validate) -> Accepted | None:
     """`doc` without the parts the schema rejected; None when too little is left to check
@@ -51,6 +74,7 @@ def accepted_parts(doc: Document, rejected: Iterable[YamlPath], validate: Valida
         return None
     touched: list[YamlPath] = []
     pending = list(rejected)
+    found = list(pending)  # every rejected node, removed or not (a state without an action)
     for _ in range(_MAX_ROUNDS):
         removed = [p for p in (_remove(data, path) for path in pending) if p is not None]
         if any(p[:1] == ("imports",) or p == ("states",) for p in removed):
@@ -59,9 +83,10 @@ def accepted_parts(doc: Document, rejected: Iterable[YamlPath], validate: Valida
         touched += [p for p in _stand_ins(data) if p not in touched]
         # Removing a node can make its owner invalid (a required key gone): go again.
         pending = [p for p in validate(replace(doc, data=data)) if _removable(p)]
+        found += pending
         if not pending:
             break
-    graph_complete = not any(not t or t[0] in _GRAPH_INPUTS for t in touched)
+    graph_complete = not any(not t or t[0] in _GRAPH_INPUTS for t in touched + found)
     return Accepted(replace(doc, data=data), tuple(touched), graph_complete)
 
 

@@ -167,6 +167,15 @@ def test_parts_the_schema_rejected_get_no_second_finding(tmp_path: Path) -> None
     assert found == ["schema-missing-key", "schema-unknown-key"], found
 
 
+def test_no_finding_only_echoes_a_rejected_key(tmp_path: Path) -> None:
+    # `max_tokens: lots` is rejected: "the call has no max_tokens" would only repeat it.
+    text = GOOD.replace("max_tokens: 300}", "max_tokens: lots}")
+    assert [d.rule for d in lint_source("echo.yaml", text)] == ["schema-type"]
+    # A state the schema rejected as a whole (no action) is no dead end cutting off `done`.
+    text = GOOD.replace('    llm: {model: writer, prompt: "Write a haiku."}\n', "    description: to do\n")
+    assert [d.rule for d in lint_source("noaction.yaml", text)] == ["schema-one-action"]
+
+
 def test_missing_default_hint_suggests_the_misspelt_target(tmp_path: Path) -> None:
     text = GOOD.replace("next: done", "transitions:\n      - {to: dnoe, when: \"true\"}")
     found = {d.rule: d for d in lint_source("hint.yaml", text)}
