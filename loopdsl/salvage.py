@@ -4,7 +4,9 @@ A schema error in one state must not hide an unknown model in another: lint show
 problem at once. `accepted_parts` removes each node the schema rejected (and whatever
 its removal leaves invalid), puts a neutral stand-in where the model needs a value
 (a model alias without `model`, a loop without `start`), and says which YAML paths it
-touched, so that findings about those parts come from the schema alone.
+touched, so that findings about those parts come from the schema alone. Findings that
+would only echo a removed key (a call "has no max_tokens" when the alias's was rejected)
+are left out too, and so are claims drawn from the state graph when a state was rejected.
 """
 from __future__ import annotations
 
@@ -23,10 +25,14 @@ NAMED_SECTIONS = ("states", "models", "gates", "inputs")
 _GRAPH_INPUTS = ("states", "start", "budget")
 _MAX_ROUNDS = 6
 # Rules whose finding would only echo a rejected key: with `max_tokens: lots` removed from
-# an alias, "this call has no max_tokens" is not news. Keyed by the rejected key (or section).
+# an alias, "this call has no max_tokens" is not news. Keyed by the rejected key, the whole
+# section (`models`), or one entry of it replaced by a stand-in (`models.*`).
 _ECHOED_RULES: dict[str, frozenset[str]] = {
     key: frozenset(rules) for key, rules in {
         "models": ("unknown-model", "llm-max-tokens", "unknown-price", "evaluator-mirrors-generator"),
+        "models.*": ("llm-max-tokens", "unknown-price", "evaluator-mirrors-generator"),
+        "gates.*": ("gate-needs-value",),
+        "inputs.*": ("with-type",),
         "model": ("unknown-price", "evaluator-mirrors-generator"),
         "max_tokens": ("llm-max-tokens",),
         "price": ("unknown-price",),
@@ -62,7 +68,7 @@ class Accepted:
 
     def echoed_rules(self) -> frozenset[str]:
         """Rules whose findings would only repeat that a touched key is missing."""
-        keys = {str(part) for t in self.touched for part in t if isinstance(part, str)}
+        keys = {f"{t[0]}.*" if len(t) == 2 and t[0] in NAMED_SECTIONS else str(t[-1]) for t in self.touched if t}
         return frozenset().union(*(_ECHOED_RULES.get(k, frozenset()) for k in keys))
 
 
