@@ -18,6 +18,7 @@ import queue
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ class LspClient:
         self.process = subprocess.Popen(["node", str(script), "--stdio"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.messages: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.diagnostics: dict[str, list[dict[str, Any]]] = {}  # uri -> latest published
         self.next_id = 0
         threading.Thread(target=self._read, daemon=True).start()
         self.request("initialize", {
@@ -106,6 +108,8 @@ class LspClient:
             elif message.get("id") == wanted:
                 assert "error" not in message, message
                 return message.get("result")
+            elif message.get("method") == "textDocument/publishDiagnostics":
+                self.diagnostics[message["params"]["uri"]] = message["params"]["diagnostics"]
 
     def open(self, path: Path, text: str) -> str:
         uri = path.as_uri()
@@ -123,6 +127,16 @@ class LspClient:
         result = self.request("textDocument/hover", {
             "textDocument": {"uri": uri}, "position": {"line": line, "character": character}})
         return str(((result or {}).get("contents") or {}).get("value", ""))
+
+    def published(self, uri: str) -> list[str]:
+        """The messages of the diagnostics the server published for `uri` (it validates
+        in the background: ask something until they arrive)."""
+        deadline = time.monotonic() + TIMEOUT
+        while uri not in self.diagnostics and time.monotonic() < deadline:
+            self.request("textDocument/hover", {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 0}})
+            time.sleep(0.2)
+        assert uri in self.diagnostics, f"no diagnostics published for {uri}"
+        return [str(d["message"]) for d in self.diagnostics[uri]]
 
     def close(self) -> None:
         self.process.kill()
@@ -236,3 +250,30 @@ def test_test_files_and_reply_scripts_complete_from_their_schemas(lsp: tuple[Lsp
         "draft:\n  - text: hello\n  - error: rate_limit\n    @@\n"), "@@")
     labels = client.completion_labels(client.open(root / "demo.replies.yaml", replies), line, character)
     assert set(labels) == {"message", "retry_after"}
+
+
+def _with_modeline(path: Path, schema: str) -> str:
+    """The file's text with its `$schema=` pointing at this repository's schemas/ copy."""
+    text = path.read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines(keepends=True) if "yaml-language-server:" not in line]
+    return modeline(schema) + "".join(lines)
+
+
+def test_the_bundled_loops_tests_and_replies_are_clean_in_the_editor(lsp: tuple[LspClient, Path]) -> None:
+    client, _ = lsp
+    files = sorted((REPO / "loops").glob("*.yaml")) + sorted((REPO / "loops" / "scripts").glob("*.replies.yaml"))
+    uris = {}
+    for path in files:
+        schema = "test.schema.json" if path.name.endswith(".test.yaml") else \
+            "replies.schema.json" if path.name.endswith(".replies.yaml") else "loop.schema.json"
+        uris[path.name] = client.open(path, _with_modeline(path, schema))
+    assert {name: client.published(uri) for name, uri in uris.items()} == {name: [] for name in uris}
+
+
+def test_the_editor_flags_a_key_of_another_kind_of_state(lsp: tuple[LspClient, Path]) -> None:
+    client, root = lsp
+    text = modeline("loop.schema.json") + (
+        "loopdsl: 1\nname: x\nstart: a\nstates:\n"
+        "  a: {llm: {model: m, prompt: p}, idempotent: true, next: b}\n  b: {end: completed}\n")
+    messages = client.published(client.open(root / "flagged.yaml", text))
+    assert messages == ["Property idempotent is not allowed."]
