@@ -344,6 +344,8 @@ def test_load_loop_raises_loop_error_with_diagnostics(tmp_path: Path) -> None:
     with pytest.raises(LoopError) as missing:
         load_loop(tmp_path / "nope.yaml")
     assert missing.value.diagnostics[0].rule == "no-such-file"
+    # A finding about the whole file shows no made-up `:0:0` position.
+    assert str(missing.value).startswith(f"{tmp_path / 'nope.yaml'}: error: no such file or directory")
 
 
 def test_load_loop_allows_warnings(tmp_path: Path) -> None:
