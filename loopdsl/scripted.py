@@ -46,45 +46,19 @@ class _Entry:
     comment: str = ""
 
 
-def _parse_entry(raw: Any, where: str) -> _Entry:
+def _entry(raw: Any) -> _Entry:
+    """One entry of a script that passed schemas/replies.schema.json."""
     if isinstance(raw, str):
         return _Entry("reply", text=raw)
-    if not isinstance(raw, Mapping):
-        raise ScriptError(f"{where}: expected a reply text or a mapping with `text`, `error` or `decision`")
-    keys = [k for k in ("text", "error", "decision") if k in raw]
-    if len(keys) != 1:
-        raise ScriptError(f"{where}: give exactly one of `text`, `error` or `decision` (found {keys or 'none'})")
-    allowed = {"text": {"text", "usage"}, "error": {"error", "message", "retry_after"},
-               "decision": {"decision", "comment"}}[keys[0]]
-    extra = sorted(str(k) for k in raw if k not in allowed)
-    if extra:
-        raise ScriptError(f"{where}: unexpected key(s) {', '.join(extra)} (allowed here: {', '.join(sorted(allowed))})")
     if "text" in raw:
-        if not isinstance(raw["text"], str):
-            raise ScriptError(f"{where}: `text` must be a string")
         usage = raw.get("usage")
-        if usage is None:
-            return _Entry("reply", text=raw["text"])
-        counts = []
-        for name in ("prompt_tokens", "completion_tokens"):
-            value = usage.get(name) if isinstance(usage, Mapping) else None
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ScriptError(f"{where}: `usage` needs non-negative integers `prompt_tokens` and `completion_tokens`")
-            counts.append(value)
-        return _Entry("reply", text=raw["text"], usage=(counts[0], counts[1]))
+        counts = (usage["prompt_tokens"], usage["completion_tokens"]) if usage is not None else None
+        return _Entry("reply", text=raw["text"], usage=counts)
     if "error" in raw:
-        kind = raw["error"]
-        if kind not in SCRIPTED_ERROR_KINDS:
-            raise ScriptError(f"{where}: unknown error kind {kind!r} (expected one of {', '.join(SCRIPTED_ERROR_KINDS)})")
         retry_after = raw.get("retry_after")
-        if retry_after is not None and (isinstance(retry_after, bool) or not isinstance(retry_after, (int, float)) or retry_after < 0):
-            raise ScriptError(f"{where}: `retry_after` must be a number of seconds")
-        return _Entry("error", error=kind, message=str(raw.get("message", f"scripted {kind}")),
+        return _Entry("error", error=raw["error"], message=str(raw.get("message", f"scripted {raw['error']}")),
                       retry_after=None if retry_after is None else float(retry_after))
-    decision = raw["decision"]
-    if not isinstance(decision, str) or not decision:
-        raise ScriptError(f"{where}: `decision` must be a non-empty string such as approve or reject")
-    return _Entry("decision", decision=decision, comment=str(raw.get("comment", "") or ""))
+    return _Entry("decision", decision=raw["decision"], comment=str(raw.get("comment", "") or ""))
 
 
 def _scripted_exception(litellm: Any, entry: _Entry, model: str) -> Exception:
@@ -107,34 +81,44 @@ class ScriptedProvider:
 
     @classmethod
     def from_data(cls, data: Any, source: str = "<script>") -> ScriptedProvider:
-        if not isinstance(data, Mapping):
-            raise ScriptError(f"{source}: a script maps state names to lists of replies, e.g. `draft: [\"first reply\"]`")
+        """Replies given as data (inline in a test, or from Python), checked against
+        schemas/replies.schema.json; ScriptError says what is wrong and where."""
+        from .loader import Document
+        from .schema import check
+
+        problems = check(Document(path=source, text="", data=data), "replies")
+        if problems:  # no line numbers here: the message names the place (`draft[0].error`)
+            raise ScriptError("\n".join(f"{source}: {d.message}" + (f" (hint: {d.hint})" if d.hint else "")
+                                         for d in problems))
+        return cls._parsed(data, source)
+
+    @classmethod
+    def _parsed(cls, data: Mapping[str, Any], source: str) -> ScriptedProvider:
         parsed: dict[str, list[_Entry]] = {}
         for state, entries in data.items():
             items = entries if isinstance(entries, (list, tuple)) else [entries]
-            parsed[str(state)] = [_parse_entry(item, f"{source}: {state}[{i}]") for i, item in enumerate(items)]
+            parsed[str(state)] = [_entry(item) for item in items]
         return cls(parsed, source)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> ScriptedProvider:
+        """A `*.replies.yaml` (or .json) file, checked against schemas/replies.schema.json with
+        `file:line:col` for every problem."""
         file = Path(path)
-        try:
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ScriptError(f"{file}: cannot read the script: {exc.strerror or exc}") from None
         if file.suffix.lower() == ".json":
             try:
-                data = json.loads(text)
+                data = json.loads(file.read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise ScriptError(f"{file}: cannot read the script: {exc.strerror or exc}") from None
             except ValueError as exc:
                 raise ScriptError(f"{file}: not valid JSON: {exc}") from None
-        else:
-            from ruamel.yaml import YAML, YAMLError
+            return cls.from_data(data, str(file))
+        from .schema_files import describe, load_checked
 
-            try:
-                data = YAML(typ="safe", pure=True).load(text)
-            except YAMLError as exc:
-                raise ScriptError(f"{file}: not valid YAML: {exc}") from None
-        return cls.from_data(data, str(file))
+        doc, problems = load_checked(file, "replies")
+        if problems or doc is None:
+            raise ScriptError(describe(problems))
+        return cls._parsed(doc.data, str(file))
 
     def _next(self, state: str, want: str) -> _Entry | None:
         entries = self._entries.get(state)

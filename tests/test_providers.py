@@ -358,12 +358,12 @@ def test_from_file_yaml_and_json(litellm: Any, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "data, match",
     [
-        (["not", "a", "mapping"], "maps state names"),
-        ({"draft": [{"error": "explode"}]}, r"draft\[0\]: unknown error kind 'explode'"),
+        (["not", "a", "mapping"], "reply script must be a mapping.*each state name maps to its replies"),
+        ({"draft": [{"error": "explode"}]}, r"`draft\[0\]\.error` must be one of rate_limit, .*not \"explode\""),
         ({"draft": [{"text": "x", "error": "timeout"}]}, "exactly one of"),
-        ({"draft": [{"text": "x", "usage": {"prompt_tokens": -1, "completion_tokens": 2}}]}, "non-negative"),
-        ({"draft": [{"text": "x", "colour": "red"}]}, "unexpected key"),
-        ({"draft": [42]}, r"draft\[0\]: expected a reply text"),
+        ({"draft": [{"text": "x", "usage": {"prompt_tokens": -1, "completion_tokens": 2}}]}, "must be at least 0"),
+        ({"draft": [{"text": "x", "colour": "red"}]}, "unknown key `colour`.*keys allowed here: text and usage"),
+        ({"draft": [42]}, r"`draft\[0\]` must be a string or a mapping, not 42"),
         ({"draft": [{"error": "rate_limit", "retry_after": "soon"}]}, "retry_after"),
     ],
 )
@@ -377,7 +377,7 @@ def test_unreadable_script_files(tmp_path: Path) -> None:
         ScriptedProvider.from_file(tmp_path / "missing.yaml")
     broken = tmp_path / "broken.yaml"
     broken.write_text("draft: [unclosed\n")
-    with pytest.raises(ScriptError, match="not valid YAML"):
+    with pytest.raises(ScriptError, match=r"broken.yaml:2:1: expected ',' or ']'"):
         ScriptedProvider.from_file(broken)
 
 
@@ -437,3 +437,14 @@ def test_params_never_override_the_reserved_max_tokens(litellm: Any, stub_server
     assert body["model"] == "gpt-4o-mini" and body["messages"] == list(MESSAGES)
     for key in ("n", "best_of", "max_completion_tokens"):
         assert key not in body
+
+
+def test_reply_file_problems_are_positioned_by_the_published_schema(tmp_path: Path) -> None:
+    script = tmp_path / "greet.replies.yaml"
+    script.write_text("draft:\n  - hello\n  - {error: rate_limt}\nreview:\n  - {decision: approve, coment: ok}\n")
+    with pytest.raises(ScriptError) as caught:
+        ScriptedProvider.from_file(script)
+    lines = str(caught.value).splitlines()
+    assert lines[0].startswith(f"{script}:3:13: `draft[1].error` must be one of rate_limit,")
+    assert "did you mean `rate_limit`?" in lines[0]
+    assert lines[1].startswith(f"{script}:5:25: unknown key `coment` in `review[0]`; did you mean `comment`?")
