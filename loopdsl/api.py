@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,8 +21,6 @@ from .runstate import COMPLETED, RUNNING, WAITING, RunState
 from .store import RunStore, StoreError, default_store_dir
 
 EXIT_CODES = {COMPLETED: 0, WAITING: 4}
-# Environment variables that look like credentials reach commands only when declared as `secrets`.
-_CREDENTIAL_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 
 
 class UsageError(Exception):
@@ -118,7 +115,10 @@ def _skills(loop: Loop) -> dict[str, str]:
 
 
 def command_environment(loop: Loop, secret_values: Mapping[str, str], workdir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not _CREDENTIAL_NAME.search(k) and not k.startswith("LOOPDSL_")}
+    from .credentials import CREDENTIAL_NAME
+
+    # Environment variables that look like credentials reach commands only when declared as `secrets`.
+    env = {k: v for k, v in os.environ.items() if not CREDENTIAL_NAME.search(k) and not k.startswith("LOOPDSL_")}
     env.update(secret_values)
     env["LOOPDSL_WORKDIR"] = str(workdir)
     return env
@@ -141,6 +141,26 @@ def _run_date(loop: Loop) -> str:
 
 
 # ---------------------------------------------------------------- providers
+
+
+def uses_model_client(script: Any, provider: Any) -> bool:
+    """Whether a run calls real models through LiteLLM (no reply script, no provider given)."""
+    return script is None and provider is None
+
+
+async def ready_to_call_models(loop: Loop, listeners: Iterable[Callable[[dict[str, Any]], None]]) -> None:
+    """Before the first state of a real run: every model it may call has its credentials
+    (UsageError otherwise). Says `loading model client...` if that has to wait for LiteLLM."""
+    from .credentials import check_credentials
+    from .model_client import start_loading
+
+    start_loading()
+
+    def loading() -> None:
+        for listener in listeners:
+            listener({"type": "loading", "what": "model client", "t": utc_now()})
+
+    await check_credentials(loop, on_wait=loading)
 
 
 def make_ports(
@@ -289,9 +309,16 @@ async def arun(
     listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
     input_strings: Mapping[str, str] | None = None,
 ) -> RunResult:
+    listeners = list(listeners)
+    if uses_model_client(script, provider):
+        from .model_client import start_loading
+
+        start_loading()  # overlaps loading the loop, the store and the worktree
     model = _resolve_loop(loop)
     compiled = compile_loop(model)
     values = coerce_inputs(model, inputs or {}, input_strings or {})
+    if uses_model_client(script, provider):
+        await ready_to_call_models(model, listeners)
     where = Path(workdir).resolve() if workdir is not None else Path.cwd()
     durable = store is not None and store is not False or model.workspace.worktree
     if not durable:

@@ -12,7 +12,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from .api import RunResult, StoreRecorder, UsageError, load, loop_files, make_ports, new_run_state, open_store
+from .api import (
+    RunResult, StoreRecorder, UsageError, load, loop_files, make_ports, new_run_state, open_store, ready_to_call_models,
+    uses_model_client,
+)
 from .compile import CompiledLoop, compile_loop
 from .engine import Engine, utc_now
 from .runstate import ABORTED, COMPLETED, RUNNING, WAITING, RunState, history_from_events
@@ -189,6 +192,9 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
             workdir = wt.path
         if script is None and state.meta.get("script"):
             script = state.meta["script"]
+        listeners = list(listeners)
+        if uses_model_client(script, provider):
+            await ready_to_call_models(compiled.loop, listeners)
         first = [{"type": "resume", "from_state": state.current, "status": state.status, "forced": bool(changed)}]
         return await _execute(compiled, state, store, workdir=workdir, script=script, provider=provider,
                               human=human, cache=cache, listeners=listeners, first=first)

@@ -30,6 +30,9 @@ from .shell import run_command
 from .templates import Expression, RenderError, install_globals
 from .waiting import Waiting, checkpoint, resume_waiting, wait_for_person
 
+# A key that is missing or refused does not come right by waiting: fail fast, even if `retry.on` lists it.
+NEVER_RETRIED = frozenset({"auth"})
+
 __all__ = ["Engine", "Human", "MemoryRecorder", "NoHuman", "Ports", "Recorder", "utc_now"]
 
 
@@ -219,6 +222,8 @@ class Engine:
                                   message=f"shell state '{state.name}' was cut off mid-way by a crash; "
                                   "approve to run it again, reject to end the run",
                                   choices=("approve", "reject"), timeout=None)
+        if state.kind in ("llm", "evaluate"):
+            await self._wait_for_model_client()
         while True:
             if not (pending and pending.get("step_taken") and attempt == int(pending["attempt"])):
                 self.ledger.take_step()
@@ -234,7 +239,8 @@ class Engine:
                 result = await self._bounded_attempt(cs, ctx, visit, attempt)
             except StepFailure as failure:
                 self._account(state.name, started, spent_before)
-                if failure.kind in state.retry.on and attempt < state.retry.max_attempts:
+                retried = failure.kind in state.retry.on and failure.kind not in NEVER_RETRIED
+                if retried and attempt < state.retry.max_attempts:
                     run.feedback = self.redact(failure.message) if self.ports.secret_values else failure.message
                     delay = backoff_delay(state.retry, attempt, failure.retry_after)
                     failed = self._failed_result(failure)
@@ -253,6 +259,19 @@ class Engine:
             self.emit("ok", state=state.name, attempt=attempt, result=self.run.results[state.name])
             self._route(cs, ctx)
             return
+
+    async def _wait_for_model_client(self) -> None:
+        """Wait for the provider's client library (LiteLLM's import, started in the background)
+        before the state's clock starts: the wait is charged to neither the state's `timeout`
+        and time nor `budget.wall_time`, which pauses for it."""
+        provider = self._get_provider()
+        loaded = getattr(provider, "loaded", None)
+        if loaded is None or loaded():
+            return
+        self.emit("loading", what="model client")
+        paused = time.monotonic()
+        await provider.wait_until_loaded()
+        self._segment_start += time.monotonic() - paused
 
     async def _sleep(self, seconds: float) -> None:
         wall = self.loop.budget.wall_time
