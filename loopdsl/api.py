@@ -152,9 +152,6 @@ async def ready_to_call_models(loop: Loop, listeners: Iterable[Callable[[dict[st
     """Before the first state of a real run: every model it may call has its credentials
     (UsageError otherwise). Says `loading model client...` if that has to wait for LiteLLM."""
     from .credentials import check_credentials
-    from .model_client import start_loading
-
-    start_loading()
 
     def loading() -> None:
         for listener in listeners:
@@ -310,10 +307,6 @@ async def arun(
     input_strings: Mapping[str, str] | None = None,
 ) -> RunResult:
     listeners = list(listeners)
-    if uses_model_client(script, provider):
-        from .model_client import start_loading
-
-        start_loading()  # overlaps loading the loop, the store and the worktree
     model = _resolve_loop(loop)
     compiled = compile_loop(model)
     values = coerce_inputs(model, inputs or {}, input_strings or {})

@@ -214,10 +214,6 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
     """Run LOOP (a file, or pkg:NAME from an installed loop package)."""
     from . import api
 
-    if not dry_run and api.uses_model_client(script, None):
-        from .model_client import start_loading
-
-        start_loading()  # LiteLLM takes seconds to import: overlap it with everything before the first call
     model = api._resolve_loop(loop)
     if dry_run:
         from .dryrun import dry_run as walk

@@ -103,9 +103,12 @@ def describe(loop: Loop, missing: list[MissingCredential]) -> tuple[str, str]:
 async def check_credentials(loop: Loop, on_wait: Callable[[], None] = lambda: None) -> None:
     """Raise UsageError (exit 2) naming the missing variables; waits for LiteLLM only if a model needs it."""
     from .api import UsageError
-    from .model_client import is_loaded, wait_until_loaded
+    from .model_client import is_loaded, start_loading, wait_until_loaded
 
     calls = model_calls(loop)
+    if not calls:
+        return
+    start_loading()  # if not started yet: it then overlaps the worktree and the first shell states
     litellm = None
     if any(_needs_litellm_check(call) for call in calls):
         if not is_loaded():

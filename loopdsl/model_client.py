@@ -4,7 +4,8 @@
 runs, `test`, `audit`, `lint` and `cost` never import it. A real run starts the import in
 a background thread as the process starts (`start_loading`), so it overlaps reading the
 loop, opening the store and making the worktree; whoever needs LiteLLM then waits for that
-one import (`wait_until_loaded`) instead of starting its own.
+one import (`wait_until_loaded`) instead of starting its own. It is started only for a loop
+that calls models, because a process that ends sooner waits at exit for the import to end.
 """
 from __future__ import annotations
 
@@ -58,13 +59,15 @@ def _load_in_background() -> None:
 
 
 def start_loading() -> None:
-    """Start importing LiteLLM in a daemon thread (once); returns at once."""
+    """Start importing LiteLLM in a background thread (once); returns at once."""
     global _thread
     with _lock:
         if _thread is not None or _loaded.is_set():
             return
         _set_defaults()  # in this thread: os.environ is not changed under the main thread's feet
-        _thread = threading.Thread(target=_load_in_background, name="loopdsl-import-litellm", daemon=True)
+        # Not a daemon: a daemon thread killed mid-import at interpreter exit can abort the
+        # process ("FATAL: exception not rethrown"); exit waits for the import to end instead.
+        _thread = threading.Thread(target=_load_in_background, name="loopdsl-import-litellm", daemon=False)
         _thread.start()
 
 
