@@ -171,6 +171,7 @@ def make_ports(
     recorder: Any,
     use_cache: bool,
     asked: Mapping[str, int] | None = None,
+    real_waits: bool = True,
 ) -> Ports:
     scripted = None
     if script is not None:
@@ -210,6 +211,7 @@ def make_ports(
         skills=_skills(loop),
         listeners=list(listeners),
         use_cache=use_cache,
+        real_waits=real_waits,
     )
 
 
@@ -280,16 +282,18 @@ def run(
     cache: bool = False,
     listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
     input_strings: Mapping[str, str] | None = None,
+    real_waits: bool = True,
 ) -> RunResult:
     """Run a loop to its end (or until it waits for a person).
 
     `store=None` runs in memory unless the loop needs a store (a worktree);
     `store=True` uses the default store (`.loopdsl/` at the repository root);
-    a path or a RunStore uses that one.
+    a path or a RunStore uses that one. `real_waits=False` (loop tests) counts the
+    waits before retries against `budget.wall_time` without sleeping through them.
     """
     return asyncio.run(
         arun(loop, inputs, script=script, provider=provider, human=human, store=store, workdir=workdir,
-             cache=cache, listeners=listeners, input_strings=input_strings)
+             cache=cache, listeners=listeners, input_strings=input_strings, real_waits=real_waits)
     )
 
 
@@ -305,6 +309,7 @@ async def arun(
     cache: bool = False,
     listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
     input_strings: Mapping[str, str] | None = None,
+    real_waits: bool = True,
 ) -> RunResult:
     listeners = list(listeners)
     model = _resolve_loop(loop)
@@ -317,7 +322,7 @@ async def arun(
     if not durable:
         recorder = MemoryRecorder()
         ports = make_ports(model, script=script, provider=provider, human=human, workdir=where,
-                           listeners=listeners, recorder=recorder, use_cache=cache)
+                           listeners=listeners, recorder=recorder, use_cache=cache, real_waits=real_waits)
         state = new_run_state(model, "mem-" + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
         engine = Engine(compiled, state, ports)
         await engine.execute()
@@ -327,7 +332,7 @@ async def arun(
     opened = open_store(None if isinstance(store, bool) else store, where)
     try:
         return await run_durable(compiled, values, script=script, provider=provider, human=human,
-                                 store=opened, workdir=where, cache=cache, listeners=listeners)
+                                 store=opened, workdir=where, cache=cache, listeners=listeners, real_waits=real_waits)
     finally:
         if opened is not store:  # ours to close; a RunStore passed in stays open for its owner
             opened.close()

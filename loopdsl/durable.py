@@ -91,10 +91,11 @@ def _finish_workspace(state: RunState, store: RunStore, recorder: StoreRecorder)
 
 async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, *, workdir: Path, script: Any,
                    provider: Any, human: Any, cache: bool, listeners: Iterable[Callable[[dict[str, Any]], None]],
-                   first: list[dict[str, Any]] | None = None) -> RunResult:
+                   first: list[dict[str, Any]] | None = None, real_waits: bool = True) -> RunResult:
     recorder = StoreRecorder(store, state.run_id)
     ports = make_ports(compiled.loop, script=script, provider=provider, human=human, workdir=workdir,
-                       listeners=listeners, recorder=recorder, use_cache=cache, asked=state.meta.get("asked"))
+                       listeners=listeners, recorder=recorder, use_cache=cache, asked=state.meta.get("asked"),
+                       real_waits=real_waits)
     engine = Engine(compiled, state, ports)
     for event in first or ():
         engine.emit(event.pop("type"), **event)
@@ -105,7 +106,7 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, *, 
 
 async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, script: Any, provider: Any, human: Any,
                       store: RunStore, workdir: Path, cache: bool,
-                      listeners: Iterable[Callable[[dict[str, Any]], None]]) -> RunResult:
+                      listeners: Iterable[Callable[[dict[str, Any]], None]], real_waits: bool = True) -> RunResult:
     loop = compiled.loop
     run_id = store.new_run_id()
     meta = {
@@ -142,7 +143,7 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
             raise UsageError(exc.message, exc.hint) from None
         started = {"type": "start", "loop": loop.name, "run_id": run_id, "inputs": dict(values), "workdir": str(run_dir)}
         return await _execute(compiled, state, store, workdir=run_dir, script=script, provider=provider,
-                              human=human, cache=cache, listeners=listeners, first=[started])
+                              human=human, cache=cache, listeners=listeners, first=[started], real_waits=real_waits)
 
 
 def changed_files(state: RunState) -> list[str]:

@@ -277,7 +277,10 @@ class Engine:
         wall = self.loop.budget.wall_time
         if wall is not None and self._active_seconds() + seconds > wall:
             raise BudgetExceeded("wall_time", f"waiting {seconds:.1f}s to retry would pass the wall_time budget of {wall:g}s")
-        await self.ports.sleep(seconds)
+        if self.ports.real_waits:
+            await self.ports.sleep(seconds)
+        else:
+            self._segment_start -= seconds  # not slept, but on the run's clock as if it had been
 
     def _account(self, name: str, started: float, spent_before: tuple[int, float]) -> None:
         """Per-state totals from the ledger's own movement: covers model calls, sub-loops'
