@@ -13,12 +13,15 @@ median of --runs:
      < 0.5 s), and, without a target, to its model reply and to its end.
 Each command runs twice over: with this checkout first on PYTHONPATH, and with a copy of
 `--base` (default `main`, extracted with `git archive`, so no worktree is touched).
-Absolute times move with the machine's load, so both sides are measured in the same rounds.
+Absolute times move with the machine's load, so both sides are measured in the same rounds;
+the CPU time (user + system of the command and everything it waited for) moves much less, and
+is printed below the wall times.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -56,19 +59,27 @@ def env_for(tree: Path, **extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tree), **extra}
 
 
-def wall(command: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> float:
+def cpu_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def wall(command: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one run of `command`."""
+    cpu = cpu_of_children()
     start = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - start
     if done.returncode not in ok:
         raise SystemExit(f"{' '.join(command)} (in {cwd}) exited {done.returncode}:\n{done.stdout}{done.stderr}")
-    return seconds
+    return seconds, cpu_of_children() - cpu
 
 
-def real_run(tree: Path, work: Path, api_base: str) -> tuple[float, float, float]:
-    """(first output line, model reply line, end) of `loopdsl run` with a real provider."""
+def real_run(tree: Path, work: Path, api_base: str) -> tuple[float, float, float, float]:
+    """(first output line, model reply line, end, CPU seconds) of `loopdsl run` with a real provider."""
     env = env_for(tree, OPENAI_API_KEY="sk-first-use-bench", OPENAI_BASE_URL=api_base)
     command = [sys.executable, "-m", "loopdsl", "run", str(work / "loop.yaml"), "--no-store"]
+    cpu = cpu_of_children()
     start = time.perf_counter()
     proc = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
@@ -82,7 +93,7 @@ def real_run(tree: Path, work: Path, api_base: str) -> tuple[float, float, float
     end = time.perf_counter() - start
     if code != 0 or first is None or reply is None:
         raise SystemExit(f"the real-provider run on {tree} exited {code} without a model reply")
-    return first, reply, end
+    return first, reply, end, cpu_of_children() - cpu
 
 
 def main() -> int:
@@ -105,11 +116,11 @@ def main() -> int:
             work[label] = folder
         stub.enqueue(*[StubReply(text="hi", prompt_tokens=9, completion_tokens=2) for _ in range(2 * args.runs)])
         measures: dict[str, Callable[[str, Path], tuple[float, ...]]] = {
-            "check.py": lambda label, tree: (wall([sys.executable, "examples/deterministic-multistep/check.py"],
-                                                  tree, env_for(tree)),),
-            "test": lambda label, tree: (wall([sys.executable, "-m", "loopdsl", "test", "loops/"], tree, env_for(tree)),),
-            "audit": lambda label, tree: (wall([sys.executable, "-m", "loopdsl", "audit"], work[label] / "scaffold",
-                                               env_for(tree), ok=(0, 1)),),
+            "check.py": lambda label, tree: wall([sys.executable, "examples/deterministic-multistep/check.py"],
+                                                 tree, env_for(tree)),
+            "test": lambda label, tree: wall([sys.executable, "-m", "loopdsl", "test", "loops/"], tree, env_for(tree)),
+            "audit": lambda label, tree: wall([sys.executable, "-m", "loopdsl", "audit"], work[label] / "scaffold",
+                                              env_for(tree), ok=(0, 1)),
             "run": lambda label, tree: real_run(tree, work[label], stub.api_base),
         }
         results: dict[tuple[str, str], list[tuple[float, ...]]] = {}
@@ -129,6 +140,10 @@ ROWS = [  # (label, measure, index in its tuple, target seconds or None)
     ("loopdsl run, real provider: first output line", "run", 0, 0.5),
     ("  ... its model reply (1 s shell state first)", "run", 1, None),
     ("  ... its end", "run", 2, None),
+    ("README example (check.py), CPU", "check.py", 1, None),
+    ("loopdsl test loops/, CPU", "test", 1, None),
+    ("loopdsl audit of an init scaffold, CPU", "audit", 1, None),
+    ("loopdsl run, real provider, CPU", "run", 3, None),
 ]
 
 
