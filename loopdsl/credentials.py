@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .model import EvaluateAction, LlmAction, Loop, ModelAlias
@@ -27,6 +28,7 @@ _AMBIENT_CREDENTIAL_PROVIDERS = ("bedrock", "sagemaker")
 @dataclass(frozen=True)
 class ModelCall:
     loop: str
+    source: Path | None  # the file of that loop
     alias: ModelAlias
     model: str
     primary: bool  # the alias's own model (its api_base, api_key_env and params apply), not a fallback
@@ -54,7 +56,8 @@ def model_calls(loop: Loop) -> list[ModelCall]:
             if alias is None:
                 continue
             for index, model in enumerate((alias.model, *alias.fallbacks)):
-                calls.setdefault((member.name, alias.name, model), ModelCall(member.name, alias, model, index == 0))
+                calls.setdefault((member.name, alias.name, model),
+                                 ModelCall(member.name, member.source, alias, model, index == 0))
     return list(calls.values())
 
 
@@ -86,13 +89,25 @@ def missing_credentials(calls: list[ModelCall], litellm: Any | None) -> list[Mis
     return missing
 
 
+def _where(call: ModelCall) -> str:
+    """`file:line:col: ` of the alias in its loop's file, or just `file: ` (e.g. an imported alias)."""
+    if call.source is None:
+        return ""
+    from .loader import load_document
+
+    doc, _ = load_document(call.source)
+    position = doc.positions.get(tuple(call.alias.path)) if doc is not None else None
+    return f"{call.source}:{position[0]}:{position[1]}: " if position else f"{call.source}: "
+
+
 def describe(loop: Loop, missing: list[MissingCredential]) -> tuple[str, str]:
-    """(message, hint) naming each model and the variables it needs."""
+    """(message, hint) naming each model, where its alias is, and the variables it needs."""
     lines = []
     for m in missing:
-        where = [m.call.model] + ([] if m.call.primary else ["a fallback"])
-        where += [] if m.call.loop == loop.name else [f"in sub-loop {m.call.loop}"]
-        lines.append(f"model '{m.call.alias.name}' ({', '.join(where)}) needs {' and '.join(m.variables)}")
+        what = [m.call.model] + ([] if m.call.primary else ["a fallback"])
+        what += [] if m.call.loop == loop.name else [f"in sub-loop {m.call.loop}"]
+        lines.append(f"{_where(m.call)}model '{m.call.alias.name}' ({', '.join(what)}) needs "
+                     f"{' and '.join(m.variables)}")
     variables = sorted({v for m in missing for v in m.variables if CREDENTIAL_NAME.search(v)})
     message = f"loop '{loop.name}' cannot call its models, nothing was run:\n  " + "\n  ".join(lines)
     hint = (f"set {', '.join(variables)} in the environment (e.g. `export {variables[0]}=...`), "

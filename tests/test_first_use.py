@@ -104,7 +104,7 @@ def test_a_missing_key_stops_the_run_before_its_first_state(scaffold: Path, tmp_
     done = cli(REPORTING_CLI, "run", "loops/daily-triage.yaml", cwd=scaffold, env=bare_env(tmp_path))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "OPENAI_API_KEY" in done.stderr and "ANTHROPIC_API_KEY" in done.stderr
-    assert "model 'writer' (openai/gpt-4o-mini) needs OPENAI_API_KEY" in done.stderr
+    assert "loops/daily-triage.yaml:32:3: model 'writer' (openai/gpt-4o-mini) needs OPENAI_API_KEY" in done.stderr
     assert "hint: set ANTHROPIC_API_KEY, OPENAI_API_KEY" in done.stderr and "--script" in done.stderr
     assert "Traceback" not in done.stderr and "→" not in done.stderr  # no state ran
     assert not (scaffold / ".loopdsl").exists()  # no run recorded, no worktree made
@@ -125,8 +125,8 @@ def test_api_key_env_and_fallbacks_are_checked_too(tmp_path: Path) -> None:
         """))
     done = cli(REPORTING_CLI, "run", str(loop), "--no-store", cwd=tmp_path, env=bare_env(tmp_path))
     assert done.returncode == 2, done.stderr
-    assert "model 'main' (openai/gpt-4o-mini) needs MY_TEAM_KEY" in done.stderr
-    assert "model 'main' (anthropic/claude-haiku-4-5, a fallback) needs ANTHROPIC_API_KEY" in done.stderr
+    assert f"{loop}:4:3: model 'main' (openai/gpt-4o-mini) needs MY_TEAM_KEY" in done.stderr
+    assert f"{loop}:4:3: model 'main' (anthropic/claude-haiku-4-5, a fallback) needs ANTHROPIC_API_KEY" in done.stderr
     # The alias's own key given, the fallback's still missing: still refused, naming only it.
     again = cli(REPORTING_CLI, "run", str(loop), "--no-store", cwd=tmp_path,
                 env=bare_env(tmp_path, MY_TEAM_KEY="sk-team"))
