@@ -70,6 +70,8 @@ class Progress:
             line = f"  waiting for a person at '{event['state']}': {event['message']}"
         elif kind == "resume":
             line = f"resuming at '{event['from_state']}'   [{self._spend()}]"
+        elif kind == "loading":
+            line = f"loading {event.get('what', 'model client')}..."
         elif kind == "child":
             inner = event.get("event", {})
             if inner.get("type") == "end":

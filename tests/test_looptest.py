@@ -157,3 +157,24 @@ def test_setup_builds_the_workspace_and_its_failure_is_reported(project: Path) -
     assert code == 1
     assert "PASS  " in out and "built" in out
     assert "setup failed with exit 3: nope" in out
+
+
+def test_retry_waits_count_against_wall_time_but_are_not_slept(project: Path) -> None:
+    # Offline there is nothing to wait for: a 40 s backoff is not slept through, yet it is
+    # on the run's clock, so a second one passes the 1-minute wall_time as it would online.
+    loop = project / "greet.yaml"
+    loop.write_text(loop.read_text().replace(
+        "retry: {max_attempts: 2, backoff: {initial: 0s}}",
+        "retry: {max_attempts: 3, backoff: {initial: 40s, factor: 1, jitter: false}}"))
+    (project / "greet.test.yaml").write_text(
+        "tests:\n"
+        "  - name: one-wait-fits\n    loop: greet.yaml\n"
+        "    script: {draft: ['good day', 'hello there']}\n"
+        "    expect: {status: completed}\n"
+        "  - name: two-waits-do-not\n    loop: greet.yaml\n"
+        "    script: {draft: ['good day', 'good night', 'hello']}\n"
+        "    expect: {status: budget_exhausted}\n")
+    code, out, _ = run_cli("test", str(project))
+    assert code == 0, out
+    seconds = [float(line.rsplit(", ", 1)[1].rstrip("s)")) for line in out.splitlines() if line.startswith("PASS")]
+    assert len(seconds) == 2 and max(seconds) < 30, out
