@@ -132,16 +132,32 @@ def _parse_when(value: str | None, option: str) -> Any:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
+def _pattern_file(name: str) -> str:
+    """The bundled pattern's loop file, or a clear message and exit 2."""
+    from .project.init import InitError, find_pattern
+
+    try:
+        return str(find_pattern(name).path)
+    except InitError as exc:
+        _fail(exc.message, exc.hint)
+        raise
+
+
 @click.command()
-@click.argument("loop")
-@click.option("--cadence", type=click.Choice(["hourly", "daily", "weekly"]),
-              help="Runs per month from a cadence instead of schedule.cron (720, 30, 30/7).")
+@click.argument("loop", required=False)
+@click.option("--pattern", "-p", metavar="NAME", help="Cost a bundled pattern (see `loopdsl init --list`) instead of LOOP.")
+@click.option("--cadence", type=click.Choice(["hourly", "daily", "weekly", "per-pr"]),
+              help="Runs per month from a cadence instead of schedule.cron (720, 30, 30/7, or --prs-per-month).")
+@click.option("--prs-per-month", type=click.FloatRange(0, 100000), metavar="N",
+              help="With --cadence per-pr: how many pull requests a month (one run each).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--window-start", metavar="ISO", help="Start of the 30-day window for counting cron runs (default: now).")
 @click.option("--store", type=click.Path(file_okay=False), envvar="LOOPDSL_STORE",
               help="Run store with past runs to compare with (default: .loopdsl/ at the repository root).")
-def cost(loop: str, cadence: str | None, fmt: str, window_start: str | None, store: str | None) -> None:
-    """Worst-case and typical cost of one run of LOOP, and per month (definitions: docs/cost.md)."""
+def cost(loop: str | None, pattern: str | None, cadence: str | None, prs_per_month: float | None, fmt: str,
+         window_start: str | None, store: str | None) -> None:
+    """Worst-case and typical cost of one run of LOOP (or of a bundled --pattern), and per month
+    (definitions: docs/cost.md)."""
     import json
     from pathlib import Path
 
@@ -149,10 +165,17 @@ def cost(loop: str, cadence: str | None, fmt: str, window_start: str | None, sto
     from .project.schedule import ScheduleError
     from .store import default_store_dir
 
-    model = _load(loop)
+    if (loop is None) == (pattern is None):
+        _fail("give a loop file or --pattern NAME (one of them)",
+              "e.g. `loopdsl cost loops/daily-triage.yaml` or `loopdsl cost --pattern daily-triage --cadence daily`")
+    if (cadence == "per-pr") != (prs_per_month is not None):
+        _fail("--cadence per-pr and --prs-per-month N go together",
+              "say how many pull requests a month the loop runs for, e.g. --cadence per-pr --prs-per-month 40")
+    model = _load(loop if loop is not None else _pattern_file(pattern or ""))
     where = Path(store) if store else default_store_dir(model.base_dir)
     try:
-        report = estimate(model, cadence=cadence, window_start=_parse_when(window_start, "--window-start"), store_dir=where)
+        report = estimate(model, cadence=cadence, window_start=_parse_when(window_start, "--window-start"),
+                          store_dir=where, prs_per_month=prs_per_month)
     except ScheduleError as exc:
         _fail(exc.message, exc.hint)
     click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else format_text(report))
@@ -213,8 +236,10 @@ def schedule(loop: str, count: int, after: str | None, export: str | None, outpu
 @click.argument("directory", default=".", type=click.Path(file_okay=False))
 @click.option("--pattern", "-p", metavar="NAME", help="The bundled pattern to start from (see --list).")
 @click.option("--list", "list_only", is_flag=True, help="List the bundled patterns and exit.")
+@click.option("--name", "loop_name", metavar="NAME",
+              help="Name the scaffolded loop (its `name:` and file loops/NAME.yaml; default: the pattern's name).")
 @click.option("--force", is_flag=True, help="Overwrite files that already exist.")
-def init(directory: str, pattern: str | None, list_only: bool, force: bool) -> None:
+def init(directory: str, pattern: str | None, list_only: bool, loop_name: str | None, force: bool) -> None:
     """Scaffold a loop project in DIRECTORY from a bundled pattern: loop, skill, replies, test, hooks."""
     from pathlib import Path
 
@@ -229,7 +254,7 @@ def init(directory: str, pattern: str | None, list_only: bool, force: bool) -> N
         _fail("choose a pattern with --pattern NAME", "patterns: " + ", ".join(p.name for p in patterns))
         return
     try:
-        written = scaffold(Path(directory), pattern, force=force)
+        written = scaffold(Path(directory), pattern, force=force, loop_name=loop_name)
     except InitError as exc:
         _fail(exc.message, exc.hint)
     for file in written:

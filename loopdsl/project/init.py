@@ -57,6 +57,18 @@ def list_patterns() -> list[Pattern]:
     return found
 
 
+def find_pattern(name: str) -> Pattern:
+    """The bundled pattern called `name`, or an InitError naming the close ones."""
+    patterns = {p.name: p for p in list_patterns()}
+    if name not in patterns:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(patterns), n=1)
+        raise InitError(f"no bundled pattern named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+                        "patterns: " + ", ".join(sorted(patterns)) + " (`loopdsl init --list` describes them)")
+    return patterns[name]
+
+
 def _dependencies(loop_file: Path) -> list[Path]:
     """Every file the pattern's loop needs (itself first), resolved."""
     from ..diagnostics import LoopError
@@ -106,10 +118,37 @@ def _schema_line(text: str, target: Path) -> str:
     return re.sub(r"(#\s*yaml-language-server:\s*\$schema=)\S+", lambda m: m.group(1) + rel, text, count=1)
 
 
-def planned_files(pattern: Pattern) -> dict[Path, str]:
-    """Relative path in the project -> text, for every file `init` writes."""
+LOOP_NAME = r"^[a-z][a-z0-9-]*$"  # the schema's pattern for `name:`
+
+
+def _renamed(pattern: Pattern, name: str | None) -> str:
+    """The scaffolded loop's name: `name`, checked like the schema checks `name:`, or the pattern's."""
+    import re
+
+    if name is None or name == pattern.name:
+        return pattern.name
+    if not re.match(LOOP_NAME, name):
+        raise InitError(f"--name {name!r} is not a loop name",
+                        "use lowercase letters, digits and '-', starting with a letter, e.g. --name repo-triage")
+    return name
+
+
+def _set_name(text: str, old: str, new: str, key: str) -> str:
+    """Rewrite the top-level `key: ...old...` line (name, loop, script) for a renamed loop."""
+    import re
+
+    line = re.compile(rf"(?m)^({key}:\s*)(\S*?){re.escape(old)}(\.\S+)?[ \t]*$")
+    return line.sub(lambda m: f"{m.group(1)}{m.group(2)}{new}{m.group(3) or ''}", text, count=1)
+
+
+def planned_files(pattern: Pattern, name: str | None = None) -> dict[Path, str]:
+    """Relative path in the project -> text, for every file `init` writes (the loop named `name`)."""
+    name = _renamed(pattern, name)
     deps = _dependencies(pattern.path)
     moved = {dep.resolve(): _placement(dep) for dep in deps}
+    if name != pattern.name:
+        loop_place = moved[pattern.path.resolve()]
+        moved[pattern.path.resolve()] = loop_place.with_name(name + loop_place.suffix)
     files: dict[Path, str] = {}
     for dep in deps:
         target = moved[dep.resolve()]
@@ -121,28 +160,26 @@ def planned_files(pattern: Pattern) -> dict[Path, str]:
     script = data_dir() / "loops" / "scripts" / f"{pattern.path.stem}.replies.yaml"
     script_rel = None
     if script.is_file():
-        files[Path("loops/scripts") / script.name] = script.read_text(encoding="utf-8")
-        script_rel = f"scripts/{script.name}"
-    test_text = pattern_test(pattern.name) or generic_test(pattern.name, loop_target.name, script_rel)
+        script_rel = f"scripts/{name}.replies.yaml"
+        files[loop_target.parent / script_rel] = script.read_text(encoding="utf-8")
+    test_text = pattern_test(pattern.name) or generic_test(name, loop_target.name, script_rel)
+    if name != pattern.name:
+        files[loop_target] = _set_name(files[loop_target], pattern.name, name, "name")
+        test_text = _set_name(_set_name(test_text, pattern.name, name, "loop"), pattern.name, name, "script")
     files[loop_target.parent / f"{loop_target.stem}.test.yaml"] = test_text
     files[Path("schemas/loop.schema.json")] = (data_dir() / "loop.schema.json").read_text(encoding="utf-8")
     files[Path(".pre-commit-config.yaml")] = PRE_COMMIT
-    files[Path("README.md")] = readme(pattern, loop_target, script_rel)
+    files[Path("README.md")] = readme(pattern, name, loop_target, script_rel)
     return files
 
 
-def scaffold(directory: Path, name: str, *, force: bool = False) -> list[Path]:
-    """Write the project; returns the files written (relative to `directory`)."""
-    patterns = {p.name: p for p in list_patterns()}
-    if name not in patterns:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(patterns), n=1)
-        raise InitError(f"no bundled pattern named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
-                        "patterns: " + ", ".join(sorted(patterns)) + " (`loopdsl init --list` describes them)")
+def scaffold(directory: Path, name: str, *, force: bool = False, loop_name: str | None = None) -> list[Path]:
+    """Write the project from pattern `name` (its loop named `loop_name`); returns the files
+    written (relative to `directory`)."""
+    pattern = find_pattern(name)
     if directory.exists() and not directory.is_dir():
         raise InitError(f"{directory} exists and is not a folder", "give a new or existing folder")
-    files = planned_files(patterns[name])
+    files = planned_files(pattern, loop_name)
     existing = sorted(str(rel) for rel in files if (directory / rel).exists())
     if existing and not force:
         shown = ", ".join(existing[:6]) + (f" and {len(existing) - 6} more" if len(existing) > 6 else "")
@@ -182,15 +219,16 @@ repos:
 """
 
 
-def readme(pattern: Pattern, loop_target: Path, script_rel: str | None) -> str:
+def readme(pattern: Pattern, name: str, loop_target: Path, script_rel: str | None) -> str:
     loop_path = loop_target.as_posix()
     script = f"loops/{script_rel}" if script_rel else None
     test_path = (loop_target.parent / f"{loop_target.stem}.test.yaml").as_posix()
-    return f"""# {pattern.name}
+    named = f" --name {name}" if name != pattern.name else ""
+    return f"""# {name}
 
 {pattern.summary}
 
-Scaffolded by `loopdsl init --pattern {pattern.name}`.
+Scaffolded by `loopdsl init --pattern {pattern.name}{named}`.
 
 | file | what it is |
 |---|---|
@@ -227,7 +265,7 @@ keeps the throwaway repository so you can look at what the run did.
 
 ```bash
 loopdsl schedule {loop_path}                                   # the next run times
-loopdsl schedule {loop_path} --export github-actions -o .github/workflows/{pattern.name}.yml
+loopdsl schedule {loop_path} --export github-actions -o .github/workflows/{name}.yml
 loopdsl schedule {loop_path} --export crontab                  # or a crontab line
 ```
 """
