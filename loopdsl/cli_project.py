@@ -193,10 +193,11 @@ def cost(loop: str | None, pattern: str | None, cadence: str | None, prs_per_mon
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the export to this file.")
 @click.option("--no-store-cache", is_flag=True,
               help="github-actions: do not keep the run store between runs (only for `unattended: true` loops).")
-@click.option("--pip-spec", default="loopdsl", show_default=True,
-              help="github-actions: what `pip install` installs (e.g. 'loopdsl==0.1.0' or '.').")
+@click.option("--pip-spec", metavar="SPEC",
+              help="github-actions: what the workflow's `pip install` installs (default: this loopdsl, pinned "
+                   "from how pip installed it; required for an editable or local-folder install).")
 def schedule(loop: str, count: int, after: str | None, export: str | None, output: str | None,
-             no_store_cache: bool, pip_spec: str) -> None:
+             no_store_cache: bool, pip_spec: str | None) -> None:
     """The next run times of LOOP (schedule.cron in schedule.timezone), or a scheduler export."""
     from datetime import timezone
     from pathlib import Path
@@ -210,7 +211,12 @@ def schedule(loop: str, count: int, after: str | None, export: str | None, outpu
 
             path, root = exporters.project_relative(Path(loop))
             if export == "github-actions":
-                text, warnings = exporters.github_actions(model, path, keep_store=not no_store_cache, pip_spec=pip_spec)
+                from .project.install_source import resolve
+
+                source = resolve(pip_spec)
+                text, warnings = exporters.github_actions(model, path, keep_store=not no_store_cache,
+                                                          pip_spec=source.pip_spec)
+                warnings += [source.warning] if source.warning else []
             else:
                 text, warnings = exporters.crontab(model, path, root)
             for warning in warnings:
@@ -238,8 +244,12 @@ def schedule(loop: str, count: int, after: str | None, export: str | None, outpu
 @click.option("--list", "list_only", is_flag=True, help="List the bundled patterns and exit.")
 @click.option("--name", "loop_name", metavar="NAME",
               help="Name the scaffolded loop (its `name:` and file loops/NAME.yaml; default: the pattern's name).")
+@click.option("--pip-spec", metavar="SPEC",
+              help="What the pre-commit hook installs (default: this loopdsl, pinned from how pip installed it; "
+                   "required for an editable or local-folder install).")
 @click.option("--force", is_flag=True, help="Overwrite files that already exist.")
-def init(directory: str, pattern: str | None, list_only: bool, loop_name: str | None, force: bool) -> None:
+def init(directory: str, pattern: str | None, list_only: bool, loop_name: str | None, pip_spec: str | None,
+         force: bool) -> None:
     """Scaffold a loop project in DIRECTORY from a bundled pattern: loop, skill, replies, test, hooks."""
     from pathlib import Path
 
@@ -253,10 +263,15 @@ def init(directory: str, pattern: str | None, list_only: bool, loop_name: str | 
     if not pattern:
         _fail("choose a pattern with --pattern NAME", "patterns: " + ", ".join(p.name for p in patterns))
         return
+    from .project.install_source import InstallSourceError, resolve
+
     try:
-        written = scaffold(Path(directory), pattern, force=force, loop_name=loop_name)
-    except InitError as exc:
+        source = resolve(pip_spec)
+        written = scaffold(Path(directory), pattern, force=force, loop_name=loop_name, install=source)
+    except (InitError, InstallSourceError) as exc:
         _fail(exc.message, exc.hint)
+    if source.warning:
+        click.echo(f"loopdsl: warning: {source.warning}", err=True)
     for file in written:
         click.echo(f"  wrote {file}")
     click.echo(f"next: cd {directory} && loopdsl lint loops/ && loopdsl test  (see README.md)")

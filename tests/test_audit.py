@@ -16,6 +16,7 @@ from loopdsl.lint import load_loop
 from loopdsl.project import audit_checks
 from loopdsl.project.audit import audit_project
 from loopdsl.project.init import scaffold
+from loopdsl.project.install_source import from_spec
 from loopdsl.project.rubric import RUBRIC, RULES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -202,7 +203,7 @@ PATTERN_NAMES = ["changelog-drafter", "ci-sweeper", "daily-triage", "dependency-
 
 @pytest.mark.parametrize("name", PATTERN_NAMES)
 def test_bundled_patterns_audit_at_least_90(name: str, tmp_path: Path) -> None:
-    scaffold(tmp_path, name)
+    scaffold(tmp_path, name, install=from_spec("loopdsl==0.1.0"))
     report = audit_project(tmp_path, store=tmp_path / "no-store")
     (loop,) = report.loops
     lost = {c.rule: [f.message for f in c.findings] for c in loop.checks if c.applicable and not c.passed}

@@ -33,7 +33,8 @@ def test_validate_accepts_strict_and_is_strict_either_way() -> None:
 
 
 def test_init_name_names_the_loop_its_files_and_its_test_still_passes(tmp_path: Path) -> None:
-    made = loopdsl("init", "proj", "--pattern", "daily-triage", "--name", "repo-triage", cwd=tmp_path)
+    made = loopdsl("init", "proj", "--pattern", "daily-triage", "--name", "repo-triage",
+                   "--pip-spec", "loopdsl==0.1.0", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     project = tmp_path / "proj"
     loops = project / "loops"
@@ -53,7 +54,8 @@ def test_init_name_names_the_loop_its_files_and_its_test_still_passes(tmp_path: 
 
 
 def test_init_name_refuses_a_name_the_language_refuses(tmp_path: Path) -> None:
-    bad = loopdsl("init", "proj", "--pattern", "daily-triage", "--name", "Repo_Triage", cwd=tmp_path)
+    bad = loopdsl("init", "proj", "--pattern", "daily-triage", "--name", "Repo_Triage", "--pip-spec", "loopdsl==0.1.0",
+                  cwd=tmp_path)
     assert bad.returncode == 2
     assert "loopdsl: error: --name 'Repo_Triage' is not a loop name" in bad.stderr
     assert "hint:" in bad.stderr and "Traceback" not in bad.stderr

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from .install_source import InstallSource
 from .pattern_tests import generic_test, pattern_test
 
 STORE_IGNORE = ".loopdsl/"
@@ -141,8 +142,9 @@ def _set_name(text: str, old: str, new: str, key: str) -> str:
     return line.sub(lambda m: f"{m.group(1)}{m.group(2)}{new}{m.group(3) or ''}", text, count=1)
 
 
-def planned_files(pattern: Pattern, name: str | None = None) -> dict[Path, str]:
-    """Relative path in the project -> text, for every file `init` writes (the loop named `name`)."""
+def planned_files(pattern: Pattern, name: str | None = None, install: InstallSource | None = None) -> dict[Path, str]:
+    """Relative path in the project -> text, for every file `init` writes (the loop named `name`;
+    the pre-commit hook installs `install`, by default the running loopdsl)."""
     name = _renamed(pattern, name)
     deps = _dependencies(pattern.path)
     moved = {dep.resolve(): _placement(dep) for dep in deps}
@@ -168,18 +170,19 @@ def planned_files(pattern: Pattern, name: str | None = None) -> dict[Path, str]:
         test_text = _set_name(_set_name(test_text, pattern.name, name, "loop"), pattern.name, name, "script")
     files[loop_target.parent / f"{loop_target.stem}.test.yaml"] = test_text
     files[Path("schemas/loop.schema.json")] = (data_dir() / "loop.schema.json").read_text(encoding="utf-8")
-    files[Path(".pre-commit-config.yaml")] = PRE_COMMIT
+    files[Path(".pre-commit-config.yaml")] = pre_commit_config(install or running_install())
     files[Path("README.md")] = readme(pattern, name, loop_target, script_rel)
     return files
 
 
-def scaffold(directory: Path, name: str, *, force: bool = False, loop_name: str | None = None) -> list[Path]:
+def scaffold(directory: Path, name: str, *, force: bool = False, loop_name: str | None = None,
+             install: InstallSource | None = None) -> list[Path]:
     """Write the project from pattern `name` (its loop named `loop_name`); returns the files
     written (relative to `directory`)."""
     pattern = find_pattern(name)
     if directory.exists() and not directory.is_dir():
         raise InitError(f"{directory} exists and is not a folder", "give a new or existing folder")
-    files = planned_files(pattern, loop_name)
+    files = planned_files(pattern, loop_name, install)
     existing = sorted(str(rel) for rel in files if (directory / rel).exists())
     if existing and not force:
         shown = ", ".join(existing[:6]) + (f" and {len(existing) - 6} more" if len(existing) > 6 else "")
@@ -201,21 +204,30 @@ def scaffold(directory: Path, name: str, *, force: bool = False, loop_name: str 
     return written
 
 
-PRE_COMMIT = """# pre-commit (https://pre-commit.com): `pip install pre-commit && pre-commit install`.
-repos:
-  - repo: local
+def running_install() -> InstallSource:
+    from .install_source import running_install as pinned
+
+    return pinned()
+
+
+def pre_commit_config(install: InstallSource) -> str:
+    """The hooks at the same loopdsl: its repository at its commit, else a local hook that
+    pip-installs `install.pip_spec` in pre-commit's own environment."""
+    from .export import yaml_quoted
+
+    head = "# pre-commit (https://pre-commit.com): `pip install pre-commit && pre-commit install`.\nrepos:\n"
+    if install.repo and install.rev:
+        return head + (f"  - repo: {yaml_quoted(install.repo)}\n    rev: {yaml_quoted(install.rev)}\n    hooks:\n"
+                       "      - id: loopdsl-lint\n        exclude: \\.test\\.ya?ml$\n")
+    return head + f"""  - repo: local
     hooks:
       - id: loopdsl-lint
         name: loopdsl lint
         entry: loopdsl lint
-        language: system          # the loopdsl you installed (pip install loopdsl)
+        language: python
+        additional_dependencies: [{yaml_quoted(install.pip_spec)}]
         files: \\.(ya?ml)$
         exclude: \\.test\\.ya?ml$
-  # Or the published hook, which installs loopdsl in its own environment:
-  # - repo: https://github.com/loopdsl/loopdsl
-  #   rev: v0.1.0
-  #   hooks:
-  #     - id: loopdsl-lint
 """
 
 
