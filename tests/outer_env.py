@@ -39,7 +39,12 @@ def make_venv(target: Path) -> str:
     made = subprocess.run([sys.executable, "-m", "venv", str(target)], capture_output=True, text=True, check=False)
     if made.returncode != 0:
         raise RuntimeError(f"python -m venv failed: {made.stderr}")
-    python = str(target / ("Scripts" if sys.platform == "win32" else "bin") / "python")
+    return expose_outer(target)
+
+
+def expose_outer(venv: Path) -> str:
+    """Let an existing venv see the outer packages after its own; its python."""
+    python = str(venv / ("Scripts" if sys.platform == "win32" else "bin") / "python")
     purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     # A .pth line starting with `import` is executed at start-up; the venv's own site-packages
@@ -56,3 +61,7 @@ def sitecustomize_dir(target: Path) -> Path:
         '"""Appends the test runner\'s site-packages (tests/outer_env.py)."""\n' + site_hook_code() + "\n",
         encoding="utf-8")
     return target
+
+
+if __name__ == "__main__":  # `python outer_env.py VENV`: what tests/test_docs_shell.py adds to `python -m venv`
+    expose_outer(Path(sys.argv[1]))

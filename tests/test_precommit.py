@@ -23,7 +23,8 @@ DATA = REPO / "tests" / "data"
 pytestmark = pytest.mark.slow
 
 # What the hook repository needs to install; tests and benchmarks are left out.
-_SKIP = shutil.ignore_patterns(".git", "tests", "bench", "__pycache__", "*.egg-info", ".loopdsl", ".pytest_cache")
+_SKIP = shutil.ignore_patterns(".git", ".venv", "build", "dist", "tests", "bench", "__pycache__", "*.egg-info", ".loopdsl",
+                               ".pytest_cache")
 
 
 def git(cwd: Path, *args: str) -> None:
