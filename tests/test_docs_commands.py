@@ -92,3 +92,17 @@ def test_readme_leads_with_the_install_and_run_command_and_the_ci_test_command()
     assert "pytest" in tests and "[test]" in tests and "-m venv" in tests
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert tests in ci, ".ci/run must run README's test command verbatim"
+
+
+def test_the_scaffolds_readme_commands_parse(tmp_path: Path) -> None:
+    from loopdsl.project.init import scaffold
+    from loopdsl.project.install_source import from_spec
+
+    scaffold(tmp_path, "daily-triage", install=from_spec("loopdsl @ git+https://github.com/example/loopdsl@v1"))
+    lines = command_lines((tmp_path / "README.md").read_text(encoding="utf-8"))
+    assert any("--export github-actions --pip-spec" in line for line in lines)
+    for line in lines:
+        try:
+            parse(line)
+        except click.UsageError as exc:
+            pytest.fail(f"scaffold README: `{line}`: {exc.format_message()}")

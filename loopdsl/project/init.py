@@ -170,8 +170,9 @@ def planned_files(pattern: Pattern, name: str | None = None, install: InstallSou
         test_text = _set_name(_set_name(test_text, pattern.name, name, "loop"), pattern.name, name, "script")
     files[loop_target.parent / f"{loop_target.stem}.test.yaml"] = test_text
     files[Path("schemas/loop.schema.json")] = (data_dir() / "loop.schema.json").read_text(encoding="utf-8")
-    files[Path(".pre-commit-config.yaml")] = pre_commit_config(install or running_install())
-    files[Path("README.md")] = readme(pattern, name, loop_target, script_rel)
+    install = install or running_install()
+    files[Path(".pre-commit-config.yaml")] = pre_commit_config(install)
+    files[Path("README.md")] = readme(pattern, name, loop_target, script_rel, install)
     return files
 
 
@@ -231,11 +232,14 @@ def pre_commit_config(install: InstallSource) -> str:
 """
 
 
-def readme(pattern: Pattern, name: str, loop_target: Path, script_rel: str | None) -> str:
+def readme(pattern: Pattern, name: str, loop_target: Path, script_rel: str | None, install: InstallSource) -> str:
     loop_path = loop_target.as_posix()
     script = f"loops/{script_rel}" if script_rel else None
     test_path = (loop_target.parent / f"{loop_target.stem}.test.yaml").as_posix()
+    import shlex
+
     named = f" --name {name}" if name != pattern.name else ""
+    spec = shlex.quote(install.pip_spec)
     return f"""# {name}
 
 {pattern.summary}
@@ -277,7 +281,7 @@ keeps the throwaway repository so you can look at what the run did.
 
 ```bash
 loopdsl schedule {loop_path}                                   # the next run times
-loopdsl schedule {loop_path} --export github-actions -o .github/workflows/{name}.yml
+loopdsl schedule {loop_path} --export github-actions --pip-spec {spec} -o .github/workflows/{name}.yml
 loopdsl schedule {loop_path} --export crontab                  # or a crontab line
 ```
 """

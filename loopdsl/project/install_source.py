@@ -64,14 +64,14 @@ def from_direct_url(info: dict[str, Any] | None, version: str) -> InstallSource:
         return InstallSource(f"{DIST} @ {url}" + (f"#{digest}" if digest else ""))
     what = ("an editable install of the folder" if (info.get("dir_info") or {}).get("editable")
             else "installed from the local folder" if "dir_info" in info else "installed from the local file")
-    raise InstallSourceError(f"loopdsl is {what} {url.removeprefix('file://')}, which another machine cannot install",
+    raise InstallSourceError(f"loopdsl is {what} {_file_path(url) or url}, which another machine cannot install",
                              _hint(url))
 
 
 def _hint(url: str) -> str:
     """Ask for --pip-spec, spelled out from the folder's git remote and commit when it has them."""
     example = "--pip-spec 'loopdsl @ git+https://github.com/OWNER/loopdsl@COMMIT' (or 'loopdsl==VERSION')"
-    folder = Path(url.removeprefix("file://")) if url.startswith("file://") else None
+    folder = _file_path(url)
     if folder is not None and folder.is_dir():
         def git(*args: str) -> str:
             try:
@@ -86,25 +86,33 @@ def _hint(url: str) -> str:
     return f"say where the CI machine installs loopdsl from: {example}"
 
 
+def _file_path(url: str) -> Path | None:
+    """The local path of a file: URL (percent-decoded), else None."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(url)
+    return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
+
+
 def running_install() -> InstallSource:
     """How the loopdsl running now was installed, pinned; InstallSourceError when it cannot be."""
     from importlib import metadata
 
     import loopdsl
 
-    try:
-        dist = metadata.distribution(DIST)
-    except metadata.PackageNotFoundError:
-        dist = None
+    # The first record an installer wrote (INSTALLER: pip, uv, ...): a setuptools egg-info in a
+    # source folder on sys.path (left by a build) is not an installation.
+    dist = next((d for d in metadata.distributions(name=DIST) if (d.read_text("INSTALLER") or "").strip()), None)
+    running = Path(loopdsl.__file__).resolve().parent
     info = _direct_url(dist.read_text("direct_url.json")) if dist is not None else None
     if dist is not None and info is not None and "dir_info" in info:
-        return from_direct_url(info, dist.version)  # a local folder: refused, with the folder named
-    running = Path(loopdsl.__file__).resolve().parent
-    # The code running must be the distribution an installer recorded (INSTALLER: pip, uv, ...),
-    # not a source folder on PYTHONPATH or with a setuptools egg-info beside it.
-    installed = dist is not None and bool((dist.read_text("INSTALLER") or "").strip())
-    if not installed or not _is_inside(running, Path(str(dist.locate_file(""))).resolve()):  # type: ignore[union-attr]
-        raise InstallSourceError(f"this loopdsl runs from the folder {running.parent}, not from an installed distribution",
+        folder = _file_path(str(info.get("url", "")))
+        if folder is not None and _is_inside(running, folder.resolve()):
+            return from_direct_url(info, dist.version)  # a local folder: refused, the folder named
+    # The code running must be that distribution's, not a source folder on PYTHONPATH.
+    if dist is None or not _is_inside(running, Path(str(dist.locate_file(""))).resolve()):
+        raise InstallSourceError(f"this loopdsl runs from the folder {running.parent} (not from an installed "
+                                 "distribution), which another machine cannot install",
                                  _hint(running.parent.as_uri()))
     return from_direct_url(info, dist.version)
 
