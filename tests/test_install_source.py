@@ -161,3 +161,30 @@ def test_specs_the_user_gives_and_records_pip_wrote() -> None:
         from_direct_url({"url": "file:///tmp/loopdsl-0.1.0.tar.gz", "archive_info": {}}, "0.1.0")
     with pytest.raises(InstallSourceError, match="installed from the local folder"):
         from_direct_url({"url": "file:///tmp/loopdsl", "dir_info": {}}, "0.1.0")
+
+
+def test_the_scaffolds_local_python_hook_installs_the_spec_and_lints(served: str, tmp_path: Path) -> None:
+    from test_precommit import DATA as LINT_DATA
+    from test_precommit import git, pre_commit
+
+    spec = f"loopdsl @ {served}"
+    project = tmp_path / "proj"
+    made = subprocess.run([sys.executable, "-m", "loopdsl", "init", str(project), "--pattern", "daily-triage",
+                           "--pip-spec", spec], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert made.returncode == 0, made.stderr
+    hook = YAML(typ="safe").load((project / ".pre-commit-config.yaml").read_text())["repos"][0]["hooks"][0]
+    assert hook["additional_dependencies"] == [spec]
+    shutil.copy(LINT_DATA / "err" / "unknown_state.yaml", project / "loops" / "bad.yaml")
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "scaffold")
+    # pre-commit pip-installs the spec from the loopback server into its own environment.
+    failing = pre_commit(project, tmp_path / "pre-commit-home", "run", "--all-files")
+    output = failing.stdout + failing.stderr
+    assert failing.returncode == 1, output
+    assert 'loops/bad.yaml:10:11: error: next of state "draft" names unknown state "dnoe"' in output
+    (project / "loops" / "bad.yaml").unlink()
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "fix")
+    passing = pre_commit(project, tmp_path / "pre-commit-home", "run", "--all-files")
+    assert passing.returncode == 0, passing.stdout + passing.stderr
