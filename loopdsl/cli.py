@@ -92,8 +92,9 @@ def _check_lock(paths: Sequence[str], fmt: str) -> int:
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
-def validate(paths: Sequence[str], fmt: str) -> None:
-    """Same as `lint --strict` (for users of the older tool)."""
+@click.option("--strict", is_flag=True, help="Accepted and changes nothing: validate is always strict (warnings fail).")
+def validate(paths: Sequence[str], fmt: str, strict: bool) -> None:
+    """Same as `lint --strict`: warnings fail too (for users of the older tool; `--strict` is accepted)."""
     from .lint import run_lint_cli
 
     sys.exit(run_lint_cli(paths, fmt, True))

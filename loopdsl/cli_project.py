@@ -132,16 +132,32 @@ def _parse_when(value: str | None, option: str) -> Any:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
+def _pattern_file(name: str) -> str:
+    """The bundled pattern's loop file, or a clear message and exit 2."""
+    from .project.init import InitError, find_pattern
+
+    try:
+        return str(find_pattern(name).path)
+    except InitError as exc:
+        _fail(exc.message, exc.hint)
+        raise
+
+
 @click.command()
-@click.argument("loop")
-@click.option("--cadence", type=click.Choice(["hourly", "daily", "weekly"]),
-              help="Runs per month from a cadence instead of schedule.cron (720, 30, 30/7).")
+@click.argument("loop", required=False)
+@click.option("--pattern", "-p", metavar="NAME", help="Cost a bundled pattern (see `loopdsl init --list`) instead of LOOP.")
+@click.option("--cadence", type=click.Choice(["hourly", "daily", "weekly", "per-pr"]),
+              help="Runs per month from a cadence instead of schedule.cron (720, 30, 30/7, or --prs-per-month).")
+@click.option("--prs-per-month", type=click.FloatRange(0, 100000), metavar="N",
+              help="With --cadence per-pr: how many pull requests a month (one run each).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--window-start", metavar="ISO", help="Start of the 30-day window for counting cron runs (default: now).")
 @click.option("--store", type=click.Path(file_okay=False), envvar="LOOPDSL_STORE",
               help="Run store with past runs to compare with (default: .loopdsl/ at the repository root).")
-def cost(loop: str, cadence: str | None, fmt: str, window_start: str | None, store: str | None) -> None:
-    """Worst-case and typical cost of one run of LOOP, and per month (definitions: docs/cost.md)."""
+def cost(loop: str | None, pattern: str | None, cadence: str | None, prs_per_month: float | None, fmt: str,
+         window_start: str | None, store: str | None) -> None:
+    """Worst-case and typical cost of one run of LOOP (or of a bundled --pattern), and per month
+    (definitions: docs/cost.md)."""
     import json
     from pathlib import Path
 
@@ -149,10 +165,17 @@ def cost(loop: str, cadence: str | None, fmt: str, window_start: str | None, sto
     from .project.schedule import ScheduleError
     from .store import default_store_dir
 
-    model = _load(loop)
+    if (loop is None) == (pattern is None):
+        _fail("give a loop file or --pattern NAME (one of them)",
+              "e.g. `loopdsl cost loops/daily-triage.yaml` or `loopdsl cost --pattern daily-triage --cadence daily`")
+    if (cadence == "per-pr") != (prs_per_month is not None):
+        _fail("--cadence per-pr and --prs-per-month N go together",
+              "say how many pull requests a month the loop runs for, e.g. --cadence per-pr --prs-per-month 40")
+    model = _load(loop if loop is not None else _pattern_file(pattern or ""))
     where = Path(store) if store else default_store_dir(model.base_dir)
     try:
-        report = estimate(model, cadence=cadence, window_start=_parse_when(window_start, "--window-start"), store_dir=where)
+        report = estimate(model, cadence=cadence, window_start=_parse_when(window_start, "--window-start"),
+                          store_dir=where, prs_per_month=prs_per_month)
     except ScheduleError as exc:
         _fail(exc.message, exc.hint)
     click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else format_text(report))
@@ -170,10 +193,11 @@ def cost(loop: str, cadence: str | None, fmt: str, window_start: str | None, sto
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the export to this file.")
 @click.option("--no-store-cache", is_flag=True,
               help="github-actions: do not keep the run store between runs (only for `unattended: true` loops).")
-@click.option("--pip-spec", default="loopdsl", show_default=True,
-              help="github-actions: what `pip install` installs (e.g. 'loopdsl==0.1.0' or '.').")
+@click.option("--pip-spec", metavar="SPEC",
+              help="github-actions: what the workflow's `pip install` installs (default: this loopdsl, pinned "
+                   "from how pip installed it; required for an editable or local-folder install).")
 def schedule(loop: str, count: int, after: str | None, export: str | None, output: str | None,
-             no_store_cache: bool, pip_spec: str) -> None:
+             no_store_cache: bool, pip_spec: str | None) -> None:
     """The next run times of LOOP (schedule.cron in schedule.timezone), or a scheduler export."""
     from datetime import timezone
     from pathlib import Path
@@ -187,7 +211,12 @@ def schedule(loop: str, count: int, after: str | None, export: str | None, outpu
 
             path, root = exporters.project_relative(Path(loop))
             if export == "github-actions":
-                text, warnings = exporters.github_actions(model, path, keep_store=not no_store_cache, pip_spec=pip_spec)
+                from .project.install_source import resolve
+
+                source = resolve(pip_spec)
+                text, warnings = exporters.github_actions(model, path, keep_store=not no_store_cache,
+                                                          pip_spec=source.pip_spec)
+                warnings += [source.warning] if source.warning else []
             else:
                 text, warnings = exporters.crontab(model, path, root)
             for warning in warnings:
@@ -213,8 +242,14 @@ def schedule(loop: str, count: int, after: str | None, export: str | None, outpu
 @click.argument("directory", default=".", type=click.Path(file_okay=False))
 @click.option("--pattern", "-p", metavar="NAME", help="The bundled pattern to start from (see --list).")
 @click.option("--list", "list_only", is_flag=True, help="List the bundled patterns and exit.")
+@click.option("--name", "loop_name", metavar="NAME",
+              help="Name the scaffolded loop (its `name:` and file loops/NAME.yaml; default: the pattern's name).")
+@click.option("--pip-spec", metavar="SPEC",
+              help="What the pre-commit hook installs (default: this loopdsl, pinned from how pip installed it; "
+                   "required for an editable or local-folder install).")
 @click.option("--force", is_flag=True, help="Overwrite files that already exist.")
-def init(directory: str, pattern: str | None, list_only: bool, force: bool) -> None:
+def init(directory: str, pattern: str | None, list_only: bool, loop_name: str | None, pip_spec: str | None,
+         force: bool) -> None:
     """Scaffold a loop project in DIRECTORY from a bundled pattern: loop, skill, replies, test, hooks."""
     from pathlib import Path
 
@@ -228,10 +263,15 @@ def init(directory: str, pattern: str | None, list_only: bool, force: bool) -> N
     if not pattern:
         _fail("choose a pattern with --pattern NAME", "patterns: " + ", ".join(p.name for p in patterns))
         return
+    from .project.install_source import InstallSourceError, resolve
+
     try:
-        written = scaffold(Path(directory), pattern, force=force)
-    except InitError as exc:
+        source = resolve(pip_spec)
+        written = scaffold(Path(directory), pattern, force=force, loop_name=loop_name, install=source)
+    except (InitError, InstallSourceError) as exc:
         _fail(exc.message, exc.hint)
+    if source.warning:
+        click.echo(f"loopdsl: warning: {source.warning}", err=True)
     for file in written:
         click.echo(f"  wrote {file}")
     click.echo(f"next: cd {directory} && loopdsl lint loops/ && loopdsl test  (see README.md)")

@@ -166,6 +166,15 @@ def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunS
         lines.append("gates:")
         for e in gates:
             lines.append(f"  {e['state']} {e['phase']}-gate {e['gate']}: {'pass' if e.get('passed') else 'FAIL'} ({e.get('duration_s', 0)}s)")
+    # `decision`: recorded by approve/reject/decide; `decided`: taken by the run (also from a
+    # reply script or a prompt). One decision appears as both once the run resumed.
+    decided = list({(e.get("state"), e.get("decision"), e.get("by"), e.get("at")): e
+                    for e in events if e.get("type") in ("decision", "decided")}.values())
+    if decided:
+        lines.append("decisions:")
+        for e in decided:
+            comment = f': "{_first_line(str(e["comment"]))}"' if e.get("comment") else ""
+            lines.append(f"  {e.get('state')}: {e.get('decision')} by {e.get('by') or 'unknown'} at {e.get('at')}{comment}")
     calls = [e for e in events if e.get("type") == "llm"]
     if calls:
         lines.append("llm calls:")

@@ -16,6 +16,7 @@ from loopdsl.lint import load_loop
 from loopdsl.project import audit_checks
 from loopdsl.project.audit import audit_project
 from loopdsl.project.init import scaffold
+from loopdsl.project.install_source import from_spec
 from loopdsl.project.rubric import RUBRIC, RULES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +56,7 @@ EXPECTED_LOSSES = {
     "schedule-set": ("the loop has no `schedule`", 'schedule: {cron:'),
     "tests-pass": ("test weak fails", "loopdsl test"),
     "lint-clean": ("[evaluator-mirrors-generator]", "different model"),
-    "recent-runs": ("the loop has never run here", "loopdsl schedule"),
+    "recent-runs": ("the loop has never run here", "export that to a scheduler"),
 }
 
 
@@ -202,10 +203,45 @@ PATTERN_NAMES = ["changelog-drafter", "ci-sweeper", "daily-triage", "dependency-
 
 @pytest.mark.parametrize("name", PATTERN_NAMES)
 def test_bundled_patterns_audit_at_least_90(name: str, tmp_path: Path) -> None:
-    scaffold(tmp_path, name)
+    scaffold(tmp_path, name, install=from_spec("loopdsl==0.1.0"))
     report = audit_project(tmp_path, store=tmp_path / "no-store")
     (loop,) = report.loops
     lost = {c.rule: [f.message for f in c.findings] for c in loop.checks if c.applicable and not c.passed}
     # A fresh scaffold has never run; everything else is the loop's own doing.
     assert "tests-pass" not in lost and "lint-clean" not in lost, lost
     assert loop.score >= 90, lost
+
+
+def _suggested_commands(text: str) -> list[str]:
+    return [cmd for line in text.splitlines() if line.strip().startswith("fix:")
+            for cmd in re.findall(r"`(loopdsl [^`]+)`", line)]
+
+
+@pytest.mark.parametrize("where", ["parent", "inside"])
+def test_every_suggested_command_runs_as_printed_from_where_audit_ran(where: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    project = tmp_path / "my project"  # a space: the printed paths must be quoted
+    shutil.copytree(DATA / "weak", project)
+    shutil.copytree(DATA / "strong" / "loops", project / "loops", dirs_exist_ok=True)
+    shutil.copytree(DATA / "strong" / "skills", project / "skills", dirs_exist_ok=True)
+    (project / "loops" / "broken.yaml").write_text("loopdsl: 1\nname: broken\nstart: nowhere\nstates: {}\n")
+    cwd, target = (tmp_path, "my project") if where == "parent" else (project / "loops", "..")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+
+    def sh(command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "--noprofile", "--norc", "-c", command], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+
+    audited = sh(f"loopdsl audit '{target}' --suggest --store '{tmp_path / 'no-store'}'")
+    assert audited.returncode == 0, audited.stderr
+    commands = _suggested_commands(audited.stdout)
+    assert {c.split()[1] for c in commands} >= {"cost", "test", "lint", "schedule"}, audited.stdout
+    for command in commands:
+        done = sh(command)
+        # 0 or 1 (the command found what the audit found); never 2, a command that cannot run as printed.
+        assert done.returncode in (0, 1), f"{command!r} in {cwd}: exit {done.returncode}\n{done.stderr}"
+        assert "Traceback" not in done.stderr and "cannot read" not in done.stderr, command

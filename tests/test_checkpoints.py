@@ -76,6 +76,20 @@ def test_approve_records_who_and_when_and_later_templates_see_it(tmp_path: Path)
     decisions = [e for e in RunStore(store).events(run_id) if e["type"] == "decision"]
     assert decisions and decisions[0]["by"] == "alice"
 
+    # `show` (text) says who decided, when and why, once (docs/tutorials/04 promises it).
+    shown = _cli(["show", run_id, "--store", str(store)], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert f'  ask: approve by alice at {decided["at"]}: "looks right"' in shown.stdout.splitlines()
+    assert shown.stdout.count("ask: approve by alice") == 1
+
+
+def test_show_lists_a_decision_recorded_before_the_resume(tmp_path: Path) -> None:
+    store, run_id = _waiting_run(tmp_path, "checkpoint.yaml")
+    assert "decisions:" not in _cli(["show", run_id, "--store", str(store)], tmp_path).stdout
+    _cli(["reject", run_id, "--store", str(store)], tmp_path, LOOPDSL_USER="bob")
+    shown = _cli(["show", run_id, "--store", str(store)], tmp_path).stdout
+    assert "decisions:" in shown and "  ask: reject by bob at " in shown
+
 
 def test_reject_takes_the_other_route(tmp_path: Path) -> None:
     store, run_id = _waiting_run(tmp_path, "checkpoint.yaml")

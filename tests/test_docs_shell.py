@@ -2,13 +2,17 @@
 
 Blocks of one document run in sequence in one bash process with `set -e`, in a fresh
 temporary folder (README.md: a copy of the repository, since it names its files). A block
-preceded by a `<!-- no-test -->` line is skipped (it needs a provider key). `pip install`
-commands are left out: the package is installed already.
+preceded by a `<!-- no-test -->` line is skipped (it needs a provider key, or runs the suite).
+A document's `python3 -m venv DIR` makes a real venv that also sees the test runner's
+packages (tests/outer_env.py), and its `pip install` runs with `--no-deps
+--no-build-isolation`: the commands run as written, offline and in seconds. Every `loopdsl`
+command line in README.md and docs/, tested block or not, must parse (command, flags, choices).
 """
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -20,31 +24,31 @@ ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = sorted((ROOT / "docs" / "tutorials").glob("*.md"))
 DOCUMENTS = [ROOT / "README.md", *TUTORIALS]
 _BLOCK = re.compile(r"(?P<before>[^\n]*)\n```bash\n(?P<body>.*?)^```", re.MULTILINE | re.DOTALL)
-_PIP = re.compile(r"(?:python3? -m )?pip3? install\b[^&;\n]*(?:&&\s*)?")
-SKIPPED_DIRS = {".git", ".loopdsl", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", "__pycache__",
+_PIP = re.compile(r"\b((?:python3? -m )?pip3? install)\b")
+_VENV = re.compile(r"\b(python3? -m venv (\S+))")
+OUTER_ENV = Path(__file__).resolve().parent / "outer_env.py"
+SKIPPED_DIRS = {".git", ".venv", "build", ".loopdsl", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", "__pycache__",
                 ".benchmarks", "loopdsl.egg-info"}
 
 
 def shell_blocks(text: str) -> list[str]:
-    """The bash blocks to run, in order, with `pip install` commands removed."""
+    """The bash blocks to run, in order: venvs see the outer packages, pip installs offline."""
     blocks = []
     for match in _BLOCK.finditer("\n" + text):
         if match.group("before").strip() == "<!-- no-test -->":
             continue
-        lines = []
-        for line in match.group("body").splitlines():
-            stripped = _PIP.sub("", line)
-            if stripped.strip() or not line.strip():
-                lines.append(stripped)
-        blocks.append("\n".join(lines))
+        body = _VENV.sub(lambda m: f"{m.group(1)} && python3 {shlex.quote(str(OUTER_ENV))} {m.group(2)}", match.group("body"))
+        blocks.append(_PIP.sub(r"\1 -q --no-deps --no-build-isolation", body).rstrip("\n"))
     return blocks
 
 
-def test_block_extraction_honours_opt_out_and_pip() -> None:
-    text = ("intro\n```bash\npython3 -m pip install -e . && echo one\n```\n"
+def test_block_extraction_honours_opt_out_and_rewrites_venv_and_pip() -> None:
+    text = ("intro\n```bash\npython3 -m venv .venv && python -m pip install -e . && echo one\n```\n"
             "<!-- no-test -->\n```bash\necho secret\n```\n```python\nprint(1)\n```\n"
-            "```bash\npip install loopdsl\necho two\n```\n")
-    assert shell_blocks(text) == ["echo one", "echo two"]
+            "```bash\necho two\n```\n")
+    assert shell_blocks(text) == [
+        f"python3 -m venv .venv && python3 {shlex.quote(str(OUTER_ENV))} .venv && "
+        "python -m pip install -q --no-deps --no-build-isolation -e . && echo one", "echo two"]
 
 
 def _workspace(document: Path, tmp_path: Path) -> Path:
@@ -64,6 +68,9 @@ def test_document_shell_blocks_run(document: Path, tmp_path: Path) -> None:
     assert blocks, f"{document.name} has no bash block"
     if any(re.search(r"\bpytest\b", block) for block in blocks):
         pytest.fail(f"{document.name} runs pytest in a tested block: mark it with a preceding `<!-- no-test -->` line")
+    script_text = "\n".join(blocks)
+    if "pip install" in script_text and "-m venv" not in script_text.split("pip install")[0]:
+        pytest.fail(f"{document.name} runs pip install outside a venv it made: it would change the test interpreter")
     where = _workspace(document, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPDSL_", "OPENAI", "ANTHROPIC"))}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"

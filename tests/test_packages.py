@@ -4,16 +4,16 @@ group `loopdsl.loops`), installed into a throwaway venv, and used from there by 
 team B's loop, including a kill -9 inside that child and a resume.
 
 The project is tests/data/sharing/package/pyproject.toml with repo A's `shared/`
-folder copied in as the package `acme_loops` (gates.yaml, loops/, skills/). The venv is
-made with `--system-site-packages`, so it sees the loopdsl under test and its
-dependencies, and the install is `pip install --no-deps --no-build-isolation`: offline
-and a few seconds. Nothing is installed into the interpreter running the tests.
+folder copied in as the package `acme_loops` (gates.yaml, loops/, skills/). The venv sees
+the packages of the interpreter running the tests (tests/outer_env.py: the loopdsl under
+test and its dependencies, whether that interpreter is a venv, a conda environment or the
+system's), and the install is `pip install --no-deps --no-build-isolation`: offline and a
+few seconds. Nothing is installed into the interpreter running the tests.
 """
 from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from outer_env import make_venv
 from stub_server import StubServer
 from test_sharing import (
     DATA,
@@ -62,14 +63,9 @@ def acme(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
         copy_tree(DATA / "repo-a" / "shared", project / "acme_loops", stub.api_base)
         (project / "acme_loops" / "__init__.py").write_text('"""Team A\'s loops."""\n')
 
-        venv = root / "venv"
-        made = _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)])
-        assert made.returncode == 0, made.stderr
-        python = str(venv / "bin" / "python")
-        pip = _run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--no-build-isolation", str(project)])
-        if pip.returncode != 0:
-            pytest.fail("building the test package failed; with setuptools < 70.1 a --no-build-isolation build "
-                        "needs the `wheel` package installed (it is in loopdsl's `test` extra)\n" + pip.stderr)
+        python = make_venv(root / "venv")
+        pip = _run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(project)])
+        assert pip.returncode == 0, "building the test package failed:\n" + pip.stdout + pip.stderr
         site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
         yield Installed(python, Path(site), stub, project)
     finally:

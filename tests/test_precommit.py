@@ -16,13 +16,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from outer_env import sitecustomize_dir
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data"
 pytestmark = pytest.mark.slow
 
 # What the hook repository needs to install; tests and benchmarks are left out.
-_SKIP = shutil.ignore_patterns(".git", "tests", "bench", "__pycache__", "*.egg-info", ".loopdsl", ".pytest_cache")
+_SKIP = shutil.ignore_patterns(".git", ".venv", "build", "dist", "tests", "bench", "__pycache__", "*.egg-info", ".loopdsl",
+                               ".pytest_cache")
 
 
 def git(cwd: Path, *args: str) -> None:
@@ -48,12 +50,14 @@ def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def pre_commit(project: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     # The hook environment is a real virtualenv with our package pip-installed into it, as
-    # for any user; its dependencies come from the interpreter's site-packages (installed
-    # by `pip install -e .[test]` before the tests) instead of PyPI, which turns a
-    # multi-minute install of LiteLLM's dependency tree into seconds.
-    env = {**os.environ, "PRE_COMMIT_HOME": str(home), "PRE_COMMIT_COLOR": "never",
-           "VIRTUALENV_SYSTEM_SITE_PACKAGES": "1", "PIP_NO_DEPS": "1"}
+    # for any user; its dependencies come from the site-packages of the interpreter running
+    # the tests (installed with `pip install .[test]`; a sitecustomize.py on PYTHONPATH adds
+    # them after the hook environment's own, see tests/outer_env.py) instead of PyPI, which
+    # turns a multi-minute install of LiteLLM's dependency tree into seconds.
+    env = {**os.environ, "PRE_COMMIT_HOME": str(home), "PRE_COMMIT_COLOR": "never", "PIP_NO_DEPS": "1",
+           "PYTHONPATH": str(sitecustomize_dir(home.parent / "outer-site"))}
     env.pop("VIRTUAL_ENV", None)
+    env.pop("VIRTUALENV_SYSTEM_SITE_PACKAGES", None)
     return subprocess.run(["pre-commit", *args], cwd=project, capture_output=True, text=True, env=env, timeout=900)
 
 

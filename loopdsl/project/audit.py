@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .audit_checks import CHECKS, AuditContext, CheckResult, Finding
+from .audit_types import typed_path
 from .rubric import RUBRIC, RULES
 
 DEFAULT_DAYS = 7
@@ -25,6 +26,7 @@ class LoopAudit:
     name: str
     checks: list[CheckResult] = field(default_factory=list)
     load_error: str | None = None
+    typed: str = ""  # the file as a suggested command, run where `audit` runs, names it
 
     @property
     def score(self) -> int:
@@ -75,8 +77,10 @@ def _store_runs(store_dir: Path) -> list[dict[str, Any]] | None:
 
 
 def audit_project(root: Path, *, store: Path | None = None, days: int = DEFAULT_DAYS, now: datetime | None = None,
-                  on_progress: Callable[[str], None] | None = None, loops: list[Path] | None = None) -> ProjectAudit:
-    """Audit every loop under `root` (or the given loop files)."""
+                  on_progress: Callable[[str], None] | None = None, loops: list[Path] | None = None,
+                  cwd: Path | None = None) -> ProjectAudit:
+    """Audit every loop under `root` (or the given loop files); suggested commands name files
+    as typed in `cwd` (default: the current folder)."""
     from ..diagnostics import LoopError
     from ..lint import lint_paths, load_loop
     from ..store import default_store_dir
@@ -84,6 +88,7 @@ def audit_project(root: Path, *, store: Path | None = None, days: int = DEFAULT_
     from .looptest import collect, run_tests
 
     root = root.resolve()
+    cwd = cwd or Path.cwd()
     files = loops if loops is not None else find_loop_files(root)
     loaded: dict[Path, Any] = {}
     errors: dict[Path, str] = {}
@@ -109,14 +114,14 @@ def audit_project(root: Path, *, store: Path | None = None, days: int = DEFAULT_
     for file in top:
         shown = _shown(file, root)
         if file in errors:
-            audits.append(LoopAudit(Path(shown), file.stem, load_error=errors[file]))
+            audits.append(LoopAudit(Path(shown), file.stem, load_error=errors[file], typed=typed_path(file, cwd)))
             continue
         loop = loaded[file]
         ctx = AuditContext(
             loop=loop, file=Path(shown), tree=loop_tree(loop), tests=by_loop.get(file, []),
             runs=None if all_runs is None else [r for r in all_runs if r.get("loop") == loop.name],
             store_dir=store_dir, days=days, now=now or datetime.now(timezone.utc),
-            lint=[d for d in lint.diagnostics if Path(d.path).resolve() == file],
+            lint=[d for d in lint.diagnostics if Path(d.path).resolve() == file], cwd=cwd,
         )
         audits.append(LoopAudit(Path(shown), loop.name, [check(ctx) for check in CHECKS]))
     # A broken test file cannot say which loop it tests: report it on every loop's tests check.
@@ -143,7 +148,7 @@ def format_text(report: ProjectAudit, suggest: bool) -> str:
         if audit.load_error:
             lines.append(f"  FAIL  the loop does not load: {audit.load_error}")
             if suggest:
-                lines.append(f"        fix: `loopdsl lint {audit.file}` and fix its errors")
+                lines.append(f"        fix: `loopdsl lint {audit.typed or audit.file}` and fix its errors")
             continue
         for check in audit.checks:
             rule = RULES[check.rule]

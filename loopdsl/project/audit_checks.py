@@ -58,7 +58,7 @@ def check_budget(ctx: AuditContext) -> CheckResult:
                "steps": "a run may take any number of steps",
                "wall_time": "a stuck run is never stopped"}[cap]
         result.findings.append(Finding("budget-caps", _where(ctx.loop), f"budget has no `{cap}`: {why}",
-                                       f"add `{example}` to `budget:` (`loopdsl cost {ctx.file.name}` shows what a run can spend)"))
+                                       f"add `{example}` to `budget:` (`loopdsl cost {ctx.loop_arg}` shows what a run can spend)"))
     return result
 
 
@@ -330,7 +330,7 @@ def check_schedule(ctx: AuditContext) -> CheckResult:
     example = 'schedule: {cron: "0 9 * * 1-5", timezone: UTC}'
     if schedule is None:
         result.findings.append(Finding("schedule-set", _where(ctx.loop), "the loop has no `schedule`",
-                                       f"add `{example}` (then `loopdsl schedule {ctx.file.name} --export github-actions`)"))
+                                       f"add `{example}` (then loopdsl's schedule command lists its run times and exports it to a scheduler)"))
         return result
     if not croniter.is_valid(schedule.cron):
         result.findings.append(Finding("schedule-set", _where(ctx.loop), f"schedule.cron {schedule.cron!r} is not a valid cron expression",
@@ -351,8 +351,8 @@ def check_tests(ctx: AuditContext) -> CheckResult:
     if not ctx.tests:
         result.findings.append(Finding(
             "tests-pass", _where(ctx.loop), "no loop test runs this loop",
-            f"add {ctx.file.stem}.test.yaml next to it (`loop: {ctx.file.name}`, `script:`, `expect:`), "
-            "then `loopdsl test`; `loopdsl init` shows one"))
+            f"add {ctx.file.stem}.test.yaml next to it (`loop: {ctx.file.name}`, `script:`, `expect:`; the section "
+            "'loopdsl test' of docs/cli.md shows one), then run it with loopdsl's test command"))
         return result
     passed = sum(1 for t in ctx.tests if t.passed)
     result.note = f"{passed}/{len(ctx.tests)} test(s) passed"
@@ -360,7 +360,7 @@ def check_tests(ctx: AuditContext) -> CheckResult:
         if not outcome.passed:
             reason = outcome.failures[0] if outcome.failures else "failed"
             result.findings.append(Finding("tests-pass", outcome.label, f"test {outcome.name} fails: {reason}",
-                                           f"run `loopdsl test {outcome.file}` and fix the loop, its replies or the expectation"))
+                                           f"run `loopdsl test {ctx.typed(outcome.file)}` and fix the loop, its replies or the expectation"))
     return result
 
 
@@ -371,7 +371,7 @@ def check_lint(ctx: AuditContext) -> CheckResult:
     result = CheckResult("lint-clean")
     for d in ctx.lint:
         result.findings.append(Finding("lint-clean", d.location(), f"{d.severity.value}: {d.message} [{d.rule}]",
-                                       d.hint or f"see `loopdsl lint {ctx.file}`"))
+                                       d.hint or f"see `loopdsl lint {ctx.loop_arg}`"))
     return result
 
 
@@ -390,8 +390,11 @@ def _parse_time(text: Any) -> datetime | None:
 
 def check_recent_runs(ctx: AuditContext) -> CheckResult:
     result = CheckResult("recent-runs")
-    fix = (f"run it on its schedule: `loopdsl schedule {ctx.file.name} --export github-actions` (or crontab), "
-           "so each run is recorded in the store")
+    # crontab, not github-actions: that export needs to know how CI installs loopdsl (--pip-spec).
+    fix = (f"run it on its schedule: `loopdsl schedule {ctx.loop_arg} --export crontab` prints a crontab line "
+           "(`--export github-actions` a workflow), so each run is recorded in the store"
+           if ctx.loop.schedule is not None else
+           "give it a `schedule:` (see schedule-set) and export that to a scheduler, so each run is recorded in the store")
     if ctx.runs is None:
         result.findings.append(Finding("recent-runs", _where(ctx.loop), f"no run store at {ctx.store_dir}: the loop has never run here", fix))
         return result

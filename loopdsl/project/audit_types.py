@@ -57,3 +57,26 @@ class AuditContext:
     days: int
     now: datetime
     lint: list[Any]  # Diagnostics for this file
+    cwd: Path = field(default_factory=Path.cwd)  # where `audit` runs: suggested commands must work from here
+
+    def typed(self, path: Path | str) -> str:
+        """`path` as a command run from `cwd` takes it (relative when that is shorter, quoted)."""
+        return typed_path(Path(path), self.cwd)
+
+    @property
+    def loop_arg(self) -> str:
+        """The loop file as a suggested command names it."""
+        return self.typed(self.loop.source or self.file)
+
+
+def typed_path(path: Path, cwd: Path) -> str:
+    """`path` for a command line run in `cwd`: relative to it unless absolute is shorter, shell-quoted."""
+    import os
+    import shlex
+
+    absolute = path.resolve()
+    try:
+        relative = os.path.relpath(absolute, cwd.resolve())
+    except ValueError:  # another drive
+        relative = str(absolute)
+    return shlex.quote(relative if len(relative) <= len(str(absolute)) else str(absolute))

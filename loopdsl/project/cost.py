@@ -256,7 +256,8 @@ def measured(loop: Loop, store_dir: Path) -> dict[str, Any] | None:
 
 
 def estimate(loop: Loop, *, cadence: str | None = None, window_start: datetime | None = None,
-             store_dir: Path | None = None) -> CostReport:
+             store_dir: Path | None = None, prs_per_month: float | None = None) -> CostReport:
+    """`cadence` per-pr counts one run per pull request: `prs_per_month` of them."""
     from .schedule import CADENCE_RUNS, WINDOW_DAYS, require_schedule, runs_in_window
 
     plans = plan_calls(loop)
@@ -268,7 +269,9 @@ def estimate(loop: Loop, *, cadence: str | None = None, window_start: datetime |
         notes.append("a model has no price in LiteLLM's table and no `price:` on its alias: costs are unknown")
     runs: float | None = None
     how = "no schedule (give --cadence)"
-    if cadence:
+    if cadence == "per-pr":
+        runs, how = float(prs_per_month or 0), f"--cadence per-pr, one run per pull request, {prs_per_month:g} a month"
+    elif cadence:
         runs, how = CADENCE_RUNS[cadence], f"--cadence {cadence}"
     elif loop.schedule is not None:
         cron, tz = require_schedule(loop)

@@ -66,7 +66,7 @@ def checkpoints(loop: Loop) -> list[str]:
             for m in _tree(loop) for s in m.states.values() if s.kind == "checkpoint"]
 
 
-def _q(value: str) -> str:
+def yaml_quoted(value: str) -> str:
     """A YAML double-quoted scalar (JSON strings are valid YAML)."""
     return json.dumps(value)
 
@@ -100,11 +100,11 @@ def github_actions(loop: Loop, loop_path: str, *, keep_store: bool = True, pip_s
     if env_names:
         lines.append(f"# Repository secrets to create (Settings > Secrets and variables > Actions): {', '.join(env_names)}")
     lines += [
-        f"name: {_q('loopdsl: ' + name)}",
+        f"name: {yaml_quoted('loopdsl: ' + name)}",
         "",
         "on:",
         "  schedule:",
-        f"    - cron: {_q(utc.cron)}",
+        f"    - cron: {yaml_quoted(utc.cron)}",
         "  workflow_dispatch:",
     ]
     if keep_store:
@@ -126,7 +126,7 @@ def github_actions(loop: Loop, loop_path: str, *, keep_store: bool = True, pip_s
         f"  contents: {'write' if worktree else 'read'}",
         "",
         "concurrency:",
-        f"  group: {_q('loopdsl-' + name)}",
+        f"  group: {yaml_quoted('loopdsl-' + name)}",
         "  cancel-in-progress: false",
         "",
         "jobs:",
@@ -139,7 +139,7 @@ def github_actions(loop: Loop, loop_path: str, *, keep_store: bool = True, pip_s
         "          fetch-depth: 0",
         "      - uses: actions/setup-python@v5",
         "        with:",
-        f"          python-version: {_q(python)}",
+        f"          python-version: {yaml_quoted(python)}",
         "      - name: Install loopdsl",
         f"        run: python -m pip install {shlex.quote(pip_spec)}",
     ]
@@ -153,7 +153,7 @@ def github_actions(loop: Loop, loop_path: str, *, keep_store: bool = True, pip_s
             "          restore-keys: |",
             f"            {key}",
         ]
-    lines += [f"      - name: {_q('Run ' + name)}", "        env:"]
+    lines += [f"      - name: {yaml_quoted('Run ' + name)}", "        env:"]
     lines += [f"          {env}: ${{{{ secrets.{env} }}}}" for env in env_names]
     lines += [f"          LOOPDSL_STORE: {STORE_DIR}"]
     if keep_store:

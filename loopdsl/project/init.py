@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from .install_source import InstallSource
 from .pattern_tests import generic_test, pattern_test
 
 STORE_IGNORE = ".loopdsl/"
@@ -55,6 +56,18 @@ def list_patterns() -> list[Pattern]:
         summary = description.split(". ")[0].rstrip(".") + "." if description else ""
         found.append(Pattern(str(data.get("name", file.stem)), file, summary))
     return found
+
+
+def find_pattern(name: str) -> Pattern:
+    """The bundled pattern called `name`, or an InitError naming the close ones."""
+    patterns = {p.name: p for p in list_patterns()}
+    if name not in patterns:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(patterns), n=1)
+        raise InitError(f"no bundled pattern named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+                        "patterns: " + ", ".join(sorted(patterns)) + " (`loopdsl init --list` describes them)")
+    return patterns[name]
 
 
 def _dependencies(loop_file: Path) -> list[Path]:
@@ -119,10 +132,38 @@ def _schema_line(text: str, target: Path) -> str:
     return f"# yaml-language-server: $schema={rel}\n{text}"
 
 
-def planned_files(pattern: Pattern) -> dict[Path, str]:
-    """Relative path in the project -> text, for every file `init` writes."""
+LOOP_NAME = r"^[a-z][a-z0-9-]*$"  # the schema's pattern for `name:`
+
+
+def _renamed(pattern: Pattern, name: str | None) -> str:
+    """The scaffolded loop's name: `name`, checked like the schema checks `name:`, or the pattern's."""
+    import re
+
+    if name is None or name == pattern.name:
+        return pattern.name
+    if not re.match(LOOP_NAME, name):
+        raise InitError(f"--name {name!r} is not a loop name",
+                        "use lowercase letters, digits and '-', starting with a letter, e.g. --name repo-triage")
+    return name
+
+
+def _set_name(text: str, old: str, new: str, key: str) -> str:
+    """Rewrite the top-level `key: ...old...` line (name, loop, script) for a renamed loop."""
+    import re
+
+    line = re.compile(rf"(?m)^({key}:\s*)(\S*?){re.escape(old)}(\.\S+)?[ \t]*$")
+    return line.sub(lambda m: f"{m.group(1)}{m.group(2)}{new}{m.group(3) or ''}", text, count=1)
+
+
+def planned_files(pattern: Pattern, name: str | None = None, install: InstallSource | None = None) -> dict[Path, str]:
+    """Relative path in the project -> text, for every file `init` writes (the loop named `name`;
+    the pre-commit hook installs `install`, by default the running loopdsl)."""
+    name = _renamed(pattern, name)
     deps = _dependencies(pattern.path)
     moved = {dep.resolve(): _placement(dep) for dep in deps}
+    if name != pattern.name:
+        loop_place = moved[pattern.path.resolve()]
+        moved[pattern.path.resolve()] = loop_place.with_name(name + loop_place.suffix)
     files: dict[Path, str] = {}
     for dep in deps:
         target = moved[dep.resolve()]
@@ -134,31 +175,31 @@ def planned_files(pattern: Pattern) -> dict[Path, str]:
     script = data_dir() / "loops" / "scripts" / f"{pattern.path.stem}.replies.yaml"
     script_rel = None
     if script.is_file():
-        script_target = Path("loops/scripts") / script.name
+        script_rel = f"scripts/{name}.replies.yaml"
+        script_target = loop_target.parent / script_rel
         files[script_target] = _schema_line(script.read_text(encoding="utf-8"), script_target)
-        script_rel = f"scripts/{script.name}"
-    test_text = pattern_test(pattern.name) or generic_test(pattern.name, loop_target.name, script_rel)
+    test_text = pattern_test(pattern.name) or generic_test(name, loop_target.name, script_rel)
+    if name != pattern.name:
+        files[loop_target] = _set_name(files[loop_target], pattern.name, name, "name")
+        test_text = _set_name(_set_name(test_text, pattern.name, name, "loop"), pattern.name, name, "script")
     test_target = loop_target.parent / f"{loop_target.stem}.test.yaml"
     files[test_target] = _schema_line(test_text, test_target)
     for schema in SCHEMA_FILES:
         files[Path("schemas") / schema] = (data_dir() / schema).read_text(encoding="utf-8")
-    files[Path(".pre-commit-config.yaml")] = PRE_COMMIT
-    files[Path("README.md")] = readme(pattern, loop_target, script_rel)
+    install = install or running_install()
+    files[Path(".pre-commit-config.yaml")] = pre_commit_config(install)
+    files[Path("README.md")] = readme(pattern, name, loop_target, script_rel, install)
     return files
 
 
-def scaffold(directory: Path, name: str, *, force: bool = False) -> list[Path]:
-    """Write the project; returns the files written (relative to `directory`)."""
-    patterns = {p.name: p for p in list_patterns()}
-    if name not in patterns:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(patterns), n=1)
-        raise InitError(f"no bundled pattern named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
-                        "patterns: " + ", ".join(sorted(patterns)) + " (`loopdsl init --list` describes them)")
+def scaffold(directory: Path, name: str, *, force: bool = False, loop_name: str | None = None,
+             install: InstallSource | None = None) -> list[Path]:
+    """Write the project from pattern `name` (its loop named `loop_name`); returns the files
+    written (relative to `directory`)."""
+    pattern = find_pattern(name)
     if directory.exists() and not directory.is_dir():
         raise InitError(f"{directory} exists and is not a folder", "give a new or existing folder")
-    files = planned_files(patterns[name])
+    files = planned_files(pattern, loop_name, install)
     existing = sorted(str(rel) for rel in files if (directory / rel).exists())
     if existing and not force:
         shown = ", ".join(existing[:6]) + (f" and {len(existing) - 6} more" if len(existing) > 6 else "")
@@ -180,33 +221,46 @@ def scaffold(directory: Path, name: str, *, force: bool = False) -> list[Path]:
     return written
 
 
-PRE_COMMIT = """# pre-commit (https://pre-commit.com): `pip install pre-commit && pre-commit install`.
-repos:
-  - repo: local
+def running_install() -> InstallSource:
+    from .install_source import running_install as pinned
+
+    return pinned()
+
+
+def pre_commit_config(install: InstallSource) -> str:
+    """The hooks at the same loopdsl: its repository at its commit, else a local hook that
+    pip-installs `install.pip_spec` in pre-commit's own environment."""
+    from .export import yaml_quoted
+
+    head = "# pre-commit (https://pre-commit.com): `pip install pre-commit && pre-commit install`.\nrepos:\n"
+    if install.repo and install.rev:
+        return head + (f"  - repo: {yaml_quoted(install.repo)}\n    rev: {yaml_quoted(install.rev)}\n    hooks:\n"
+                       "      - id: loopdsl-lint\n        exclude: \\.test\\.ya?ml$\n")
+    return head + f"""  - repo: local
     hooks:
       - id: loopdsl-lint
         name: loopdsl lint
         entry: loopdsl lint
-        language: system          # the loopdsl you installed (pip install loopdsl)
+        language: python
+        additional_dependencies: [{yaml_quoted(install.pip_spec)}]
         files: \\.(ya?ml)$
         exclude: \\.test\\.ya?ml$
-  # Or the published hook, which installs loopdsl in its own environment:
-  # - repo: https://github.com/loopdsl/loopdsl
-  #   rev: v0.1.0
-  #   hooks:
-  #     - id: loopdsl-lint
 """
 
 
-def readme(pattern: Pattern, loop_target: Path, script_rel: str | None) -> str:
+def readme(pattern: Pattern, name: str, loop_target: Path, script_rel: str | None, install: InstallSource) -> str:
     loop_path = loop_target.as_posix()
     script = f"loops/{script_rel}" if script_rel else None
     test_path = (loop_target.parent / f"{loop_target.stem}.test.yaml").as_posix()
-    return f"""# {pattern.name}
+    import shlex
+
+    named = f" --name {name}" if name != pattern.name else ""
+    spec = shlex.quote(install.pip_spec)
+    return f"""# {name}
 
 {pattern.summary}
 
-Scaffolded by `loopdsl init --pattern {pattern.name}`.
+Scaffolded by `loopdsl init --pattern {pattern.name}{named}`.
 
 | file | what it is |
 |---|---|
@@ -243,7 +297,7 @@ keeps the throwaway repository so you can look at what the run did.
 
 ```bash
 loopdsl schedule {loop_path}                                   # the next run times
-loopdsl schedule {loop_path} --export github-actions -o .github/workflows/{pattern.name}.yml
+loopdsl schedule {loop_path} --export github-actions --pip-spec {spec} -o .github/workflows/{name}.yml
 loopdsl schedule {loop_path} --export crontab                  # or a crontab line
 ```
 """
