@@ -147,7 +147,7 @@ def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunS
     if gates:
         lines.append("gates:")
         for e in gates:
-            lines.append(f"  {e['state']} {e['phase']}-gate {e['gate']}: {'pass' if e.get('passed') else 'FAIL'} ({e.get('duration_s', 0)}s)")
+            lines.append(f"  {e.get('state')} {e.get('phase')}-gate {e.get('gate')}: {'pass' if e.get('passed') else 'FAIL'} ({e.get('duration_s', 0)}s)")
     calls = [e for e in events if e.get("type") == "llm"]
     if calls:
         lines.append("llm calls:")
@@ -155,7 +155,7 @@ def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunS
             usage = e.get("usage") or {}
             cost = 0.0 if e.get("cached") else e.get("cost_usd")
             tag = " cached" if e.get("cached") else " replayed" if e.get("replayed") else ""
-            lines.append(f"  {e['state']} #{e.get('attempt')} {e.get('model')}: {usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens {_money(cost)}{tag}")
+            lines.append(f"  {e.get('state')} #{e.get('attempt')} {e.get('model')}: {usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens {_money(cost)}{tag}")
     files = state.meta.get("files") or {}
     if files:
         lines.append("files:")

@@ -1,7 +1,10 @@
 """Run locks: a cross-process lock on a run, kept alive by a heartbeat thread.
 
 The lock is a row `lock/<name>` of the store that expires unless refreshed; taking it
-is `RunStore.lock` (atomic `add`, or a takeover of a dead holder's row).
+is `RunStore.lock` (atomic `add`, or a takeover of a dead holder's row). Taking it also
+writes the taker's token to `owner/<name>`, which never expires: it is the fencing token
+every commit under the lock checks, so a holder that was suspended past its ttl (and
+replaced) can never write again, even after the new holder released the lock.
 """
 from __future__ import annotations
 
@@ -19,6 +22,10 @@ if TYPE_CHECKING:
 
 def _lock_key(name: str) -> str:
     return f"lock/{name}"
+
+
+def _owner_key(name: str) -> str:
+    return f"owner/{name}"
 
 
 def _holder_is_dead(holder: dict[str, Any]) -> bool:
@@ -53,11 +60,12 @@ class RunLock:
     `release()`. If the holder is killed, the lock expires within `ttl`.
     """
 
-    def __init__(self, store: RunStore, name: str, ttl: float, token: str) -> None:
+    def __init__(self, store: RunStore, name: str, ttl: float, holder: dict[str, Any]) -> None:
         self._store = store
         self.name = name
         self.ttl = ttl
-        self.token = token
+        self.token: str = holder["token"]
+        self._holder = holder
         self._stop = threading.Event()
         self._lost = False
         self._released = False
@@ -77,16 +85,24 @@ class RunLock:
             while not self._stop.wait(self.ttl / 3):
                 try:
                     with cache.transact():
-                        holder = cache.get(_lock_key(self.name))
-                        if isinstance(holder, dict) and holder.get("token") == self.token:
-                            cache.touch(_lock_key(self.name), expire=self.ttl)
-                        else:
+                        if not self._refresh(cache):
                             self._lost = True
                             return
                 except (diskcache.Timeout, sqlite3.Error):
                     continue  # busy store: the next beat retries well before expiry
         finally:
             cache.close()  # closes only this thread's SQLite connection
+
+    def _refresh(self, cache: diskcache.Cache) -> bool:
+        """Inside a transaction: extend the lock; False when another process owns the run."""
+        if cache.get(_owner_key(self.name)) != self.token:
+            return False
+        holder = cache.get(_lock_key(self.name))
+        if isinstance(holder, dict) and holder.get("token") == self.token:
+            cache.touch(_lock_key(self.name), expire=self.ttl)
+        else:  # a late beat let the row expire, and nobody took it: still ours
+            cache.set(_lock_key(self.name), self._holder, expire=self.ttl)
+        return True
 
     def release(self) -> None:
         if self._released:

@@ -36,6 +36,9 @@ class ChildRecorder:
         self.store_id = store_id
         self.parent_run_id = parent_run_id
         self.commit_parent = commit_parent
+        # The parent's run lock fences the child's commits too.
+        self.lock = getattr(parent, "lock", None)
+        self.created = False
 
     def load(self) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """The child's committed record and events, when an earlier process started it."""
@@ -44,22 +47,19 @@ class ChildRecorder:
         from .store import StoreError
 
         try:
-            return self.store.load(self.store_id), self.store.events(self.store_id)
+            return self.store.load_run(self.store_id), self.store.events(self.store_id)
         except StoreError:
             return None
 
     def commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
         if self.store is None:
             return
-        from .store import StoreError
-
         record = run.to_json()
         record["parent"] = self.parent_run_id
-        try:
-            self.store.commit(self.store_id, record, events)
-        except StoreError:  # the first commit of this child: create its record
-            self.store.create_run(self.store_id, record)
-            self.store.commit(self.store_id, record, events)
+        if not self.created and self.load() is None:  # the first commit of this child
+            self.store.create_run(self.store_id, record, lock=self.lock)
+        self.created = True
+        self.store.commit(self.store_id, record, events, lock=self.lock)
         self.commit_parent()
 
     def get_response(self, key: str) -> dict[str, Any] | None:
