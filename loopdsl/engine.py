@@ -26,9 +26,10 @@ from .runstate import (
     BUDGET_EXHAUSTED, FAILED, RUNNING, WAITING, RunState,
 )
 from .secrets import Redactor
+from .proctree import CommandRef, new_marker
 from .shell import run_command
 from .templates import Expression, RenderError, install_globals
-from .waiting import Waiting, checkpoint, resume_waiting, wait_for_person
+from .waiting import Waiting, checkpoint, resume_waiting, settle_interrupted_command
 
 __all__ = ["Engine", "Human", "MemoryRecorder", "NoHuman", "Ports", "Recorder", "utc_now"]
 
@@ -214,11 +215,8 @@ class Engine:
         visit = run.visits.get(state.name, 1)
         pending = run.pending if run.pending and run.pending.get("state") == state.name else None
         attempt = int(pending["attempt"]) if pending else 1
-        if pending and pending.get("kind") == "shell" and not state.idempotent and not run.meta.pop("rerun_approved", False):
-            wait_for_person(self, state, reason="interrupted",
-                                  message=f"shell state '{state.name}' was cut off mid-way by a crash; "
-                                  "approve to run it again, reject to end the run",
-                                  choices=("approve", "reject"), timeout=None)
+        if pending and pending.get("kind") == "shell":
+            await settle_interrupted_command(self, state, pending)
         while True:
             if not (pending and pending.get("step_taken") and attempt == int(pending["attempt"])):
                 self.ledger.take_step()
@@ -406,10 +404,18 @@ class Engine:
                 script, argv = None, [t.render(ctx) for t in shell.argv or ()]
         except RenderError as exc:
             raise StepFailure("parse", f"rendering the command of '{cs.state.name}': {exc}") from None
-        if not cs.state.idempotent:
-            self._commit_pending({"kind": "shell", "state": cs.state.name, "visit": visit,
-                                  "attempt": attempt, "step_taken": True})
-        res = await run_command(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=self.redact)
+        marker = new_marker()
+        pending = {"kind": "shell", "state": cs.state.name, "visit": visit, "attempt": attempt, "step_taken": True,
+                   "command": {"marker": marker}}
+        if not cs.state.idempotent:  # committed before it starts: a crash from here on needs a person
+            self._commit_pending(pending)
+
+        def started(ref: CommandRef) -> None:
+            # Recorded before it is waited on: after a kill -9 of loopdsl, `resume` finds it still running.
+            self._commit_pending(dict(pending, command=ref.to_json()))
+
+        res = await run_command(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=self.redact,
+                                marker=marker, on_start=started)
         result = res.as_result()
         if res.timed_out:
             raise StepFailure("timeout", f"command timed out after {shell.spec.timeout:g}s", result=result)
