@@ -53,6 +53,7 @@ from .store_lock import RunLock, _holder_is_dead, _lock_key, _owner_key
 ACTIVE_STATUSES = ("running", "waiting")
 _RUN_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _MAX_CANDIDATES_SHOWN = 10
+_MAX_RUN_ID = 64
 
 
 class RunLocked(StoreError):
@@ -116,7 +117,7 @@ def _event_key(run_id: str, index: int) -> str:
 def _check_run_id(run_id: str) -> None:
     ok = (
         isinstance(run_id, str)
-        and 0 < len(run_id) <= 64
+        and 0 < len(run_id) <= _MAX_RUN_ID
         and all(c.isascii() and (c.isalnum() or c in "._-") for c in run_id)
     )
     if not ok:
@@ -124,6 +125,17 @@ def _check_run_id(run_id: str) -> None:
             f"invalid run id {run_id!r}",
             "run ids are 1-64 characters of letters, digits, '.', '_' or '-'",
         )
+
+
+def child_run_id(display_id: str) -> str:
+    """The store id of a sub-loop run: its display id ('<parent>/<state>[@visit][/<index>]')
+    with '.' for '/' and '@'. One longer than a run id may be keeps its head (so it still
+    starts with its parent's id) and ends with a hash of the whole: always valid, unique."""
+    flat = display_id.replace("/", ".").replace("@", ".")
+    if len(flat) <= _MAX_RUN_ID:
+        return flat
+    digest = hashlib.sha256(display_id.encode("utf-8")).hexdigest()[:16]
+    return f"{flat[: _MAX_RUN_ID - len(digest) - 1]}.{digest}"
 
 
 def response_key(

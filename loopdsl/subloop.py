@@ -99,6 +99,7 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
     from .api import load, new_run_state
     from .compile import compile_loop
     from .engine import Engine, Ports
+    from .store import child_run_id
 
     action = cs.state.action
     assert isinstance(action, LoopAction)
@@ -121,8 +122,7 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         if cs.for_each is not None:
             scope["item"], scope["index"] = item, index
         run_id = f"{base_id}/{index}" if cs.for_each is not None else base_id
-        recorder = ChildRecorder(parent.ports.recorder, run_id.replace("/", ".").replace("@", "."),
-                                 parent.run.run_id, parent.commit)
+        recorder = ChildRecorder(parent.ports.recorder, child_run_id(run_id), parent.run.run_id, parent.commit)
         earlier = recorder.load()
         if earlier is not None and RunState.from_json(earlier[0]).is_final:
             done = RunState.from_json(earlier[0])  # finished before a crash: keep, do not re-run
