@@ -27,7 +27,7 @@ from .runstate import (
 )
 from .secrets import Redactor
 from .proctree import CommandRef, new_marker
-from .shell import run_command
+from .shell import CwdOutsideWorkspace, confined_cwd, run_command
 from .templates import Expression, RenderError, install_globals
 from .waiting import Waiting, checkpoint, resume_waiting, settle_interrupted_command
 
@@ -395,14 +395,14 @@ class Engine:
                 env[key] = template.render(ctx)
             cwd = self.ports.workdir
             if shell.cwd is not None:
-                cwd = (cwd / shell.cwd.render(ctx)).resolve()
+                cwd = confined_cwd(cwd, shell.cwd.render(ctx))
             if shell.command is not None:
                 script, placeholders = shell.command.prepare(ctx)
                 env.update(placeholders)
                 argv = None
             else:
                 script, argv = None, [t.render(ctx) for t in shell.argv or ()]
-        except RenderError as exc:
+        except (RenderError, CwdOutsideWorkspace) as exc:
             raise StepFailure("parse", f"rendering the command of '{cs.state.name}': {exc}") from None
         marker = new_marker()
         pending = {"kind": "shell", "state": cs.state.name, "visit": visit, "attempt": attempt, "step_taken": True,

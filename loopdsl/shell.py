@@ -34,6 +34,31 @@ EXIT_NOT_FOUND = 127
 EXIT_CANNOT_RUN = 126
 
 
+class CwdOutsideWorkspace(ValueError):
+    """A `cwd` that names a folder outside the workspace (the message says which and why)."""
+
+
+def confined_cwd(workspace: Path, cwd: str) -> Path:
+    """`cwd` (relative to the workspace, as rendered) as a real path inside the workspace.
+
+    A rendered value may come from inputs or a model: an absolute path, a `..` part, or a
+    symlink that leads out would run the command elsewhere, so each is refused."""
+    base = Path(workspace).resolve()
+    if "\0" in cwd:
+        raise CwdOutsideWorkspace("cwd contains a NUL byte")
+    given = Path(cwd)
+    if given.is_absolute():
+        raise CwdOutsideWorkspace(f"cwd {cwd[:200]!r} is an absolute path; name a folder relative to the workspace")
+    if ".." in given.parts:
+        raise CwdOutsideWorkspace(f"cwd {cwd[:200]!r} has a '..' part; name a folder inside the workspace")
+    target = (base / given).resolve()
+    if target != base and base not in target.parents:
+        raise CwdOutsideWorkspace(
+            f"cwd {cwd[:200]!r} leads out of the workspace {base} (to {target}, through a symlink)"
+        )
+    return target
+
+
 @dataclass
 class ShellResult:
     stdout: str
