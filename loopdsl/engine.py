@@ -23,7 +23,7 @@ from .model import EvaluateAction, LlmAction, State
 from .ports import Human, MemoryRecorder, NoHuman, Ports, Recorder, utc_now
 from .retry import backoff_delay
 from .runstate import (
-    BUDGET_EXHAUSTED, FAILED, RUNNING, WAITING, RunState,
+    BUDGET_EXHAUSTED, FAILED, RUNNING, WAITING, NotJsonValue, RunState, json_value,
 )
 from .secrets import Redactor
 from .proctree import CommandRef, new_marker
@@ -368,8 +368,8 @@ class Engine:
             for name, value in cs.set_values.items():
                 if isinstance(value, Expression):
                     try:
-                        values[name] = value(ctx)
-                    except RenderError as exc:
+                        values[name] = json_value(value(ctx))
+                    except (RenderError, NotJsonValue) as exc:
                         raise StepFailure("parse", f"set {name}: {exc}") from None
                 else:
                     values[name] = value
@@ -448,12 +448,12 @@ class Engine:
         for name, template in templates.items():
             try:
                 if isinstance(template, Expression):
-                    outputs[name] = template(ctx)
+                    outputs[name] = json_value(template(ctx))
                 elif hasattr(template, "render"):
                     outputs[name] = template.render(ctx)
                 else:
                     outputs[name] = template
-            except RenderError as exc:
+            except (RenderError, NotJsonValue) as exc:
                 outputs[name] = None  # e.g. names a state this path never ran
                 self.emit("output_error", output=name, message=str(exc))
         return outputs

@@ -5,6 +5,7 @@ commit point; `to_json` / `from_json` are the only (de)serialisation.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -64,6 +65,34 @@ class RunState:
 
 
 _RECORD_FIELDS = tuple(f.name for f in fields(RunState) if f.name != "history")
+_JSON_SCALARS = (str, int, float, bool, type(None))
+_MAX_VALUE_DEPTH = 100
+
+
+class NotJsonValue(TypeError):
+    """A value computed by the loop (a `set` value, an output) that the run record cannot hold."""
+
+
+def json_value(value: Any, depth: int = 0) -> Any:
+    """`value` as plain JSON data (mappings become dicts, tuples lists), or NotJsonValue.
+
+    Everything a run keeps is committed as JSON; a value that is not (e.g. `budget`, a
+    live view of the ledger) must fail its state, not the commit after it."""
+    if isinstance(value, _JSON_SCALARS):
+        return value
+    if depth >= _MAX_VALUE_DEPTH:
+        raise NotJsonValue(f"the value is nested more than {_MAX_VALUE_DEPTH} levels deep")
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise NotJsonValue(f"a mapping key {str(key)[:40]!r} is a {type(key).__name__}, not a string")
+            out[key] = json_value(item, depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [json_value(item, depth + 1) for item in value]
+    raise NotJsonValue(f"a {type(value).__name__} is not a JSON value (strings, numbers, booleans, null, "
+                       "lists and mappings are)")
 _STR, _NUM, _DICT, _LIST = (str,), (int, float), (dict,), (list,)
 # The JSON type of each stored field (None allowed where the field is optional).
 _FIELD_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
