@@ -48,7 +48,7 @@ from .store_disk import (
     _prepare_directory,
 )
 from .runstate import events_problem, record_problem
-from .store_lock import RunLock, _holder_is_dead, _lock_key, _owner_key
+from .store_lock import RunChanged, RunLock, _holder_is_dead, _lock_key, add_lock, check_owner, take_over
 
 ACTIVE_STATUSES = ("running", "waiting")
 _RUN_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -60,9 +60,6 @@ class RunLocked(StoreError):
     """Another live process holds the run."""
 
 
-class RunChanged(StoreError):
-    """Another process changed the run under us (took over its lock, or decided first):
-    this process must stop and record nothing more (exit 5)."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -240,7 +237,7 @@ class RunStore:
         cache = self._cache
         with cache.transact():
             if lock is not None:
-                self._check_owner(lock)
+                check_owner(self._cache, lock)
             if cache.get(_count_key(run_id)) is not None:
                 raise StoreError(
                     f"a run with id {run_id!r} already exists in {self.directory}",
@@ -272,7 +269,7 @@ class RunStore:
         stamped = {**record, "updated_at": _now_iso()}
         with cache.transact():
             if lock is not None:
-                self._check_owner(lock)
+                check_owner(self._cache, lock)
             count = cache.get(_count_key(run_id))
             if count is None:
                 raise self._unknown(run_id)
@@ -432,14 +429,14 @@ class RunStore:
         deadline = time.monotonic() + wait
         reread = False
         while True:
-            if self._add_lock(run_id, holder_info, ttl):
+            if add_lock(self._cache, run_id, holder_info, ttl):
                 return self._held(run_id, ttl, holder_info)
             # Empty when the holder expired between our add and this read: try once more.
             holder = self._holder(run_id) or {}
             if not holder and not reread:
                 reread = True
                 continue
-            if _holder_is_dead(holder) and self._take_over(run_id, holder, holder_info, ttl):
+            if _holder_is_dead(holder) and take_over(self._cache, run_id, holder, holder_info, ttl):
                 return self._held(run_id, ttl, holder_info)
             if time.monotonic() >= deadline:
                 raise RunLocked(
@@ -455,37 +452,6 @@ class RunStore:
         with self._locks_guard:
             self._locks.add(handle)
         return handle
-
-    def _add_lock(self, run_id: str, mine: dict[str, Any], ttl: float) -> bool:
-        """Take a free lock and become the run's owner, in one transaction."""
-        cache = self._cache
-        with cache.transact():
-            # `add` treats an expired row as absent: one winner per key.
-            if not cache.add(_lock_key(run_id), mine, expire=ttl):
-                return False
-            cache.set(_owner_key(run_id), mine["token"])
-            return True
-
-    def _take_over(self, run_id: str, dead: dict[str, Any], mine: dict[str, Any], ttl: float) -> bool:
-        """Replace a dead holder's lock, atomically: only if it is still that holder's."""
-        cache = self._cache
-        with cache.transact():
-            current = self._holder(run_id)
-            if current is None or current.get("token") != dead.get("token"):
-                return False
-            cache.set(_lock_key(run_id), mine, expire=ttl)
-            cache.set(_owner_key(run_id), mine["token"])
-            return True
-
-    def _check_owner(self, lock: RunLock) -> None:
-        """Inside a transaction: raise RunChanged unless `lock` still owns its run."""
-        if self._cache.get(_owner_key(lock.name)) != lock.token:
-            raise RunChanged(
-                f"another process took over run {lock.name} while this one was suspended or "
-                f"stalled past its lock's {lock.ttl:g} s; this process stopped and recorded "
-                "nothing more",
-                f"`loopdsl show {lock.name}` shows the run as the other process left it",
-            )
 
     @_guarded
     def _release(self, handle: RunLock) -> None:

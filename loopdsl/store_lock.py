@@ -16,8 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import diskcache
 
+from .store_disk import StoreError
+
 if TYPE_CHECKING:
     from .store import RunStore
+
+
+class RunChanged(StoreError):
+    """Another process changed the run under us (took over its lock, or decided first):
+    this process must stop and record nothing more (exit 5)."""
 
 
 def _lock_key(name: str) -> str:
@@ -48,6 +55,38 @@ def _holder_is_dead(holder: dict[str, Any]) -> bool:
             return stat.read().rsplit(")", 1)[-1].split()[0] == "Z"
     except OSError:
         return False
+
+
+def add_lock(cache: diskcache.Cache, name: str, mine: dict[str, Any], ttl: float) -> bool:
+    """Take a free lock and become the run's owner, in one transaction."""
+    with cache.transact():
+        # `add` treats an expired row as absent: one winner per key.
+        if not cache.add(_lock_key(name), mine, expire=ttl):
+            return False
+        cache.set(_owner_key(name), mine["token"])
+        return True
+
+
+def take_over(cache: diskcache.Cache, name: str, dead: dict[str, Any], mine: dict[str, Any], ttl: float) -> bool:
+    """Replace a dead holder's lock, atomically: only if it is still that holder's."""
+    with cache.transact():
+        current = cache.get(_lock_key(name))
+        if not isinstance(current, dict) or current.get("token") != dead.get("token"):
+            return False
+        cache.set(_lock_key(name), mine, expire=ttl)
+        cache.set(_owner_key(name), mine["token"])
+        return True
+
+
+def check_owner(cache: diskcache.Cache, lock: RunLock) -> None:
+    """Inside a commit's transaction: raise RunChanged unless `lock` still owns its run."""
+    if cache.get(_owner_key(lock.name)) != lock.token:
+        raise RunChanged(
+            f"another process took over run {lock.name} while this one was suspended or "
+            f"stalled past its lock's {lock.ttl:g} s; this process stopped and recorded "
+            "nothing more",
+            f"`loopdsl show {lock.name}` shows the run as the other process left it",
+        )
 
 
 # --------------------------------------------------------------------------- locks
