@@ -66,6 +66,7 @@ def test_every_rule_has_a_failing_case() -> None:
         "with-unknown-input", "with-missing-input", "with-type", "child-invalid", "child-secret",
         "gate-needs-value", "import-cycle", "import-clash", "import-invalid", "loop-recursion",
         "bad-schedule", "shell-arithmetic", "shell-escaped-placeholder",
+        "cwd-outside-workspace",
     }
     loader = {
         "yaml-syntax", "yaml-duplicate-key", "yaml-tag", "yaml-anchor-bomb", "yaml-too-deep",
