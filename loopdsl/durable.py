@@ -21,7 +21,7 @@ from .workspace import WorkspaceError, Worktree, create_worktree, find_repo_root
 
 GROUP_WAIT_POLL_S = 2.0
 # How long `approve`/`reject`/`decide` wait for another process's hold on the run's lock.
-DECIDE_LOCK_WAIT_S = 10.0
+DECIDE_LOCK_WAIT_S = 3.0
 
 
 class RunConflict(Exception):

@@ -64,6 +64,8 @@ class Progress:
             line = f"  waiting for a person at '{event['state']}': {event['message']}"
         elif kind == "resume":
             line = f"resuming at '{event['from_state']}'"
+        elif kind == "stopped_leftover":
+            line = f"  stopped the command '{event['state']}' left running (process group {event['pgid']}) before running it again"
         elif kind == "child":
             inner = event.get("event", {})
             if inner.get("type") == "end":
