@@ -203,8 +203,9 @@ async def run_command(
     """Run `script` under `BASH`, or `argv` directly, in `cwd` with exactly `env`.
 
     The command gets its own session (so its own process group) and no stdin. On timeout,
-    and when the awaiting task is cancelled, the whole group is stopped (SIGTERM, then
-    SIGKILL after `kill_grace` s) and reaped before this returns or re-raises; on timeout
+    and when the awaiting task is cancelled, the command is stopped (its group and the
+    processes that left it, see `proctree`: SIGTERM, then SIGKILL after `kill_grace` s)
+    and reaped before this returns or re-raises; on timeout
     the result has `timed_out=True` and a note at the end of stderr. Background processes
     still holding the output pipes when the command exits are stopped the same way.
     stdout/stderr are read concurrently, each kept to `output_cap` bytes (the rest drained),
@@ -273,34 +274,7 @@ async def run_command(
     overlap = max(_MIN_REDACTION_OVERLAP, 4 * int(getattr(redact, "longest", 0) or 0))
     out, err = _CappedStream(output_cap + overlap), _CappedStream(output_cap + overlap)
     readers = asyncio.gather(out.drain(proc.stdout), err.drain(proc.stderr))
-    timed_out = False
-    leftovers_stopped = False
-    try:
-        try:
-            await asyncio.wait_for(_exited(proc), timeout)
-        except asyncio.TimeoutError:
-            timed_out = True
-            await _stop_group(proc, ref, kill_grace)
-        else:
-            try:
-                await asyncio.wait_for(asyncio.shield(readers), PIPE_DRAIN_GRACE_S)
-            except asyncio.TimeoutError:
-                # Only a live group member can still be holding the pipes; a busy event
-                # loop alone can also make the readers late.
-                if command_alive(ref):
-                    leftovers_stopped = True
-                    await _stop_group(proc, ref, kill_grace)
-        await _await_readers(proc, readers, kill_grace + PIPE_DRAIN_GRACE_S)
-    except asyncio.CancelledError:
-        # Stop the group even if we are cancelled again meanwhile: the SIGKILL in the
-        # fallback means no process outlives a cancelled step.
-        try:
-            await asyncio.shield(_stop_group(proc, ref, kill_grace))
-        except asyncio.CancelledError:
-            kill_now(ref)
-        if not readers.done():
-            _abandon(proc, readers)
-        raise
+    timed_out, leftovers_stopped = await _supervise(proc, ref, readers, timeout, kill_grace)
 
     stdout, out_cut = _finish_text(out, output_cap, redact)
     stderr, err_cut = _finish_text(err, output_cap, redact)
@@ -316,6 +290,40 @@ async def run_command(
         timed_out=timed_out,
         truncated=out_cut or err_cut,
     )
+
+
+async def _supervise(proc: asyncio.subprocess.Process, ref: CommandRef, readers: asyncio.Future[Any],
+                     timeout: float | None, kill_grace: float) -> tuple[bool, bool]:
+    """Wait for the command and its output; stop it on timeout, cancellation, or when
+    leftover processes keep its pipes open. Returns (timed out, leftovers stopped)."""
+    timed_out = leftovers_stopped = False
+    try:
+        try:
+            await asyncio.wait_for(_exited(proc), timeout)
+        except asyncio.TimeoutError:
+            timed_out = True
+            await _stop_group(proc, ref, kill_grace)
+        else:
+            try:
+                await asyncio.wait_for(asyncio.shield(readers), PIPE_DRAIN_GRACE_S)
+            except asyncio.TimeoutError:
+                # Only a live process of the command can still be holding the pipes; a
+                # busy event loop alone can also make the readers late.
+                if command_alive(ref):
+                    leftovers_stopped = True
+                    await _stop_group(proc, ref, kill_grace)
+        await _await_readers(proc, readers, kill_grace + PIPE_DRAIN_GRACE_S)
+    except asyncio.CancelledError:
+        # Stop the command even if we are cancelled again meanwhile: the SIGKILL in the
+        # fallback means no process outlives a cancelled step.
+        try:
+            await asyncio.shield(_stop_group(proc, ref, kill_grace))
+        except asyncio.CancelledError:
+            kill_now(ref)
+        if not readers.done():
+            _abandon(proc, readers)
+        raise
+    return timed_out, leftovers_stopped
 
 
 def _pipe_inodes(proc: asyncio.subprocess.Process) -> tuple[int, ...]:
