@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import crash_torture as ct
 
 import loopdsl
+from loopdsl.store import MARKER_NAME, RunStore, StoreError
 
 DATA = Path(__file__).parent / "data" / "durable"
 
@@ -44,12 +45,25 @@ def marks(tmp_path: Path) -> Path:
             os.kill(pid, signal.SIGKILL)
 
 
+def _recorded(store: Path) -> bool:
+    """The running command's process group is in the store (what `resume` relies on)."""
+    if not (store / MARKER_NAME).exists():
+        return False  # not created yet (opening it now would race its creation)
+    try:
+        with RunStore(store) as probe:
+            runs = probe.list_runs()
+    except StoreError:
+        return False
+    return bool(runs) and bool(((runs[0].get("pending") or {}).get("command") or {}).get("pgid"))
+
+
 def _start_and_kill(tmp_path: Path, marks: Path, idempotent: bool) -> tuple[Path, str]:
     loop = tmp_path / "leftover.yaml"
     loop.write_text((DATA / "leftover.yaml").read_text().replace("idempotent: true", f"idempotent: {str(idempotent).lower()}"))
     store = tmp_path / "store"
     proc = ct.launch(["run", str(loop), "--store", str(store), "--input", f"marks={marks}", "--input", "pause=4"], tmp_path)
-    ct.wait_until(lambda: (marks / "log").exists() and len(_escaped(marks)) == 1, proc, what="the command's start")
+    ct.wait_until(lambda: (marks / "log").exists() and len(_escaped(marks)) == 1 and _recorded(store), proc,
+                  what="the command's start, recorded in the store")
     assert ct.kill(proc)
     run_id = ct.run_id_from_cli(store, tmp_path)
     assert run_id is not None
