@@ -40,7 +40,15 @@ def marks(tmp_path: Path) -> Path:
     path = tmp_path / "marks"
     path.mkdir()
     yield path
-    for pid in _escaped(path):  # whatever a failing test left running
+    # Whatever a failing test left running: the escaped children, and every process whose
+    # environment names this test's folder (the commands get it as a placeholder value).
+    needle = f"={path}".encode()
+    leftovers = set(_escaped(path))
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and any(v.endswith(needle) for v in (entry / "environ").read_bytes().split(b"\0")):
+                leftovers.add(int(entry.name))
+    for pid in leftovers - {os.getpid()}:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
 
@@ -61,10 +69,13 @@ def _start_and_kill(tmp_path: Path, marks: Path, idempotent: bool) -> tuple[Path
     loop = tmp_path / "leftover.yaml"
     loop.write_text((DATA / "leftover.yaml").read_text().replace("idempotent: true", f"idempotent: {str(idempotent).lower()}"))
     store = tmp_path / "store"
-    proc = ct.launch(["run", str(loop), "--store", str(store), "--input", f"marks={marks}", "--input", "pause=4"], tmp_path)
-    ct.wait_until(lambda: (marks / "log").exists() and len(_escaped(marks)) == 1 and _recorded(store), proc,
-                  what="the command's start, recorded in the store")
-    assert ct.kill(proc)
+    proc = ct.launch(["run", str(loop), "--store", str(store), "--input", f"marks={marks}"], tmp_path)
+    try:
+        ct.wait_until(lambda: (marks / "first").exists() and len(_escaped(marks)) == 1 and _recorded(store), proc,
+                      what="the command's start, recorded in the store", timeout=30)
+    finally:
+        killed = ct.kill(proc)
+    assert killed  # kill -9 landed while the command ran
     run_id = ct.run_id_from_cli(store, tmp_path)
     assert run_id is not None
     return store, run_id
