@@ -125,7 +125,11 @@ def command_environment(loop: Loop, secret_values: Mapping[str, str], workdir: P
 
 
 def secret_values(loop: Loop) -> dict[str, str]:
-    return {name: os.environ[name] for name in loop.secrets if os.environ.get(name)}
+    from .secrets import remember
+
+    values = {name: os.environ[name] for name in loop.secrets if os.environ.get(name)}
+    remember(values.values())
+    return values
 
 
 def _run_date(loop: Loop) -> str:

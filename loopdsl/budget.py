@@ -4,8 +4,9 @@ Before an LLM call the engine reserves the call's worst case (`reservation_for`)
 `Ledger.reserve` refuses it unless spent + outstanding reservations + the new one
 fit under every cap, in this ledger and in every ancestor (a sub-loop or fan-out
 child shares its parent's budget). After the call the provider's reported usage
-replaces the reservation (`settle`); a call that timed out, was cancelled or killed
-is charged the whole reservation (`charge_reservation`). Because reservations are
+replaces the reservation (`settle`); a call that may have been paid without a usable
+report (timed out, dropped, unreadable reply or usage, cancelled or killed) is charged the
+whole reservation (`charge_reservation`); docs/dsl.md has the table. Because reservations are
 held while calls are in flight, concurrent fan-out children cannot together
 overrun a cap.
 
@@ -297,9 +298,23 @@ class Ledger:
         return Ledger(caps, parent=self, name=name)
 
 
+def rates_for(price: Price, prompt_tokens: int) -> tuple[float, float]:
+    """(input, output) USD per million tokens for a call with this many prompt tokens.
+
+    A tiered price bills every token of a call at the rate of the highest tier whose
+    threshold the prompt exceeds (as LiteLLM and the providers do), not just the excess.
+    """
+    rates = (price.input_per_mtok, price.output_per_mtok)
+    for above, input_per_mtok, output_per_mtok in sorted(price.tiers):
+        if prompt_tokens > above:
+            rates = (input_per_mtok, output_per_mtok)
+    return rates
+
+
 def cost_for(price: Price, prompt_tokens: int, completion_tokens: int) -> float:
-    """USD for a call at `price` (per million tokens)."""
-    return (prompt_tokens * price.input_per_mtok + completion_tokens * price.output_per_mtok) / 1_000_000
+    """USD for a call at `price` (per million tokens), at the tier the prompt falls in."""
+    input_per_mtok, output_per_mtok = rates_for(price, prompt_tokens)
+    return (prompt_tokens * input_per_mtok + completion_tokens * output_per_mtok) / 1_000_000
 
 
 def reservation_for(
@@ -323,6 +338,64 @@ def reservation_for(
             )
         worst = max(worst, cost_for(price, prompt_tokens, max_tokens))
     return prompt_tokens + max_tokens, worst
+
+
+# Request parameters that change what one call may cost, compared without case, `_` or `-`:
+# several completions per request, an output cap other than the reserved `max_tokens`
+# (each provider's spelling), a thinking budget, a dearer service tier, or another model,
+# prompt or fallback chain than the one reserved for.
+_COST_PARAMS = frozenset({
+    "n", "bestof", "candidatecount", "numgenerations",
+    "maxtokens", "maxcompletiontokens", "maxoutputtokens", "maxnewtokens", "maxtokenstosample", "numpredict",
+    "thinking", "thinkingbudget", "thinkingconfig", "budgettokens",
+    "servicetier",
+    "model", "messages", "fallbacks", "contextwindowfallbackdict",
+})
+
+
+def _is_cost_param(key: Any) -> bool:
+    return str(key).lower().replace("_", "").replace("-", "") in _COST_PARAMS
+
+
+def cost_changing_params(params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """Paths (within `params`) of keys that would change what a call costs, at any depth:
+    `extra_body: {n: 20}` reaches the provider as surely as `n: 20`."""
+    found: list[tuple[Any, ...]] = []
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), params)]
+    while stack:  # iterative: a deeply nested value must not exhaust the recursion limit
+        path, value = stack.pop()
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if _is_cost_param(key):
+                    found.append(path + (key,))
+                else:
+                    stack.append((path + (key,), item))
+        elif isinstance(value, (list, tuple)):
+            stack.extend((path + (i,), item) for i, item in enumerate(value))
+    return sorted(found, key=lambda p: [str(k) for k in p])
+
+
+def without_cost_params(value: Any) -> Any:
+    """A copy of `value` without any cost-changing key (the call-time defence behind lint)."""
+    if isinstance(value, Mapping):
+        return {k: without_cost_params(v) for k, v in value.items() if not _is_cost_param(k)}
+    if isinstance(value, (list, tuple)):
+        return [without_cost_params(v) for v in value]
+    return value
+
+
+# No single call reads or writes a billion tokens: a larger count is garbage, not usage.
+_MAX_PLAUSIBLE_TOKENS = 10**9
+
+
+def plausible_usage(prompt_tokens: Any, completion_tokens: Any) -> bool:
+    """Whether a reply's reported usage can be charged as it is. Missing, negative,
+    non-integer or absurd counts cannot (nor a prompt of 0 tokens: every call sends one);
+    such a call is charged its whole reservation instead."""
+    for count in (prompt_tokens, completion_tokens):
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= _MAX_PLAUSIBLE_TOKENS:
+            return False
+    return prompt_tokens > 0
 
 
 def conservative_tokens(text: str) -> int:

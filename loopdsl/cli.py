@@ -104,9 +104,11 @@ def validate(paths: Sequence[str], fmt: str) -> None:
 
 
 def _fail(message: str, hint: str = "", code: int = EXIT_USAGE) -> None:
-    click.echo(f"loopdsl: error: {message}", err=True)
+    from .secrets import redact_printed
+
+    click.echo(redact_printed(f"loopdsl: error: {message}"), err=True)
     if hint:
-        click.echo(f"  hint: {hint}", err=True)
+        click.echo(redact_printed(f"  hint: {hint}"), err=True)
     sys.exit(code)
 
 
@@ -223,7 +225,9 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
         report = walk(model)
         click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.to_text())
         sys.exit(EXIT_OK)
-    budget = {"tokens": model.budget.tokens, "cost_usd": model.budget.cost_usd, "steps": model.budget.steps}
+    from .durable import budget_caps
+
+    budget = budget_caps(model)
     try:
         result = api.run(model, _read_inputs_file(inputs_file), script=script, store=False if no_store else (store or True),
                          human=None if script else _terminal_human(), cache=cache,
@@ -333,8 +337,9 @@ def runs(store: str | None, as_json: bool) -> None:
     # No store yet simply means no runs yet (and listing must not create one).
     records = [r for r in open_store(where, Path.cwd()).list_runs(check=True) if not r.get("parent")] if where.exists() else []
     if as_json:
-        click.echo(json.dumps([{k: r.get(k) for k in ("run_id", "loop", "status", "started_at", "ended_at", "ledger", "damaged")
-                                if k in r or k != "damaged"} for r in records], indent=2))
+        click.echo(json.dumps([{**{k: r.get(k) for k in ("run_id", "loop", "status", "started_at", "ended_at", "ledger")},
+                                 "interrupted": bool(r.get("interrupted")),
+                                 **({"damaged": r["damaged"]} if "damaged" in r else {})} for r in records], indent=2))
     else:
         click.echo(runs_table(records))
     for r in records:
@@ -446,9 +451,11 @@ def main() -> None:
         import os
         import traceback
 
-        click.echo(f"loopdsl: internal error: {type(exc).__name__}: {exc}", err=True)
+        from .secrets import redact_printed
+
+        click.echo(redact_printed(f"loopdsl: internal error: {type(exc).__name__}: {exc}"), err=True)
         if os.environ.get("LOOPDSL_DEBUG"):
-            traceback.print_exc()
+            click.echo(redact_printed(traceback.format_exc()), err=True, nl=False)
         else:
             click.echo("  (set LOOPDSL_DEBUG=1 for the traceback; please report it)", err=True)
         sys.exit(EXIT_INTERNAL)

@@ -15,9 +15,11 @@ from typing import Any, Callable, Iterable, Mapping
 from .api import RunResult, StoreRecorder, UsageError, load, loop_files, make_ports, new_run_state, open_store
 from .compile import CompiledLoop, compile_loop
 from .engine import Engine, utc_now
-from .runstate import ABORTED, COMPLETED, RUNNING, WAITING, RunState, history_from_events
+from .runstate import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events
 from .store import RunChanged, RunLock, RunStore
-from .workspace import WorkspaceError, Worktree, create_worktree, find_repo_root, finish_worktree, open_worktree
+from .workspace import (
+    SecretInCommit, WorkspaceError, Worktree, create_worktree, find_repo_root, finish_worktree, open_worktree,
+)
 
 GROUP_WAIT_POLL_S = 2.0
 # How long `approve`/`reject`/`decide` wait for another process's hold on the run's lock.
@@ -77,15 +79,24 @@ def _prepare_workspace(compiled: CompiledLoop, state: RunState, store: RunStore,
     return wt.path
 
 
-def _finish_workspace(state: RunState, store: RunStore, recorder: StoreRecorder) -> None:
+def _finish_workspace(state: RunState, engine: Engine) -> None:
     info = state.meta.get("worktree")
     if not info or not info.get("kept"):
         return
     wt = Worktree(repo=Path(info["repo"]), path=Path(info["path"]), branch=info["branch"], base_commit=info["base_commit"])
     if state.status == COMPLETED:
-        sha = finish_worktree(wt, f"loopdsl: {state.loop} run {state.run_id}\n\nPath: {' -> '.join(state.path)}")
+        try:
+            sha = finish_worktree(wt, f"loopdsl: {state.loop} run {state.run_id}\n\nPath: {' -> '.join(state.path)}",
+                                  engine.redact.values)
+        except SecretInCommit as exc:  # the run did its work, but its result cannot be kept as it is
+            error = {"state": state.current, "kind": "workspace", "message": f"{exc.message}; {exc.hint}"}
+            state.status, state.error = FAILED, error
+            engine.emit("failed", **error)
+            engine.emit("end", status=FAILED, state=state.current, outputs=state.outputs, spent=engine.ledger.spent())
+            engine.commit()
+            return
         info.update(kept=False, commit=sha)
-    recorder.commit(state, [])
+    engine.ports.recorder.commit(state, [])
 
 
 async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, lock: RunLock, *, workdir: Path,
@@ -99,7 +110,7 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
     for event in first or ():
         engine.emit(event.pop("type"), **event)
     await engine.execute()
-    _finish_workspace(state, store, recorder)
+    _finish_workspace(state, engine)
     return RunResult(state, engine.events, store.directory)
 
 
@@ -140,9 +151,15 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
             state.status, state.error, state.ended_at = "failed", {"kind": "workspace", "message": exc.message}, utc_now()
             StoreRecorder(store, run_id, lock).commit(state, [{"seq": 1, "t": utc_now(), "type": "end", "status": "failed"}])
             raise UsageError(exc.message, exc.hint) from None
-        started = {"type": "start", "loop": loop.name, "run_id": run_id, "inputs": dict(values), "workdir": str(run_dir)}
+        started = {"type": "start", "loop": loop.name, "run_id": run_id, "inputs": dict(values), "workdir": str(run_dir),
+                   "caps": budget_caps(loop)}
         return await _execute(compiled, state, store, lock, workdir=run_dir, script=script, provider=provider,
                               human=human, cache=cache, listeners=listeners, first=[started])
+
+
+def budget_caps(loop: Any) -> dict[str, Any]:
+    """The caps a person watching a run sees beside its spending (None: uncapped)."""
+    return {"tokens": loop.budget.tokens, "cost_usd": loop.budget.cost_usd, "steps": loop.budget.steps}
 
 
 def changed_files(state: RunState) -> list[str]:
@@ -192,7 +209,8 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
             workdir = wt.path
         if script is None and state.meta.get("script"):
             script = state.meta["script"]
-        first = [{"type": "resume", "from_state": state.current, "status": state.status, "forced": bool(changed)}]
+        first = [{"type": "resume", "from_state": state.current, "status": state.status, "forced": bool(changed),
+                  "caps": budget_caps(compiled.loop), "spent": {k: state.ledger.get(k, 0) for k in ("tokens", "cost_usd", "steps")}}]
         return await _execute(compiled, state, store, lock, workdir=workdir, script=script, provider=provider,
                               human=human, cache=cache, listeners=listeners, first=first)
 

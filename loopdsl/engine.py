@@ -22,8 +22,9 @@ from .llmcall import CallContext, LlmCaller, StepFailure, evaluate_result, llm_r
 from .model import EvaluateAction, LlmAction, State
 from .ports import Human, MemoryRecorder, NoHuman, Ports, Recorder, utc_now
 from .retry import backoff_delay
+from .scripted import ScriptError, ScriptExhausted
 from .runstate import (
-    BUDGET_EXHAUSTED, FAILED, RUNNING, WAITING, NotJsonValue, RunState, json_value,
+    ABORTED, BUDGET_EXHAUSTED, COMPLETED, FAILED, RUNNING, WAITING, NotJsonValue, RunState, json_value,
 )
 from .secrets import Redactor
 from .proctree import CommandRef, new_marker
@@ -51,7 +52,9 @@ class Engine:
         if ledger is None:
             ledger = Ledger.from_json(self.loop.budget, run.ledger) if run.ledger else Ledger(self.loop.budget)
         self.ledger = ledger
-        self.redact = Redactor(ports.secret_values.values())
+        # A child loop also hides its ancestors' secrets: a value handed down through `with:`
+        # (or derived from one) must not reach the child's records in clear.
+        self.redact = Redactor([*ports.secret_values.values(), *ports.inherited_secrets])
         self.events: list[dict[str, Any]] = []
         self._unsaved: list[dict[str, Any]] = []
         self._provider: Any = None
@@ -61,22 +64,26 @@ class Engine:
         self.dispatch = _Dispatch()
         self.machine = compiled.new_machine(self.dispatch, self._guard)
         self.machine.set_state(run.current or self.loop.start)
+        # Commands get no declared secret unless their own `env:` passes it (`{X: "{{ secrets.X }}"}`):
+        # a command that runs model-written code must not see credentials it was not given.
+        self.command_env = {k: v for k, v in ports.env.items() if k not in ports.secret_values}
         self.gates = GateRunner(
             self.loop.gates,
             run_shell=run_command,
-            base_env=ports.env,
+            base_env=self.command_env,
             cwd=ports.workdir,
             redactor=self.redact,
-            secret_values=list(ports.secret_values.values()),
+            secret_values=self.redact.values,
         )
         self.llm = LlmCaller(
             self.loop, self.ledger, self._get_provider, ports.recorder, self._commit_pending, ports.env, ports.use_cache,
-            redact=self.redact.redact_obj if ports.secret_values else (lambda value: value),
+            redact=self.redact.redact_obj if self.redact else (lambda value: value),
             count_asked=self._count_asked,
         )
         self.context: dict[str, Any] = {}
         self._build_context()
         self._settle_completed_call()
+        self._account_for_crash()
 
     def _settle_completed_call(self) -> None:
         """A run killed between an LLM call's stored response and the next commit was
@@ -94,6 +101,20 @@ class Engine:
                                     float(stored.get("cost_usd") or 0.0))
         pending["settled"] = True
 
+    def _account_for_crash(self) -> None:
+        """Spending committed by a process killed mid-attempt (a charged reservation, a call
+        completed just before the kill) never reached the per-state totals: give it to the
+        state that was running, so that the per-state table adds up to `spent`."""
+        usage = self.run.usage
+        tokens = self.ledger.tokens_spent - sum(int(u.get("tokens", 0)) for u in usage.values())
+        cost = self.ledger.cost_spent - sum(float(u.get("cost_usd", 0.0)) for u in usage.values())
+        if tokens <= 0 and cost <= 1e-12:
+            return
+        name = (self.run.pending or {}).get("state") or self.run.current
+        totals = usage.setdefault(name, {"tokens": 0, "cost_usd": 0.0, "seconds": 0.0, "attempts": 0})
+        totals["tokens"] += max(tokens, 0)
+        totals["cost_usd"] = round(totals["cost_usd"] + max(cost, 0.0), 12)
+
     # ------------------------------------------------------------ plumbing
     def _get_provider(self) -> Any:
         if self._provider is None:
@@ -103,8 +124,10 @@ class Engine:
     def emit(self, type_: str, **data: Any) -> None:
         self.run.seq += 1
         event = {"seq": self.run.seq, "t": utc_now(), "type": type_, **data}
-        if self.ports.secret_values:
+        if self.redact:
             event = self.redact.redact_obj(event)
+            if isinstance(event.get("message"), str):  # error text may quote a secret cut short
+                event["message"] = self.redact.error(event["message"])
         if self.ports.keep_events:
             self.events.append(event)
         self._unsaved.append(event)
@@ -141,7 +164,11 @@ class Engine:
         ctx.clear()
         ctx.update(run.results)
         ctx["inputs"] = run.inputs
-        ctx["secrets"] = dict(self.ports.secret_values)
+        # A declared secret that is not set passes an empty value (`env: {GH_TOKEN: ...}` for
+        # an optional token: the tool then uses its own login).
+        ctx["secrets"] = {**{name: "" for name in self.loop.secrets}, **self.ports.secret_values}
+        for name in self.loop.states:  # `history.X` of a state that has not run yet is []
+            run.history.setdefault(name, [])
         ctx["history"] = run.history
         ctx["feedback"] = run.feedback
         ctx["error"] = run.error
@@ -185,13 +212,33 @@ class Engine:
                     continue
                 await self._run_state(cstate)
         except BudgetExceeded as exc:
-            self.emit("budget_exhausted", which=exc.which, message=exc.message)
+            self.emit("budget_exhausted", which=exc.which, message=exc.message, spent=self.ledger.spent())
             self.run.pending = None
             self._finish(BUDGET_EXHAUSTED, None, error={"state": run.current, "kind": "budget", "which": exc.which,
                                                         "message": exc.message})
         except Waiting:
             pass
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            self._end_abruptly(ABORTED, "interrupted", "the run was interrupted (Ctrl-C or a signal)")
+            raise
+        except Exception as exc:
+            kind = "reply_script" if isinstance(exc, (ScriptError, ScriptExhausted)) else "internal"
+            self._end_abruptly(FAILED, kind, f"{type(exc).__name__}: {exc}")
+            raise
         return run
+
+    def _end_abruptly(self, status: str, kind: str, message: str) -> None:
+        """Record the end of a run stopped by an exception, so the store never says `running`
+        for a run no process drives. Best effort: a failing commit (a full disk, a lost lock)
+        must not hide the exception that stopped the run."""
+        if self.run.is_final:
+            return
+        self.run.pending = None
+        try:
+            self.emit("stopped", state=self.run.current, kind=kind, message=message)
+            self._finish(status, None, error={"state": self.run.current, "kind": kind, "message": message})
+        except Exception:
+            pass
 
     def _enter(self, dest: str) -> None:
         run = self.run
@@ -227,18 +274,21 @@ class Engine:
             ctx = self._refresh_context(state.name, attempt)
             started = time.monotonic()
             spent_before = (self.ledger.tokens_spent, self.ledger.cost_spent)
-            self.emit("attempt", state=state.name, visit=visit, attempt=attempt)
+            self.emit("attempt", state=state.name, visit=visit, attempt=attempt, spent=self.ledger.spent())
             try:
                 result = await self._bounded_attempt(cs, ctx, visit, attempt)
             except StepFailure as failure:
                 self._account(state.name, started, spent_before)
+                if self.redact:  # a template or command error may quote a secret, whole or cut short
+                    failure.message = self.redact.error(failure.message)
                 if failure.kind in state.retry.on and attempt < state.retry.max_attempts:
-                    run.feedback = self.redact(failure.message) if self.ports.secret_values else failure.message
+                    run.feedback = self.redact(failure.message) if self.redact else failure.message
                     delay = backoff_delay(state.retry, attempt, failure.retry_after)
                     failed = self._failed_result(failure)
                     run.history.setdefault(state.name, []).append(failed)
                     self.emit("retry", state=state.name, attempt=attempt, kind=failure.kind,
-                              message=failure.message, delay_s=round(delay, 3), result=failed)
+                              message=failure.message, delay_s=round(delay, 3), result=failed,
+                              spent=self.ledger.spent())
                     await self._sleep(delay)
                     attempt += 1
                     continue
@@ -268,7 +318,7 @@ class Engine:
         totals["cost_usd"] = round(totals["cost_usd"] + self.ledger.cost_spent - spent_before[1], 12)
 
     def _store_result(self, name: str, result: dict[str, Any]) -> None:
-        if self.ports.secret_values:
+        if self.redact:
             result = self.redact.redact_obj(result)
         self.run.results[name] = result
         self.run.history.setdefault(name, []).append(result)
@@ -277,17 +327,19 @@ class Engine:
     def _failed_result(self, failure: StepFailure) -> dict[str, Any]:
         result = dict(failure.result or {})
         result.update(ok=False, error={"kind": failure.kind, "message": failure.message})
-        return self.redact.redact_obj(result) if self.ports.secret_values else result
+        return self.redact.redact_obj(result) if self.redact else result
 
     def _fail_state(self, state: State, failure: StepFailure, *, recoverable: bool = True) -> None:
         run = self.run
+        if self.redact:
+            failure.message = self.redact.error(failure.message)
         error = {"state": state.name, "kind": failure.kind, "message": failure.message}
-        if self.ports.secret_values:
+        if self.redact:
             error = self.redact.redact_obj(error)
         self._store_result(state.name, self._failed_result(failure))
         run.error = error
-        run.feedback = self.redact(failure.message) if self.ports.secret_values else failure.message
-        self.emit("failed", **error, result=self.run.results[state.name])
+        run.feedback = self.redact(failure.message) if self.redact else failure.message
+        self.emit("failed", **error, result=self.run.results[state.name], spent=self.ledger.spent())
         if not recoverable or not self._follow(FAIL, state.on_failure):
             self._finish(FAILED, None, error=error)
 
@@ -389,7 +441,7 @@ class Engine:
     async def _shell(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
         shell = cs.shell
         assert shell is not None
-        env = dict(self.ports.env)
+        env = dict(self.command_env)
         try:
             for key, template in shell.env.items():
                 env[key] = template.render(ctx)
@@ -431,16 +483,31 @@ class Engine:
         system = render_or_fail(cs.system, ctx, "rendering the system text") if cs.system else None
         skill_text = self.ports.skills.get(action.skill, "") if isinstance(action, LlmAction) and action.skill else ""
         messages = self.llm.messages(action, prompt, system, skill_text)
-        reply = await self.llm.call(action, messages, CallContext(self.run.run_id, cs.state.name, visit, attempt, skill_text))
+        before = (self.ledger.tokens_spent, self.ledger.cost_spent)
+        try:
+            reply = await self.llm.call(action, messages, CallContext(self.run.run_id, cs.state.name, visit, attempt, skill_text))
+        except StepFailure as failure:
+            # A call that failed may still have been charged (a timeout, a dropped connection):
+            # it is listed beside the paid calls so that `show` adds up to `spent`.
+            tokens, cost = self.ledger.tokens_spent - before[0], self.ledger.cost_spent - before[1]
+            if tokens > 0 or cost > 0:
+                self.emit("llm", state=cs.state.name, attempt=attempt, model=self.loop.models[action.model].model,
+                          failed=failure.kind, charged={"tokens": tokens, "cost_usd": cost}, usage=None,
+                          cost_usd=cost, spent=self.ledger.spent())
+            raise
         self.emit("llm", state=cs.state.name, attempt=attempt, model=reply.get("model"), usage=reply.get("usage"),
-                  cost_usd=reply.get("cost_usd"), replayed=bool(reply.get("replayed")), cached=bool(reply.get("cached")))
+                  cost_usd=reply.get("cost_usd"), replayed=bool(reply.get("replayed")), cached=bool(reply.get("cached")),
+                  spent=self.ledger.spent())
         if isinstance(action, EvaluateAction):
             return evaluate_result(reply)
         return llm_result(action, reply)
 
     # ------------------------------------------------------------ ending
-    def _render_outputs(self, cs: CompiledState | None) -> dict[str, Any]:
+    def _render_outputs(self, cs: CompiledState | None) -> tuple[dict[str, Any], list[str]]:
+        """The run's outputs, and a message per output that could not be rendered (its value
+        is then null): a `completed` end must not pass off a broken output as done."""
         outputs: dict[str, Any] = {}
+        problems: list[str] = []
         ctx = self._refresh_context(self.run.current, 1)
         templates = dict(self.compiled.outputs)
         if cs is not None:
@@ -456,15 +523,21 @@ class Engine:
             except (RenderError, NotJsonValue) as exc:
                 outputs[name] = None  # e.g. names a state this path never ran
                 self.emit("output_error", output=name, message=str(exc))
-        return outputs
+                problems.append(f"output '{name}': {exc}")
+        return outputs, problems
 
     def _finish(self, status: str, cs: CompiledState | None, error: dict[str, Any] | None = None) -> None:
         run = self.run
         run.status = status
         if error is not None:
             run.error = error
-        run.outputs = self._render_outputs(cs)
-        if self.ports.secret_values:
+        run.outputs, problems = self._render_outputs(cs)
+        if problems and status == COMPLETED:
+            status = run.status = FAILED
+            run.error = {"state": run.current, "kind": "output", "message": "; ".join(problems)}
+            if self.redact:
+                run.error = self.redact.redact_obj(run.error)
+        if self.redact:
             run.outputs = self.redact.redact_obj(run.outputs)
         run.ended_at = utc_now()
         self.emit("end", status=status, state=run.current, outputs=run.outputs, spent=self.ledger.spent())

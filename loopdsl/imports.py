@@ -258,7 +258,14 @@ def lint_library(doc: Document, source: Path, *, cache: ImportCache | None = Non
             result.models[name] = alias
             result.origins[("model", name)] = (doc.path, *doc.locate(("models", name)))
             result.diagnostics.extend(_price_problems(doc, name, alias))
+            result.diagnostics.extend(_params_problems(doc, alias))
     return result
+
+
+def _params_problems(doc: Document, alias: ModelAlias) -> list[Diagnostic]:
+    from .rules_calls import params_cost_diagnostics
+
+    return params_cost_diagnostics(doc.path, lambda path: doc.locate(path), alias)
 
 
 def _price_problems(doc: Document, name: str, alias: ModelAlias) -> list[Diagnostic]:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import rules_calls, rules_graph, rules_templates  # noqa: F401  (importing registers their rules)
+from . import rules_calls, rules_graph, rules_secrets, rules_templates  # noqa: F401  (importing registers their rules)
 from .diagnostics import (
     Diagnostic,
     LoopError,

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from .budget import Ledger, cost_for, reservation_for
+from .budget import Ledger, Reservation, cost_changing_params, cost_for, reservation_for
 from .gates import strip_code_fence
 from .model import EvaluateAction, LlmAction, Loop, ModelAlias, Price
 from .prices import model_price
@@ -49,8 +49,14 @@ def parse_json_reply(text: str) -> Any:
         ) from None
 
 
-def request_key(run_id: str, state: str, visit: int, attempt: int, chain_index: int, request: Mapping[str, Any]) -> str:
-    body = {"run": run_id, "state": state, "visit": visit, "attempt": attempt, "fallback": chain_index, "request": request}
+def request_key(run_id: str, state: str, visit: int, attempt: int, chain_index: int, model: str) -> str:
+    """The key a paid response is stored under, so a resumed run reuses it.
+
+    Only the call's position in the run (and the model asked) goes in, never the rendered
+    messages: a prompt may read values that change across a crash (`budget.remaining`
+    drops once the killed call is charged), and a key that moved would pay twice.
+    """
+    body = {"run": run_id, "state": state, "visit": visit, "attempt": attempt, "fallback": chain_index, "model": model}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -133,6 +139,11 @@ class LlmCaller:
         max_tokens = action.max_tokens or alias.max_tokens
         if not max_tokens:
             raise StepFailure("budget", f"model '{alias.name}' has no max_tokens; set it on the call or the alias")
+        costly = cost_changing_params(alias.params)
+        if costly:  # lint's params-cost, again here for a loop that reached the engine unlinted
+            shown = ", ".join(".".join(str(k) for k in path) for path in costly)
+            raise StepFailure("budget", f"refusing to call model '{alias.name}': its params set {shown}, which would "
+                              "change what the call costs beyond its reservation; use `max_tokens` and `budget:`")
         temperature = action.temperature if action.temperature is not None else alias.temperature
         chain = self._chain(alias)
         priced = [(m, self._price(alias, m)) for m in chain]
@@ -149,7 +160,7 @@ class LlmCaller:
                 params=dict(alias.params) if index == 0 else {},
             )
             canonical = request.canonical()
-            key = request_key(cc.run_id, cc.state, cc.visit, cc.attempt, index, canonical)
+            key = request_key(cc.run_id, cc.state, cc.visit, cc.attempt, index, model)
             stored = self.recorder.get_response(key)
             if stored is not None:  # paid before a crash: reuse, never pay twice
                 stored = dict(stored)
@@ -169,6 +180,25 @@ class LlmCaller:
         assert last is not None
         raise StepFailure(last.kind, last.message, retry_after=last.retry_after)
 
+    def _charge(self, response: LlmResponse, request: LlmRequest, priced: list[tuple[str, Price | None]],
+                reservation: Reservation, prompt_tokens: int, reserved_cost: float) -> tuple[dict[str, int], float]:
+        """Settle the reservation with what the reply reports; (usage, cost_usd) as charged.
+
+        A reply without believable usage is charged the whole reservation (the prompt as
+        counted, `max_tokens` of completion), never 0.
+        """
+        if not response.usage_known:
+            self.ledger.charge_reservation(reservation)
+            return {"prompt_tokens": prompt_tokens, "completion_tokens": request.max_tokens}, reserved_cost
+        price = dict(priced).get(request.model)
+        cost_usd = response.cost_usd
+        if price is not None and (cost_usd is None or request.model == priced[0][0]):
+            cost_usd = cost_for(price, response.prompt_tokens, response.completion_tokens)
+        if cost_usd is None:  # unknown cost is never $0: keep the reserved worst case
+            cost_usd = reserved_cost
+        self.ledger.settle(reservation, response.prompt_tokens + response.completion_tokens, cost_usd)
+        return {"prompt_tokens": response.prompt_tokens, "completion_tokens": response.completion_tokens}, cost_usd
+
     async def _paid_call(self, request: LlmRequest, priced: list[tuple[str, Price | None]], key: str, canonical: dict, cc: CallContext) -> dict[str, Any]:
         provider = self.provider()
         reserve_for = getattr(provider, "prompt_tokens_to_reserve", None)
@@ -187,10 +217,10 @@ class LlmCaller:
         try:
             response: LlmResponse = await provider.complete(request, state=cc.state)
         except ProviderError as exc:
-            if exc.kind == "timeout":
-                self.ledger.charge_reservation(reservation)  # may have been billed: assume so
-            else:
-                self.ledger.settle(reservation, 0, 0.0)  # refused before any work
+            if exc.billed:  # timed out, dropped after sending, unreadable reply: may have been paid
+                self.ledger.charge_reservation(reservation)
+            else:  # refused before any work: an HTTP error status, or never connected
+                self.ledger.release(reservation)
             raise
         except asyncio.CancelledError:
             self.ledger.charge_reservation(reservation)
@@ -198,20 +228,15 @@ class LlmCaller:
         except Exception:
             self.ledger.release(reservation)  # e.g. the reply script ran out: nothing was sent
             raise
-        price = dict(priced).get(request.model)
-        cost_usd = response.cost_usd
-        if price is not None and (cost_usd is None or request.model == priced[0][0]):
-            cost_usd = cost_for(price, response.prompt_tokens, response.completion_tokens)
-        if cost_usd is None:  # unknown cost is never $0: keep the reserved worst case
-            cost_usd = cost
-        used = response.prompt_tokens + response.completion_tokens
-        self.ledger.settle(reservation, used, cost_usd)
+        usage, cost_usd = self._charge(response, request, priced, reservation, prompt_tokens, cost)
         result = {
             "text": response.text,
-            "usage": {"prompt_tokens": response.prompt_tokens, "completion_tokens": response.completion_tokens},
+            "usage": usage,
             "cost_usd": cost_usd,
             "model": response.model or request.model,
         }
+        if not response.usage_known:
+            result["usage_unknown"] = True  # charged the reservation: the reply's usage was missing or garbage
         result = self.redact(result)
         self.recorder.put_response(key, result)
         if self.use_cache:

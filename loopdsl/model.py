@@ -30,6 +30,10 @@ LOOP_NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 # Named gates never appear inside templates, so they may use '-' as in DSL.md's example.
 GATE_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 DEFAULT_CHOICES = ("approve", "reject")
+# A template that is one secret passed whole: `{{ secrets.NAME }}` or `{{ secrets['NAME'] }}`.
+WHOLE_SECRET_RE = re.compile(
+    r"""\{\{-?\s*secrets\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*['"]([A-Za-z_][A-Za-z0-9_]*)['"]\s*\])\s*-?\}\}"""
+)
 DEFAULT_OUTPUT_CAP = 1024 * 1024
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -72,6 +76,9 @@ class InputSpec:
 class Price:
     input_per_mtok: float
     output_per_mtok: float
+    # (prompt tokens above which, input_per_mtok, output_per_mtok): from LiteLLM's table
+    # (`input_cost_per_token_above_200k_tokens` ...); a whole call is billed at its tier.
+    tiers: tuple[tuple[int, float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,17 @@ class ShellSpec:
     timeout: float | None = None
     ok_exit: tuple[int, ...] = (0,)
     path: YamlPath = ()
+
+    @property
+    def secrets_passed(self) -> dict[str, str]:
+        """Environment variable -> declared secret, for each `env` entry that is exactly
+        `{{ secrets.NAME }}`. Only these secrets reach the command (docs/dsl.md, secrets)."""
+        passed = {}
+        for key, value in self.env.items():
+            found = WHOLE_SECRET_RE.fullmatch(value) if isinstance(value, str) else None
+            if found:
+                passed[key] = found.group(1) or found.group(2)
+        return passed
 
 
 GateKind = Literal["shell", "expr", "json_schema", "builtin", "ref"]

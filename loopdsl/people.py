@@ -1,10 +1,14 @@
 """Ways a checkpoint gets a person's decision: a terminal, a script, or nobody (wait)."""
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -61,8 +65,26 @@ class TerminalHuman:
         import click
 
         click.echo(f"\n[{state}] {message}", err=True)
-        choice = click.prompt("decision", type=click.Choice([*choices, "later"]), default="later", err=True)
-        if choice == "later":
-            return None
-        comment = click.prompt("comment", default="", show_default=False, err=True)
+        with _interruptible():
+            try:
+                choice = click.prompt("decision", type=click.Choice([*choices, "later"]), default="later", err=True)
+                if choice == "later":
+                    return None
+                comment = click.prompt("comment", default="", show_default=False, err=True)
+            except click.exceptions.Abort:  # Ctrl-C or Ctrl-D at the prompt: the run is interrupted
+                raise KeyboardInterrupt from None
         return decision(choice, comment)
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """Let Ctrl-C stop a blocking prompt at once. asyncio's own SIGINT handler only cancels the
+    main task, which cannot happen while the event loop's thread waits in input()."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -161,22 +162,61 @@ def model_provider(model: str) -> str | None:
     return provider if isinstance(provider, str) else None
 
 
+def _per_mtok(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    # Rounded so that 1.5e-07/token reads as 0.15, not 0.15000000000000002.
+    return round(float(value) * _TOKENS_PER_MTOK, 10)
+
+
+# `input_cost_per_token_above_200k_tokens`; suffixed variants (`..._priority`, `_batches`)
+# price other service tiers, which loopdsl never requests (lint refuses `service_tier`).
+_ABOVE_KEY = re.compile(r"input_cost_per_token_above_(\d+(?:\.\d+)?)(k?)_tokens")
+# Providers that bill the higher tier once the prompt *reaches* the threshold (LiteLLM's list).
+_INCLUSIVE_THRESHOLD_PROVIDERS = frozenset({"xai"})
+
+
+def price_tiers(entry: Mapping[str, Any], base_output: float) -> tuple[tuple[int, float, float], ...]:
+    """The entry's prompt-size tiers as (prompt tokens above which, input, output per Mtok).
+
+    Two spellings exist in LiteLLM's table: `*_cost_per_token_above_<N>[k]_tokens` keys,
+    and a `tiered_pricing` list of `{range: [start, end], ...}` (a tier applies above
+    `start`; past the last `end` the last tier still applies). A tier without its own
+    output rate keeps the base output rate, as LiteLLM does.
+    """
+    tiers: list[tuple[int, float, float]] = []
+    inclusive = entry.get("litellm_provider") in _INCLUSIVE_THRESHOLD_PROVIDERS
+    for key, value in entry.items():
+        found = _ABOVE_KEY.fullmatch(str(key))
+        per_input = _per_mtok(value)
+        if found is None or per_input is None:
+            continue
+        threshold = int(float(found.group(1)) * (1000 if found.group(2) else 1))
+        per_output = _per_mtok(entry.get(key.replace("input_cost", "output_cost", 1)))
+        tiers.append((threshold - 1 if inclusive else threshold, per_input,
+                      base_output if per_output is None else per_output))
+    ranged = entry.get("tiered_pricing")
+    for tier in ranged if isinstance(ranged, list) else ():
+        bounds = tier.get("range") if isinstance(tier, Mapping) else None
+        per_input = _per_mtok(tier.get("input_cost_per_token")) if isinstance(tier, Mapping) else None
+        if not isinstance(bounds, list) or not bounds or per_input is None or _per_mtok(bounds[0]) is None:
+            continue
+        per_output = _per_mtok(tier.get("output_cost_per_token"))
+        tiers.append((int(bounds[0]), per_input, base_output if per_output is None else per_output))
+    return tuple(sorted(tiers))
+
+
 def model_price(model: str) -> Price | None:
-    """USD per million tokens (input, output), or None when the table has no price."""
+    """USD per million tokens (input, output, and any prompt-size tiers), or None when
+    the table has no price."""
     entry = model_info(model)
     if entry is None:
         return None
-    per_input = entry.get("input_cost_per_token")
-    per_output = entry.get("output_cost_per_token")
-    if not isinstance(per_input, (int, float)) or not isinstance(per_output, (int, float)):
+    per_input = _per_mtok(entry.get("input_cost_per_token"))
+    per_output = _per_mtok(entry.get("output_cost_per_token"))
+    if per_input is None or per_output is None:
         return None
-    if isinstance(per_input, bool) or isinstance(per_output, bool):
-        return None
-    return Price(
-        # Rounded so that 1.5e-07/token reads as 0.15, not 0.15000000000000002.
-        input_per_mtok=round(float(per_input) * _TOKENS_PER_MTOK, 10),
-        output_per_mtok=round(float(per_output) * _TOKENS_PER_MTOK, 10),
-    )
+    return Price(input_per_mtok=per_input, output_per_mtok=per_output, tiers=price_tiers(entry, per_output))
 
 
 def max_input_tokens(model: str) -> int | None:

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .budget import plausible_usage, without_cost_params
 from .prices import model_provider
 
 if TYPE_CHECKING:
@@ -52,6 +53,10 @@ _TIMEOUT_GRACE_S = 5.0
 _CONTEXT_WINDOW_TEXT = re.compile(
     r"context[ _-]?(length|window)|maximum context|prompt is too long|too many (input )?tokens", re.IGNORECASE
 )
+# Down an exception chain: the connection was never made, so nothing was sent or billed.
+_NOT_CONNECTED = frozenset({"ConnectError", "ConnectTimeout", "ClientConnectorError", "ConnectionRefusedError", "gaierror"})
+# Down an exception chain: the provider answered with an HTTP error status (not billed).
+_HTTP_STATUS_ERRORS = frozenset({"APIStatusError", "HTTPStatusError"})
 _CREDENTIAL_KEY = re.compile(r"(^|_)(api_?key|key|secret|password|passwd|token|authorization|credentials?|auth)($|_)")
 
 
@@ -94,16 +99,23 @@ class LlmResponse:
     completion_tokens: int
     cost_usd: float | None  # None: the provider's price is unknown (never read as $0)
     model: str
+    # False: the reply's usage was missing or garbage, so the counts above mean nothing
+    # and the call is charged its whole reservation (never 0).
+    usage_known: bool = True
 
 
 class ProviderError(Exception):
-    def __init__(self, kind: str, message: str, retry_after: float | None = None) -> None:
+    """A failed call. `billed`: the request may have reached the provider and been paid for
+    (it is then charged its whole reservation); by default only a timeout is."""
+
+    def __init__(self, kind: str, message: str, retry_after: float | None = None, *, billed: bool | None = None) -> None:
         if kind not in PROVIDER_ERROR_KINDS:
             raise ValueError(f"unknown provider error kind {kind!r}")
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.retry_after = retry_after
+        self.billed = kind == "timeout" if billed is None else billed
 
     def __str__(self) -> str:
         return self.message
@@ -237,11 +249,12 @@ def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str |
     status = _status_code(exc)
     detail = re.sub(r"^litellm\.\w+: ", "", str(exc) or type(exc).__name__)
 
-    def error(kind: str, what: str, retry_after: float | None = None, http: bool = True) -> ProviderError:
+    def error(kind: str, what: str, retry_after: float | None = None, http: bool = True,
+              billed: bool | None = None) -> ProviderError:
         # No status for timeouts and connection failures: LiteLLM fills in a
         # synthetic 408/500 there although no response ever arrived.
         shown = f"HTTP {status}: " if http and status and status >= 400 else ""
-        return ProviderError(kind, _redact(f"{model}: {shown}{what}", secrets), retry_after)
+        return ProviderError(kind, _redact(f"{model}: {shown}{what}", secrets), retry_after, billed=billed)
 
     if "ContextWindowExceededError" in names or (
         status in (400, 413) and _CONTEXT_WINDOW_TEXT.search(detail)
@@ -249,34 +262,40 @@ def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str |
         return error("context_window", f"the prompt does not fit the model's context window: {detail}")
     if "RateLimitError" in names or status == 429:
         return error("rate_limit", f"rate limited: {detail}", _retry_after(exc))
+    below = [_class_names(e) for e in chain[1:]]  # what LiteLLM's exception wraps
+    never_sent = any(_NOT_CONNECTED & names_ for names_ in below)
     if any({"Timeout", "APITimeoutError", "TimeoutError", "TimeoutException"} & _class_names(e) for e in chain):
-        return error("timeout", f"timed out: {detail}", http=False)
+        return error("timeout", f"timed out: {detail}", http=False, billed=not never_sent)
     if {"AuthenticationError", "PermissionDeniedError"} & names or status in (401, 403):
         return error("auth", f"not authorised (check the API key and its permissions): {detail}")
     # A refused or dropped connection reaches us as LiteLLM's InternalServerError
     # wrapping openai.APIConnectionError / httpx.ConnectError: look down the chain.
     connection_names = {"APIConnectionError", "ConnectError", "ClientConnectorError", "ConnectionError"}
     if any(connection_names & _class_names(e) for e in chain):
-        return error("connection", f"could not reach the provider: {detail}", http=False)
+        # Refused (nothing was sent) costs nothing; dropped after sending may have been paid.
+        return error("connection", f"could not reach the provider: {detail}", http=False, billed=not never_sent)
+    # A reply that arrived but could not be read (a 200 with a malformed body) may have been
+    # paid; an HTTP error status (a real 4xx/5xx: a status error down the chain) was not.
+    unreadable = bool(below) and not any(_HTTP_STATUS_ERRORS & names_ for names_ in below)
     if any(isinstance(e, json.JSONDecodeError) for e in chain):
-        return error("server_error", f"the provider sent a malformed response body: {detail}", http=False)
-    return error("server_error", detail)
+        return error("server_error", f"the provider sent a malformed response body: {detail}", http=False, billed=True)
+    return error("server_error", detail, billed=unreadable)
 
 
 # -- response parsing -----------------------------------------------------------------
 def _response_to_llm(litellm: Any, response: Any, request: LlmRequest) -> LlmResponse:
     choices = getattr(response, "choices", None) or []
-    if not choices:
-        raise ProviderError("server_error", f"{request.model}: the provider returned no choices")
+    if not choices:  # a 200 that says nothing: the work may still have been billed
+        raise ProviderError("server_error", f"{request.model}: the provider returned no choices", billed=True)
     message = getattr(choices[0], "message", None)
     text = getattr(message, "content", None) or ""
     usage = getattr(response, "usage", None)
     prompt_tokens = getattr(usage, "prompt_tokens", None)
     completion_tokens = getattr(usage, "completion_tokens", None)
-    if not isinstance(prompt_tokens, int):
-        prompt_tokens = count_prompt_tokens(request.model, request.messages)
-    if not isinstance(completion_tokens, int):
-        completion_tokens = int(litellm.token_counter(model=request.model, text=text))
+    if not plausible_usage(prompt_tokens, completion_tokens):
+        # LiteLLM turns a missing `usage` into zeros: never take that as a free call.
+        return LlmResponse(text=text if isinstance(text, str) else str(text), prompt_tokens=0, completion_tokens=0,
+                           cost_usd=None, model=str(getattr(response, "model", None) or request.model), usage_known=False)
     hidden = getattr(response, "_hidden_params", None) or {}
     cost = hidden.get("response_cost") if isinstance(hidden, Mapping) else None
     if cost is None:
@@ -284,11 +303,13 @@ def _response_to_llm(litellm: Any, response: Any, request: LlmRequest) -> LlmRes
             cost = litellm.completion_cost(completion_response=response)
         except Exception:  # noqa: BLE001 - LiteLLM raises for a model it cannot price: unknown, not free
             cost = None
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+        cost = None  # unknown, never free (nor negative)
     return LlmResponse(
         text=text,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
-        cost_usd=float(cost) if isinstance(cost, (int, float)) else None,
+        cost_usd=None if cost is None else float(cost),
         model=str(getattr(response, "model", None) or request.model),
     )
 
@@ -327,8 +348,9 @@ class LiteLLMProvider:
         ):
             if value is not None:
                 kwargs[name] = value
-        kwargs.update(request.params)
+        kwargs.update(without_cost_params(request.params))  # never more output or completions than reserved
         kwargs.update(_FORCED)  # a model alias cannot switch LiteLLM's retries back on
+        kwargs["max_tokens"] = request.max_tokens
         response = await _acompletion(litellm, kwargs, request, (api_key, request.api_key))
         return _response_to_llm(litellm, response, request)
 

@@ -14,35 +14,41 @@ def _money(value: Any) -> str:
 
 
 class Progress:
-    """One line per event that matters, on stderr, with spend against each cap."""
+    """One line per event that matters, on stderr, with spend against each cap.
+
+    The figures are the ledger's, carried by the events (`spent`), never summed here: a
+    call charged without a reply (a timeout) or spending restored on resume counts the same
+    as in the summary. A `start` or `resume` event carries the caps."""
 
     def __init__(self, budget: Mapping[str, Any], stream: IO[str] | None = None):
-        self.budget = budget
+        self.budget = dict(budget)
         self.stream = stream or sys.stderr
-        self.tokens = 0
-        self.cost = 0.0
-        self.steps = 0
+        self.spent: Mapping[str, Any] = {}
 
     def _spend(self) -> str:
         parts = []
         cap_tokens, cap_cost, cap_steps = self.budget.get("tokens"), self.budget.get("cost_usd"), self.budget.get("steps")
-        parts.append(f"tokens {self.tokens}" + (f"/{cap_tokens}" if cap_tokens is not None else ""))
-        parts.append(f"cost {_money(self.cost)}" + (f"/{_money(cap_cost)}" if cap_cost is not None else ""))
-        parts.append(f"steps {self.steps}" + (f"/{cap_steps}" if cap_steps is not None else ""))
+        spent = self.spent
+        parts.append(f"tokens {int(spent.get('tokens', 0))}" + (f"/{cap_tokens}" if cap_tokens is not None else ""))
+        parts.append(f"cost {_money(spent.get('cost_usd'))}" + (f"/{_money(cap_cost)}" if cap_cost is not None else ""))
+        parts.append(f"steps {int(spent.get('steps', 0))}" + (f"/{cap_steps}" if cap_steps is not None else ""))
         return " | ".join(parts)
 
     def __call__(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
+        if isinstance(event.get("caps"), Mapping):
+            self.budget = dict(event["caps"])
+        if isinstance(event.get("spent"), Mapping):
+            self.spent = event["spent"]
         line = None
         if kind == "attempt":
-            self.steps += 1
             attempt = event.get("attempt", 1)
             line = f"→ {event['state']}" + (f" (attempt {attempt})" if attempt > 1 else "")
+        elif kind == "llm" and event.get("failed"):
+            line = (f"  llm {event.get('model')}: failed ({event['failed']}), charged "
+                    f"{int((event.get('charged') or {}).get('tokens', 0))} tokens, {_money(event.get('cost_usd'))}   [{self._spend()}]")
         elif kind == "llm":
             usage = event.get("usage") or {}
-            if not event.get("replayed"):
-                self.tokens += int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
-                self.cost += float(event.get("cost_usd") or 0.0)
             note = " (replayed: already paid)" if event.get("replayed") else " (cached)" if event.get("cached") else ""
             line = f"  llm {event.get('model')}: {usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens, {_money(event.get('cost_usd'))}{note}   [{self._spend()}]"
         elif kind == "gate":
@@ -59,11 +65,11 @@ class Progress:
         elif kind == "exhausted":
             line = f"  {event['state']} reached max_visits"
         elif kind == "budget_exhausted":
-            line = f"  budget exhausted ({event['which']}): {event['message']}"
+            line = f"  budget exhausted ({event['which']}): {event['message']}   [{self._spend()}]"
         elif kind == "waiting":
             line = f"  waiting for a person at '{event['state']}': {event['message']}"
         elif kind == "resume":
-            line = f"resuming at '{event['from_state']}'"
+            line = f"resuming at '{event['from_state']}'   [{self._spend()}]"
         elif kind == "stopped_leftover":
             line = f"  stopped the command '{event['state']}' left running (process group {event['pgid']}) before running it again"
         elif kind == "child":
@@ -122,13 +128,23 @@ def summary(state: RunState, store_dir: Any = None) -> str:
     return "\n".join(lines)
 
 
+def run_status(record: Mapping[str, Any]) -> str:
+    """A run's status as a person should read it: a `running` run that no live process
+    drives (the store marks it `interrupted`) says how to continue it."""
+    if record.get("interrupted"):
+        return f"interrupted (resume {record.get('run_id', '')})"
+    return str(record.get("status", ""))
+
+
 def runs_table(records: list[dict[str, Any]]) -> str:
-    header = f"{'ID':<10} {'LOOP':<24} {'STATUS':<17} {'STARTED':<20} {'SPENT':>10}"
+    statuses = [run_status(r) for r in records]
+    width = max([17, *(len(s) for s in statuses)])
+    header = f"{'ID':<10} {'LOOP':<24} {'STATUS':<{width}} {'STARTED':<20} {'SPENT':>10}"
     rows = [header]
-    for r in records:
+    for r, status in zip(records, statuses):
         ledger = r.get("ledger") or {}
         started = (r.get("started_at") or "")[:19].replace("T", " ")
-        rows.append(f"{r.get('run_id', ''):<10} {r.get('loop', '')[:24]:<24} {r.get('status', ''):<17} {started:<20} {_money(ledger.get('cost_usd')):>10}")
+        rows.append(f"{r.get('run_id', ''):<10} {r.get('loop', '')[:24]:<24} {status:<{width}} {started:<20} {_money(ledger.get('cost_usd')):>10}")
     return "\n".join(rows)
 
 
@@ -154,6 +170,11 @@ def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunS
     if calls:
         lines.append("llm calls:")
         for e in calls:
+            if e.get("failed"):
+                charged = e.get("charged") or {}
+                lines.append(f"  {e['state']} #{e.get('attempt')} {e.get('model')}: failed ({e['failed']}), charged "
+                             f"{int(charged.get('tokens', 0))} tokens {_money(charged.get('cost_usd'))}")
+                continue
             usage = e.get("usage") or {}
             cost = 0.0 if e.get("cached") else e.get("cost_usd")
             tag = " cached" if e.get("cached") else " replayed" if e.get("replayed") else ""

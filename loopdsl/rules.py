@@ -143,6 +143,20 @@ class LintContext:
             stack.extend(self.edges[name])
         return seen
 
+    def reached_from(self, source: str) -> set[str]:
+        """States some path from `source` leads to (one step at least), memoised per source."""
+        cache: dict[str, set[str]] = self.__dict__.setdefault("_reached_from", {})
+        if source not in cache:
+            seen: set[str] = set()
+            stack = list(self.edges.get(source, ()))
+            while stack:
+                name = stack.pop()
+                if name not in seen:
+                    seen.add(name)
+                    stack.extend(self.edges[name])
+            cache[source] = seen
+        return cache[source]
+
     @cached_property
     def predecessors(self) -> dict[str, list[str]]:
         preds: dict[str, list[str]] = {name: [] for name in self.states}
@@ -320,9 +334,13 @@ RULE_DOCS: dict[str, tuple[str, str]] = {
     "shell-escaped-placeholder": ("error", "A placeholder right after a backslash or a `$`."),
     "shell-unsafe-raw": ("error", "`unsafe_raw` in a shell command."),
     "cwd-outside-workspace": ("error", "A literal `cwd` that is absolute or has a `..` part: commands run inside the workspace (a rendered `cwd` that leads out fails its state)."),
-    "secret-in-command": ("error", "`{{ secrets.X }}` in a command, its arguments, a shell gate or `cwd`: use \"$X\"."),
+    "secret-in-command": ("error", "`{{ secrets.X }}` in a command, its arguments, a shell gate or `cwd`: pass it in `env: {X: \"{{ secrets.X }}\"}` and read \"$X\"."),
     "secret-in-prompt": ("warning", "`{{ secrets.X }}` in a prompt, system message or criterion."),
+    "secret-outside-env": ("error", "`secrets.X` read anywhere but whole in a command's `env:` or a prompt (a `with:` value, `set`, an output, a guard, a message), or a value derived from a secret (`secrets.X.split(':')[1]`, `secrets.X | int`): it would be stored or shown unredacted."),
+    "secret-not-passed": ("error", "A command reads `$X` for a declared secret X that its `env:` does not pass: commands get only the secrets their `env:` names."),
+    "secret-with-model-output": ("warning", "A command that gets secrets runs a model's output: its template reads a model's reply, or another command writes one (to a file it may run)."),
     "llm-max-tokens": ("error", "An `llm`/`evaluate` call without `max_tokens` on the call or its alias."),
+    "params-cost": ("error", "A key under a model alias's `params` (at any depth, e.g. inside `extra_body`) that changes what a call costs: `n`, `best_of`, `candidate_count`, `max_tokens`, `max_completion_tokens`, `max_output_tokens`, `max_new_tokens`, `num_predict`, `thinking`, `thinking_budget`, `budget_tokens`, `service_tier`, and `model`, `messages`, `fallbacks`, `context_window_fallback_dict` (any case, `_` or `-`). Use the alias's `max_tokens` and `budget:`."),
     "unknown-price": ("error", "A model (an alias's model or a fallback) with no price in LiteLLM's table and no alias `price`."),
     "checkpoint-unattended": ("error", "A `checkpoint` in a loop marked `unattended: true`."),
     "evaluator-mirrors-generator": ("warning", "An `evaluate` state uses the same model and temperature as the `llm` state it judges."),

@@ -1,10 +1,11 @@
 """Lint rules about what states call: models, prices, gates, skills, checkpoints, sub-loops."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .budget import cost_changing_params
 from .diagnostics import Diagnostic, Severity, format_plain
 from .model import (
     BUILTIN_GATES,
@@ -14,6 +15,7 @@ from .model import (
     LoopAction,
     ModelAlias,
     State,
+    YamlPath,
 )
 from .rules import LintContext, did_you_mean, quoted_list, rule, state_key
 from .rules_templates import names_read
@@ -80,6 +82,32 @@ def price_diagnostic(path: str, position: tuple[int, int], alias: str, model: st
         "`price: {input_per_mtok: N, output_per_mtok: N}` (USD per million tokens) "
         "so the budget can be enforced",
     )
+
+
+def params_cost_diagnostics(path: str, locate: Callable[[YamlPath], tuple[int, int]], alias: ModelAlias) -> list[Diagnostic]:
+    """params-cost for each key of `models.X.params` (at any depth) that changes what a
+    call costs: the budget reserves one completion of at most `max_tokens` tokens."""
+    out = []
+    for inner in cost_changing_params(alias.params):
+        shown = ".".join(str(k) for k in inner)
+        line, col = locate(("models", alias.name, "params", *inner))
+        out.append(Diagnostic(
+            path, line, col, Severity.ERROR, "params-cost",
+            f'model alias "{alias.name}" sets params.{shown}, which changes what a call costs '
+            "beyond what the budget reserves",
+            "remove it: the budget reserves one completion of the alias's `model` (or a `fallbacks` entry) "
+            "for the state's prompt, of at most `max_tokens` tokens (set on the alias or the call), at the "
+            "standard tier; bound spending with `budget:` (tokens, cost_usd)",
+        ))
+    return out
+
+
+@rule
+def params_cost(ctx: LintContext) -> Iterator[Diagnostic]:
+    for name in ctx.local_models:
+        alias = ctx.loop.models.get(name)
+        if alias is not None:
+            yield from params_cost_diagnostics(ctx.path, ctx.at, alias)
 
 
 @rule

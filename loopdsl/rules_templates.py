@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from .diagnostics import Diagnostic, Severity
-from .model import RESERVED_NAMES, Gate, ShellSpec, State, YamlPath
+from .model import RESERVED_NAMES, WHOLE_SECRET_RE, Gate, ShellSpec, State, YamlPath
 from .rules import LintContext, did_you_mean, quoted_list, rule
 from .rules_jinja import NameUse, ScanError, scan, use_offset
 
@@ -23,7 +23,8 @@ Mode = Literal["template", "expr", "shell"]
 # post: after it (after-gates, transition guards); outputs: top-level outputs;
 # definition: a named gate, whose context is the state that refers to it.
 Phase = Literal["pre", "post", "outputs", "definition"]
-Where = Literal["prompt", "command", "other"]
+# env: a command's `env:` value; with: a sub-loop's `with:` value (secret rules differ there).
+Where = Literal["prompt", "command", "env", "with", "other"]
 
 TEMPLATE_ROOTS = frozenset(RESERVED_NAMES)
 
@@ -62,7 +63,7 @@ def _shell_sites(ctx: LintContext, spec: ShellSpec, phase: Phase, state: str | N
         yield Site(path + ("cwd",), str(spec.cwd), "template", "command", phase, state)
     # env values reach the process as environment variables, the safe way to pass a secret.
     for key, value in spec.env.items():
-        yield Site(path + ("env", key), value, "template", "other", phase, state)
+        yield Site(path + ("env", key), value, "template", "env", phase, state)
 
 
 def _gate_sites(ctx: LintContext, gate: Gate, phase: Phase, state: str | None) -> Iterator[Site]:
@@ -103,7 +104,7 @@ def _state_sites(ctx: LintContext, state: State) -> Iterator[Site]:
         with_ = raw_state.get("with")
         for key, value in (with_.items() if isinstance(with_, dict) else ()):
             if isinstance(value, str):
-                yield Site(p + ("with", key), value, "template", "other", "pre", name)
+                yield Site(p + ("with", key), value, "template", "with", "pre", name)
     for key, value in state.output.items():
         if isinstance(value, str):
             yield Site(p + ("output", key), value, "template", "other", "pre", name)
@@ -240,6 +241,15 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[
                 position=position,
                 hint="`history.<state>` lists the attempts of a state of this loop",
             )
+        if (use.attr is not None and site.state is not None and use.attr != site.state
+                and site.state not in ctx.reached_from(use.attr)):
+            return ctx.diag(
+                "undefined-variable",
+                f'history.{use.attr}: state "{use.attr}" cannot have run before "{site.state}" '
+                "(no path leads from it here), so this is always []",
+                position=position,
+                hint=f'read the history of a state that runs before "{site.state}", or move this to a state after "{use.attr}"',
+            )
         return None
     if use.root in TEMPLATE_ROOTS:
         return None
@@ -273,27 +283,57 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[
     )
 
 
-def _secret_diagnostic(ctx: LintContext, site: Site, use: NameUse) -> Diagnostic | None:
-    if use.root != "secrets" or site.where == "other":
+def _whole_secret_counts(site: Site) -> dict[str, int]:
+    """How many times each secret is read whole (`{{ secrets.X }}`) in a template site."""
+    counts: dict[str, int] = {}
+    if site.where == "env":  # an env value passes a secret whole only when it is nothing else
+        found = WHOLE_SECRET_RE.fullmatch(site.source)
+        return {(found.group(1) or found.group(2)): 1} if found else {}
+    if site.mode != "expr":
+        for found in WHOLE_SECRET_RE.finditer(site.source):
+            name = found.group(1) or found.group(2)
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _secret_diagnostic(ctx: LintContext, site: Site, use: NameUse, whole: bool) -> Diagnostic | None:
+    """Where a secret may be read: whole in a command's `env:` (the way to pass it), whole
+    in a prompt (a warning). Anywhere else, or derived (`secrets.X.split(':')[1]`,
+    `secrets.X | int`), the value would be stored or shown where the redactor cannot see it."""
+    if use.root != "secrets":
         return None
     if use.attr is not None and use.attr not in ctx.loop.secrets:
         return None  # not a secret at all: unknown-secret reports it
     name = use.attr or "NAME"
     position = ctx.at_offset(site.path, site.source, use_offset(site.source, use))
+    pass_it = f'env: {{{name}: "{{{{ secrets.{name} }}}}"}}'
     if site.where == "command":
         return ctx.diag(
             "secret-in-command",
             f"secret {name} is rendered into a command, where it can leak into logs and process lists",
             position=position,
-            hint=f'use "${name}": declared secrets are exported to commands as environment variables',
+            hint=f'pass it in the command\'s `{pass_it}` and read it as "${name}"',
         )
-    return ctx.diag(
-        "secret-in-prompt",
-        f"secret {name} is sent to the model in a prompt",
-        position=position,
-        severity=Severity.WARNING,
-        hint="models and their providers log prompts; pass only what the model needs",
-    )
+    if whole and site.where == "env":
+        return None
+    if whole and site.where == "prompt":
+        return ctx.diag(
+            "secret-in-prompt",
+            f"secret {name} is sent to the model in a prompt",
+            position=position,
+            severity=Severity.WARNING,
+            hint="models and their providers log prompts; pass only what the model needs",
+        )
+    if site.where in ("env", "prompt"):
+        what = f"a value derived from secret {name} is not recognised by the redactor and would be shown in clear"
+        hint = f"pass the secret whole (`{pass_it}`) and derive what you need inside the command"
+    elif site.where == "with":
+        what = f"secret {name} handed to a sub-loop through `with:` would be stored as the child's input"
+        hint = f"declare {name} in the child's `secrets:` (a child gets the secrets it declares) and drop this value"
+    else:
+        what = f"secret {name} is read here, and whatever this renders is stored and shown"
+        hint = f"read secrets only in a command's `{pass_it}`"
+    return ctx.diag("secret-outside-env", what, position=position, hint=hint)
 
 
 @rule
@@ -308,13 +348,17 @@ def template_rules(ctx: LintContext) -> Iterator[Diagnostic]:
         except ScanError:
             continue
         available = _available(ctx, site)
+        whole = _whole_secret_counts(site)
+        reads = [use.attr for use in scanned.uses if use.root == "secrets"]
         seen: set[tuple[str, str | None]] = set()
         for use in scanned.uses:
             key = (use.root, use.attr)
             if key in seen:
                 continue
             seen.add(key)
-            for found in (_use_diagnostics(ctx, site, use, available), _secret_diagnostic(ctx, site, use)):
+            every_read_whole = use.attr is not None and whole.get(use.attr, 0) >= reads.count(use.attr)
+            for found in (_use_diagnostics(ctx, site, use, available),
+                          _secret_diagnostic(ctx, site, use, every_read_whole)):
                 if found is not None:
                     yield found
 

@@ -14,51 +14,102 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 REDACTED = "***"
 
 # Below this length an encoded form (base64, percent-encoding) is too likely to occur by
 # chance in ordinary text; the raw value is still always redacted.
 _MIN_ENCODED_LENGTH = 4
+# A base64 run of fewer characters than this, cut out of a longer stream (the secret at
+# offset 1 or 2 of a 3-byte group), matches ordinary base64 data too often to be redacted.
+_MIN_EMBEDDED_BASE64 = 6
+# Encoders wrap base64 and hex at 76 (MIME), 64 (PEM) or 60 (xxd -p) columns: a line break
+# may stand between any two characters of those forms.
+_WRAP = r"(?:\r?\n)?"
+# Error messages quote values cut short (Python's `int()` at 200 characters of repr, our
+# `fromjson` at 80): any run of this many characters of a secret is hidden in them.
+_FRAGMENT = 8
+
+
+def _embedded_base64(data: bytes, alphabet: bytes | None) -> set[str]:
+    """The base64 characters that encode `data` wherever it stands in a longer stream.
+
+    A string such as `user:TOKEN` puts the secret at any offset modulo 3 of the encoder's
+    3-byte groups; each offset gives a different text. For each, only the characters
+    whose 6 bits come wholly from `data` are kept (the others depend on the bytes around
+    it), so the form is found inside `Basic base64(user:TOKEN)` at any alignment.
+    """
+    forms: set[str] = set()
+    n = len(data)
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + data, altchars=alphabet).decode("ascii")
+        first = -(-8 * offset // 6)  # ceil: the first character not touching the prefix
+        last = 8 * (offset + n) // 6  # the first character that needs bits after `data`
+        core = encoded[first:last]
+        if offset == 0 or len(core) >= _MIN_EMBEDDED_BASE64:
+            forms.add(core)
+    forms.add(base64.b64encode(data, altchars=alphabet).decode("ascii"))  # standalone, with its padding
+    return forms
 
 
 def secret_variants(value: str) -> set[str]:
-    """The forms in which a secret value commonly leaks into text.
+    """The forms in which a secret value commonly leaks into text, found literally.
 
     The raw value; its escaped form inside a JSON string (a value with quotes, backslashes
-    or newlines is printed that way by `json.dumps` and most loggers); its percent-encoding
-    (URLs, form bodies); and its standalone base64 (HTTP Basic auth, Kubernetes secrets).
-    A base64 of a longer string that merely contains the secret is not recognisable and is
-    not covered.
+    or newlines is printed that way by `json.dumps` and most loggers) and inside a Python
+    repr (exception messages); its percent-encodings (URLs, form bodies). The forms that
+    may be line-wrapped (base64, hex) are in `wrapped_variants`.
     """
     variants = {value}
     if len(value) >= _MIN_ENCODED_LENGTH:
         variants.add(json.dumps(value)[1:-1])
         variants.add(json.dumps(value, ensure_ascii=False)[1:-1])
+        variants.add(repr(value)[1:-1])
         variants.add(quote(value, safe=""))
-        encoded = base64.b64encode(value.encode("utf-8")).decode("ascii")
-        variants.add(encoded)
-        # A secret embedded in a longer base64 stream often appears without its padding.
-        variants.add(encoded.rstrip("="))
+        variants.add(quote_plus(value, safe=""))
     variants.discard("")
     return variants
 
 
+def wrapped_variants(value: str) -> set[str]:
+    """Base64 (standard and URL-safe alphabets, at every alignment, see `_embedded_base64`)
+    and hex (lower and upper case) of a secret's UTF-8 bytes. They are matched with an
+    optional line break between any two characters."""
+    if len(value) < _MIN_ENCODED_LENGTH:
+        return set()
+    data = value.encode("utf-8")
+    forms = _embedded_base64(data, None) | _embedded_base64(data, b"-_")
+    forms |= {data.hex(), data.hex().upper()}
+    forms.discard("")
+    return forms
+
+
+def _wrappable(form: str) -> str:
+    return _WRAP.join(re.escape(c) for c in form)
+
+
 class Redactor:
     """Replaces every occurrence of the given secret values (and their common encodings,
-    see `secret_variants`) with ``***``. Empty values are ignored. The longest variant wins
-    where two overlap, so a secret that contains another is hidden whole."""
+    see `secret_variants` and `wrapped_variants`) with ``***``. Empty values are ignored.
+    The longest form wins where two overlap, so a secret that contains another is hidden whole."""
 
     def __init__(self, secret_values: Iterable[str]):
-        variants: set[str] = set()
-        for value in secret_values:
-            if isinstance(value, str) and value:
-                variants |= secret_variants(value)
-        self._variants = tuple(sorted(variants, key=lambda v: (-len(v), v)))
+        self._values = tuple(sorted({v for v in secret_values if isinstance(v, str) and v}, key=len, reverse=True))
+        literal: set[str] = set()
+        wrapped: set[str] = set()
+        for value in self._values:
+            literal |= secret_variants(value)
+            wrapped |= wrapped_variants(value)
+        wrapped -= literal
+        forms = [(v, re.escape(v)) for v in literal] + [(v, _wrappable(v)) for v in wrapped]
+        forms.sort(key=lambda pair: (-len(pair[0]), pair[0]))
+        # Wrapped forms may span line breaks: a match can be up to this much longer.
+        self._longest = max((len(v) + 2 * (len(v) // 32 + 2) for v, _ in forms), default=0)
         # Python's alternation takes the first alternative that matches at a position,
         # so listing the longest first makes overlapping secrets redact whole.
-        self._pattern = re.compile("|".join(re.escape(v) for v in self._variants)) if self._variants else None
+        self._pattern = re.compile("|".join(p for _, p in forms)) if forms else None
+        self._fragments = {v[i:i + _FRAGMENT] for v in self._values for i in range(max(len(v) - _FRAGMENT + 1, 0))}
 
     @property
     def longest(self) -> int:
@@ -66,7 +117,12 @@ class Redactor:
 
         Output capture keeps this many bytes (times 4, for UTF-8) past its cap so a secret
         straddling the cap is still recognised whole before the text is cut."""
-        return len(self._variants[0]) if self._variants else 0
+        return self._longest
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """The secret values this redactor hides (a child loop's redactor inherits them)."""
+        return self._values
 
     def __bool__(self) -> bool:
         return self._pattern is not None
@@ -75,6 +131,28 @@ class Redactor:
         if self._pattern is None or not text:
             return text
         return self._pattern.sub(REDACTED, text)
+
+    def error(self, text: str) -> str:
+        """Redact an error message: every form `__call__` hides, and also any run of 8 or
+        more characters of a secret (a message may quote a value cut short, or a part of
+        it). Too strict for ordinary output, where such runs occur by chance; an error
+        message is short and losing a few characters of it costs nothing."""
+        text = self(text)
+        if not self._fragments or len(text) < _FRAGMENT:
+            return text
+        hidden = bytearray(len(text))
+        for i in range(len(text) - _FRAGMENT + 1):
+            if text[i:i + _FRAGMENT] in self._fragments:
+                hidden[i:i + _FRAGMENT] = b"\1" * _FRAGMENT
+        if not any(hidden):
+            return text
+        out: list[str] = []
+        for i, ch in enumerate(text):
+            if not hidden[i]:
+                out.append(ch)
+            elif i == 0 or not hidden[i - 1]:
+                out.append(REDACTED)
+        return "".join(out)
 
     def redact_obj(self, obj: Any) -> Any:
         """A copy of `obj` with secrets redacted in every string, mapping key included,
@@ -92,6 +170,20 @@ class Redactor:
         if isinstance(obj, tuple):
             return tuple(self.redact_obj(v) for v in obj)
         return obj
+
+
+# Every secret value this process has read (api.secret_values): the last line of defence
+# for text printed outside a run's own redactor (an internal error, a usage error).
+_READ: set[str] = set()
+
+
+def remember(values: Iterable[str]) -> None:
+    _READ.update(v for v in values if isinstance(v, str) and v)
+
+
+def redact_printed(text: str) -> str:
+    """`text` with every secret this process has read redacted, as an error message."""
+    return Redactor(_READ).error(text) if _READ else text
 
 
 # ---------------------------------------------------------------- secret scanning

@@ -375,8 +375,15 @@ class RunStore:
                 out.append(_damaged_entry(run_id, problem))
                 continue
             record.setdefault("run_id", run_id)
+            if record.get("status") == "running" and not self._driven(run_id):
+                record["interrupted"] = True  # its process was killed: `resume` continues it
             out.append(record)
         return out
+
+    def _driven(self, run_id: str) -> bool:
+        """Whether a live process holds the run's lock (an expired row reads as absent)."""
+        holder = self._holder(run_id)
+        return holder is not None and not _holder_is_dead(holder)
 
     @_guarded
     def active_runs(self, group: str) -> list[str]:

@@ -30,8 +30,10 @@ class ChildRecorder:
     child's spending. Paid responses go to the parent's store, keyed by the child's run id,
     so a child re-run after a crash replays its completed calls instead of paying again."""
 
-    def __init__(self, parent: Any, store_id: str, parent_run_id: str, commit_parent: Callable[[], None]):
+    def __init__(self, parent: Any, store_id: str, parent_run_id: str, commit_parent: Callable[[], None],
+                 redact: Callable[[Any], Any]):
         self.parent = parent
+        self.redact = redact  # the child's inputs may hold a value its parent got from a secret
         self.store = getattr(parent, "store", None)
         self.store_id = store_id
         self.parent_run_id = parent_run_id
@@ -54,7 +56,7 @@ class ChildRecorder:
     def commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
         if self.store is None:
             return
-        record = run.to_json()
+        record = self.redact(run.to_json())
         record["parent"] = self.parent_run_id
         if not self.created and self.load() is None:  # the first commit of this child
             self.store.create_run(self.store_id, record, lock=self.lock)
@@ -122,7 +124,8 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         if cs.for_each is not None:
             scope["item"], scope["index"] = item, index
         run_id = f"{base_id}/{index}" if cs.for_each is not None else base_id
-        recorder = ChildRecorder(parent.ports.recorder, child_run_id(run_id), parent.run.run_id, parent.commit)
+        recorder = ChildRecorder(parent.ports.recorder, child_run_id(run_id), parent.run.run_id, parent.commit,
+                                 parent.redact.redact_obj)
         earlier = recorder.load()
         if earlier is not None and RunState.from_json(earlier[0]).is_final:
             done = RunState.from_json(earlier[0])  # finished before a crash: keep, do not re-run
@@ -149,6 +152,7 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
             workdir=parent.ports.workdir,
             env={k: v for k, v in parent.ports.env.items() if k not in parent.ports.secret_values or k in secrets},
             secret_values=secrets,
+            inherited_secrets=parent.redact.values,
             skills=dict(parent.ports.skills) | _child_skills(child),
             listeners=[_forward_to(parent, run_id)],
             sleep=parent.ports.sleep,

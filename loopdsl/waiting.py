@@ -71,7 +71,7 @@ async def settle_interrupted_command(engine: "Engine", state: State, pending: di
     if not state.idempotent and not engine.run.meta.pop("rerun_approved", False):
         if running:
             assert ref is not None
-            message = (f"shell state '{state.name}' was cut off by a crash and its command is still running "
+            message = (f"shell state '{state.name}' was cut off mid-way by a crash and its command is still running "
                        f"(process group {ref.pgid}); approve to stop it and run it again, reject to end the run "
                        "and leave it running")
         else:

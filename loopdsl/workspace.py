@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from .secrets import Redactor
 
 BRANCH_PREFIX = "loopdsl/"
 # Used only when the user has no identity configured (a fresh CI box, a container).
@@ -29,6 +32,15 @@ _REPO_LOCATION_VARS = (
     "GIT_ALTERNATE_OBJECT_DIRECTORIES",
     "GIT_NAMESPACE",
     "GIT_PREFIX",
+)
+
+
+# Files that hold credentials by convention. A run never commits one it created, whatever
+# it contains (a command writes `.npmrc` before `npm ci`); one the base commit already
+# tracks is committed like any other file, after the secret search.
+CREDENTIAL_FILE = re.compile(
+    r"(?:\A|/)(?:\.npmrc|\.netrc|_netrc|\.pypirc|\.git-credentials|\.env(?:\.(?!example\Z|sample\Z|template\Z)[^/]+)?"
+    r"|id_(?:rsa|dsa|ecdsa|ed25519)|[^/]+\.(?:pem|key|p12|pfx))\Z"
 )
 
 
@@ -65,6 +77,7 @@ def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
+            errors="surrogateescape",  # a file name need not be UTF-8
             check=False,  # callers decide; failures become WorkspaceError below
         )
     except FileNotFoundError:
@@ -190,12 +203,101 @@ def _identity_args(path: Path) -> list[str]:
     return ["-c", f"user.name={FALLBACK_NAME}", "-c", f"user.email={FALLBACK_EMAIL}"]
 
 
-def finish_worktree(wt: Worktree, message: str) -> str | None:
+class SecretInCommit(WorkspaceError):
+    """What the run would commit holds a declared secret: nothing is committed."""
+
+
+def _z_fields(text: str) -> list[str]:
+    return [f for f in text.split("\0") if f]
+
+
+def _leave_out_credential_files(wt: Worktree) -> list[str]:
+    """Unstage (and delete) the credential files the run created; their paths."""
+    fields = _z_fields(_git(wt.path, "diff", "--cached", "--name-status", "-z", "--no-renames",
+                            wt.base_commit).stdout)
+    created = [path for status, path in zip(fields[::2], fields[1::2]) if status == "A" and CREDENTIAL_FILE.search(path)]
+    for path in created:
+        _git(wt.path, "rm", "--cached", "--quiet", "--", path)
+        (wt.path / path).unlink(missing_ok=True)  # the worktree is removed; the file must not outlive the run
+    return created
+
+
+def _new_blobs(wt: Worktree) -> dict[str, str]:
+    """Blob id -> path of every file content the run would add to its branch: what is
+    staged now, and what commands of the run committed themselves since the base."""
+    blobs: dict[str, str] = {}
+    raw = _git(wt.path, "diff", "--cached", "--raw", "-z", "--no-abbrev", "--no-renames", wt.base_commit).stdout
+    fields = _z_fields(raw)
+    for meta, path in zip(fields[::2], fields[1::2]):
+        new_id = meta.split()[3]
+        if set(new_id) != {"0"}:  # a deletion has no new content
+            blobs[new_id] = path
+    listed = _git(wt.path, "rev-list", "--objects", f"{wt.base_commit}..HEAD").stdout
+    for line in listed.splitlines():
+        object_id, _, path = line.partition(" ")
+        if path:
+            blobs.setdefault(object_id, path)
+    return blobs
+
+
+def _files_with_secrets(wt: Worktree, redactor: Redactor) -> list[str]:
+    """Paths (sorted) whose name or new content holds a secret, in any form the redactor knows."""
+    blobs = _new_blobs(wt)
+    found = {path for path in blobs.values() if redactor(path) != path}
+    ids = [object_id for object_id, path in blobs.items() if path not in found]
+    if not ids:
+        return sorted(found)
+    proc = subprocess.run(["git", "cat-file", "--batch"], cwd=wt.path, env=_git_env(), capture_output=True,
+                          input="".join(f"{i}\n" for i in ids).encode(), check=False)
+    data, at = proc.stdout, 0
+    if proc.returncode != 0 or data.count(b"\n") < len(ids):
+        raise WorkspaceError(f"could not read the run's changes in {wt.path} to check them for secrets: "
+                             f"{proc.stderr.decode(errors='replace').strip()}", "the worktree is kept; inspect it with git")
+    for object_id in ids:
+        header_end = data.index(b"\n", at)
+        header = data[at:header_end].split()
+        at = header_end + 1
+        if len(header) < 3 or header[1] not in (b"blob", b"tree", b"commit", b"tag"):
+            continue  # "missing": nothing to read
+        size = int(header[2])
+        if header[1] == b"blob":
+            text = data[at:at + size].decode("utf-8", errors="surrogateescape")
+            if redactor(text) != text:
+                found.add(blobs[object_id])
+        at += size + 1
+    messages = _git(wt.path, "log", "--format=%B", f"{wt.base_commit}..HEAD").stdout
+    if redactor(messages) != messages:
+        found.add("the message of a commit a command made")
+    return sorted(found)
+
+
+def _shown(path: str) -> str:
+    """A path as printable text (a name that is not UTF-8 keeps its bytes as escapes)."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def finish_worktree(wt: Worktree, message: str, secret_values: Iterable[str] = ()) -> str | None:
     """Commit every change onto the run's branch, then remove the worktree.
 
-    Returns the new commit sha, or None when there was nothing to commit.
+    Credential files the run created are left out (see CREDENTIAL_FILE). When what would
+    be committed holds a declared secret in any form the redactor knows, nothing is
+    committed: SecretInCommit names the files, the branch is moved back to the base (so
+    commits a command made cannot be pushed) and the worktree is kept with the changes
+    staged. Returns the new commit sha, or None when there was nothing to commit.
     """
     _git(wt.path, "add", "-A")
+    _leave_out_credential_files(wt)
+    redactor = Redactor(secret_values)
+    leaked = _files_with_secrets(wt, redactor) if redactor else []
+    if leaked:
+        if _git(wt.path, "rev-parse", "HEAD").stdout.strip() != wt.base_commit:
+            _git(wt.path, "reset", "--quiet", "--soft", wt.base_commit)
+        raise SecretInCommit(
+            f"not committing the run's changes: {', '.join(redactor(_shown(p)) for p in leaked)} "
+            "contain(s) the value of a declared secret",
+            f"the worktree {wt.path} is kept with the changes staged: remove the secret from the file "
+            "(pass it to the command through `env:` instead of writing it), or `loopdsl clean`",
+        )
     staged = _git(wt.path, "diff", "--cached", "--quiet", check=False)
     sha: str | None = None
     if staged.returncode not in (0, 1):

@@ -1,8 +1,9 @@
 """A loopback OpenAI-compatible chat-completions server for tests.
 
 Each request pops the next scripted `StubReply` from a queue, so a test decides
-exactly what the "provider" answers (text and usage, 429 with Retry-After, 500,
-a malformed body, a reply slower than the client's timeout) and can count the
+exactly what the "provider" answers (text and usage, no or garbage usage, 429 with
+Retry-After, 500, a malformed body, a connection dropped after the request was read,
+a reply slower than the client's timeout) and can count the
 requests it received: every request body is recorded, which is how tests prove
 that one `complete()` call is exactly one paid HTTP request.
 
@@ -13,6 +14,7 @@ never hangs on a sleeping handler.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,6 +36,8 @@ class StubReply:
     raw_body: bytes | None = None
     delay_s: float = 0.0
     error_message: str = "stub error"
+    omit_usage: bool = False  # a 200 without a `usage` object
+    drop: bool = False  # read the request, then close the connection without answering
 
 
 @dataclass
@@ -119,6 +123,12 @@ class StubServer:
     def reply_malformed(self) -> None:
         self.enqueue(StubReply(raw_body=b'{"id": "x", "choices": [ this is not json'))
 
+    def reply_without_usage(self, text: str = "no usage here") -> None:
+        self.enqueue(StubReply(text=text, omit_usage=True))
+
+    def reply_drop(self) -> None:
+        self.enqueue(StubReply(drop=True))
+
     def reply_slow(self, delay_s: float, text: str = "too late") -> None:
         self.enqueue(StubReply(text=text, delay_s=delay_s))
 
@@ -159,12 +169,13 @@ def _completion_body(reply: StubReply, model: str) -> bytes:
                 "finish_reason": "stop",
             }
         ],
-        "usage": {
+    }
+    if not reply.omit_usage:
+        payload["usage"] = {
             "prompt_tokens": reply.prompt_tokens,
             "completion_tokens": reply.completion_tokens,
             "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-        },
-    }
+        }
     return json.dumps(payload).encode()
 
 
@@ -196,6 +207,10 @@ def _make_handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
                 reply = StubReply(status=500, error_message="stub: no reply queued for this request")
             if reply.delay_s:
                 stub._wait(reply.delay_s)
+            if reply.drop:  # the request arrived (and may be billed); the answer never does
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             model = body.get("model", "stub") if isinstance(body, dict) else "stub"
             if reply.raw_body is not None:
                 payload = reply.raw_body

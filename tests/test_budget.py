@@ -12,8 +12,11 @@ from loopdsl.budget import (
     Ledger,
     Reservation,
     conservative_tokens,
+    cost_changing_params,
     cost_for,
+    plausible_usage,
     reservation_for,
+    without_cost_params,
 )
 from loopdsl.model import Budget, Price
 
@@ -269,3 +272,37 @@ def test_spent_never_exceeds_any_cap(
         owner.charge_reservation(r)
     assert root.tokens_reserved == 0 and root.tokens_spent <= caps[0]
     assert root.cost_spent <= caps[1] / 1e6 + 1e-12
+
+
+# -- what may change a call's cost ---------------------------------------------------------
+def test_cost_changing_params_are_found_at_any_depth_and_spelling() -> None:
+    params = {"seed": 1, "N": 3, "Max-Tokens": 9, "extra_body": {"generationConfig": {"maxOutputTokens": 9,
+              "candidateCount": 2}, "stop": ["x"]}, "list": [{"thinking": {"budget_tokens": 1}}],
+              "serviceTier": "priority", "reasoning_effort": "low"}
+    assert cost_changing_params(params) == [
+        ("Max-Tokens",), ("N",), ("extra_body", "generationConfig", "candidateCount"),
+        ("extra_body", "generationConfig", "maxOutputTokens"), ("list", 0, "thinking"), ("serviceTier",)]
+    assert without_cost_params(params) == {"seed": 1, "extra_body": {"generationConfig": {}, "stop": ["x"]},
+                                           "list": [{}], "reasoning_effort": "low"}
+    deep: dict = {}
+    node = deep
+    for _ in range(5_000):  # deeper than the recursion limit: found without recursing
+        node["x"] = {}
+        node = node["x"]
+    node["n"] = 2
+    assert len(cost_changing_params(deep)[0]) == 5_001
+
+
+@pytest.mark.parametrize("usage, ok", [
+    ((10, 0), True), ((10, 5), True), ((0, 0), False), ((0, 5), False), ((-1, 5), False), ((5, -1), False),
+    ((None, 5), False), ((5, None), False), ((True, 5), False), ((5.0, 5), False), ((10**10, 5), False),
+])
+def test_plausible_usage(usage: tuple, ok: bool) -> None:
+    assert plausible_usage(*usage) is ok
+
+
+def test_tiered_price_bills_the_whole_call_at_the_tier_passed() -> None:
+    price = Price(1.0, 2.0, tiers=((1000, 3.0, 4.0), (100, 1.5, 2.5)))
+    assert cost_for(price, 100, 10) == pytest.approx((100 * 1.0 + 10 * 2.0) / 1e6)
+    assert cost_for(price, 101, 10) == pytest.approx((101 * 1.5 + 10 * 2.5) / 1e6)
+    assert cost_for(price, 1001, 10) == pytest.approx((1001 * 3.0 + 10 * 4.0) / 1e6)

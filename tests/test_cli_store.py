@@ -62,7 +62,7 @@ def test_runs_table_lists_id_loop_status_started_spent_newest_first(tmp_path: Pa
 
     listed = json.loads(_cli(["runs", "--store", str(store), "--json"], tmp_path).stdout)
     assert [r["run_id"] for r in listed] == [aborted.run_id, waiting.run_id, done.run_id]
-    assert set(listed[0]) == {"run_id", "loop", "status", "started_at", "ended_at", "ledger"}
+    assert set(listed[0]) == {"run_id", "loop", "status", "interrupted", "started_at", "ended_at", "ledger"}
 
 
 @pytest.mark.parametrize("command", [["show"], ["resume"], ["approve"], ["reject"], ["decide", None, "ship"], ["abort"]])

@@ -210,3 +210,35 @@ def test_cut_off_idempotent_command_is_run_again_without_asking(tmp_path: Path) 
     assert done.returncode == 0, done.stdout + done.stderr
     assert ct.record(store, run_id)["status"] == "completed"
     assert ct.markers(marks, "work") == 2
+
+
+# ----------------------------------------------------------------- the stored-response key
+
+
+def test_prompt_reading_the_budget_is_not_paid_again_after_a_crash(tmp_path: Path,
+                                                                   counting_stub: ct.CountingStub) -> None:
+    """Killed after the paid reply was stored but before the state committed: on resume the
+    killed call's reservation is charged, so `budget.remaining` (in the prompt) renders
+    differently; the stored reply must still be reused, not bought a second time."""
+    marks, store = tmp_path / "marks", tmp_path / "store"
+    marks.mkdir()
+    loop = ct.write_loop(tmp_path / "loop", counting_stub.api_base, DATA / "budget_prompt.yaml")
+    proc = ct.launch(["run", str(loop), "--store", str(store), "--input", f"marks={marks}"], tmp_path)
+    ct.wait_until(lambda: ct.markers(marks, "gate_after") == 1, proc, what="the after-gate started")
+    assert ct.kill(proc)
+    assert counting_stub.counts() == Counter({("draft", 1, 1): 1})
+    run_id = ct.open_clean(store)[0]["run_id"]
+    rec = ct.record(store, run_id)
+    assert rec["pending"]["kind"] == "llm" and rec["pending"]["state"] == "draft"
+    ct.wait_lock_free(store, run_id)
+    (marks / "resumed").touch()  # the gate is quick from now on
+
+    done = ct.cli(["resume", run_id, "--store", str(store)], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    final = ct.record(store, run_id)
+    assert final["status"] == "completed"
+    assert ct.markers(marks, "gate_after") == 2  # the gate ran again; the call did not
+    assert counting_stub.counts() == Counter({("draft", 1, 1): 1})
+    # Charged once, at what the stub reported (20 + 10 tokens), not at the reservation.
+    assert final["ledger"]["tokens"] == 30
+    assert final["ledger"]["cost_usd"] == pytest.approx((20 * 1.0 + 10 * 2.0) / 1e6)

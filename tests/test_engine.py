@@ -346,6 +346,51 @@ def test_outputs_top_level_overlaid_by_end_output_at_any_end(tmp_path: Path) -> 
     assert bad.outputs == {"greeting": "hi", "which": "top"}
 
 
+def test_an_output_that_cannot_be_rendered_fails_a_completed_end_but_not_another(tmp_path: Path) -> None:
+    # Lint cannot see this one: the value's shape is known only at run time.
+    body = """\
+        inputs:
+          fail: {type: boolean, default: false}
+        outputs:
+          first: "{{ hello.json.items[0] }}"
+        start: hello
+        states:
+          hello:
+            set: {json: "{}"}
+            transitions:
+              - {to: bad, when: "inputs.fail"}
+              - {to: good}
+          good: {end: completed}
+          bad: {end: escalated}
+        """
+    good = run(tmp_path, body)
+    assert good.status == "failed"
+    assert good.state.error["kind"] == "output" and "output 'first'" in good.state.error["message"]
+    assert good.exit_code == 1
+    bad = run(tmp_path, body, inputs={"fail": True})
+    assert bad.status == "escalated" and bad.outputs == {"first": None}
+    assert [e["output"] for e in events(bad, "output_error")] == ["first"]
+
+
+def test_history_of_a_state_that_has_not_run_is_an_empty_list(tmp_path: Path) -> None:
+    body = """\
+        start: count
+        states:
+          count:
+            set: {checks: "history.check | length"}
+            max_visits: 5
+            transitions:
+              - {to: done, when: "count.checks >= 2"}
+              - {to: check}
+          check: {shell: "true", next: count}
+          done: {end: completed, output: {checks: "{{ count.checks }}"}}
+        """
+    result = run(tmp_path, body)
+    assert result.status == "completed", result.state.error
+    assert [r["checks"] for r in result.state.history["count"]] == [0, 1, 2]
+    assert result.outputs == {"checks": 2}
+
+
 # ---------------------------------------------------------------- guards
 
 
@@ -590,6 +635,29 @@ def test_default_retry_on_skips_auth_and_context_window(tmp_path: Path) -> None:
     for kind in ("timeout", "server_error", "connection"):
         result = run(tmp_path, body, replies={"ask": [{"error": kind}, "fine"]})
         assert result.status == "completed" and [e["kind"] for e in events(result, "retry")] == [kind]
+
+
+def test_scripted_errors_are_charged_like_real_ones(tmp_path: Path) -> None:
+    """docs/dsl.md: scripted `timeout` and `connection` (a dropped connection) are charged the
+    whole reservation; the error statuses nothing."""
+    body = """\
+        start: ask
+        states:
+          ask:
+            llm: {model: m, prompt: "hi", max_tokens: 100}
+            retry: {max_attempts: 2, backoff: {initial: 0s}, on: [timeout, connection, server_error, rate_limit]}
+            next: done
+          done: {end: completed}
+        """
+    ok = {"text": "fine", "usage": {"prompt_tokens": 5, "completion_tokens": 3}}
+    charged = {}
+    for kind in ("timeout", "connection", "server_error", "rate_limit"):
+        result = run(tmp_path, body, replies={"ask": [{"error": kind}, ok]})
+        assert result.status == "completed", result.state.error
+        charged[kind] = result.tokens - 8
+    reserved = charged["timeout"]
+    assert reserved > 100  # the counted prompt + max_tokens
+    assert charged == {"timeout": reserved, "connection": reserved, "server_error": 0, "rate_limit": 0}
 
 
 def test_history_lists_every_attempt(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 import loopdsl
 from loopdsl.providers import count_prompt_tokens
-from stub_server import StubServer
+from stub_server import StubReply, StubServer
 
 PRICE = {"input_per_mtok": 1.5, "output_per_mtok": 4.0}
 
@@ -196,3 +196,143 @@ def test_connection_refused_is_a_connection_or_server_error(tmp_path: Path) -> N
     assert result.status == "failed"
     assert result.state.error["kind"] in ("connection", "server_error")
     assert result.tokens == 0
+
+
+# ----------------------------------------------------------------- what each failure is charged
+
+PROMPT = [{"role": "user", "content": "Say something about owls"}]
+
+
+def reservation(max_tokens: int = 200) -> tuple[int, float]:
+    """(tokens, cost_usd) one call of `loop_file`'s prompt reserves."""
+    prompt = count_prompt_tokens("openai/stubby", PROMPT)
+    return prompt + max_tokens, (prompt * PRICE["input_per_mtok"] + max_tokens * PRICE["output_per_mtok"]) / 1e6
+
+
+def cycle_file(tmp_path: Path, stub: StubServer, budget: str, state_extra: str = "") -> Path:
+    """`ask` calls the stub again and again, bounded only by `budget` (tokens / cost)."""
+    text = textwrap.dedent(f"""\
+        loopdsl: 1
+        name: charged-cycle
+        models:
+          stub:
+            model: openai/stubby
+            api_base: {stub.api_base}
+            price: {{input_per_mtok: {PRICE['input_per_mtok']}, output_per_mtok: {PRICE['output_per_mtok']}}}
+            max_tokens: 200
+        budget: {budget}
+        start: ask
+        states:
+          ask:
+            llm: {{model: stub, prompt: "Say something about owls"}}
+        {textwrap.indent(state_extra, '    ')}
+            on_failure: ask
+            transitions:
+              - {{to: done, when: "ask.text == 'stop'"}}
+              - {{to: ask}}
+          done: {{end: completed}}
+        """)
+    path = tmp_path / "cycle.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("garbage", ["missing", "negative", "absurd", "zero"])
+def test_reply_without_believable_usage_is_charged_its_reservation(stub_server: StubServer, tmp_path: Path,
+                                                                   garbage: str) -> None:
+    # A cycle bounded only by a 2,000-token cap: charged 0 per reply, it would never stop
+    # (the wall_time is there so that a regression fails instead of hanging).
+    for _ in range(60):
+        if garbage == "missing":
+            stub_server.reply_without_usage("no usage")
+        else:
+            counts = {"negative": (-5, -7), "absurd": (10**30, 3), "zero": (0, 0)}[garbage]
+            stub_server.enqueue(StubReply(text="odd usage", prompt_tokens=counts[0], completion_tokens=counts[1]))
+    result = run(cycle_file(tmp_path, stub_server, "{tokens: 2000, wall_time: 20s}"), tmp_path)
+    assert result.status == "budget_exhausted", result.state.error
+    assert result.state.error["which"] == "tokens"
+    tokens, cost = reservation()
+    paid = len(stub_server.requests)
+    assert paid == 2000 // tokens  # each reply charged its whole reservation, then the next did not fit
+    assert result.tokens == paid * tokens <= 2000
+    assert result.cost_usd == pytest.approx(paid * cost, rel=1e-9)
+    llm = events(result, "llm")[0]
+    assert llm["usage"]["completion_tokens"] == 200
+
+
+@pytest.mark.parametrize("failure", ["drop", "malformed", "no_choices"])
+def test_dropped_or_unreadable_reply_is_charged_its_reservation(stub_server: StubServer, tmp_path: Path,
+                                                                failure: str) -> None:
+    for _ in range(30):
+        if failure == "drop":
+            stub_server.reply_drop()
+        elif failure == "malformed":
+            stub_server.reply_malformed()
+        else:
+            stub_server.enqueue(StubReply(raw_body=b'{"id": "x", "object": "chat.completion", "choices": []}'))
+    result = run(cycle_file(tmp_path, stub_server, "{tokens: 2000, wall_time: 20s}"), tmp_path)
+    assert result.status == "budget_exhausted", result.state.error
+    tokens, cost = reservation()
+    paid = len(stub_server.requests)
+    assert paid == 2000 // tokens
+    assert result.tokens == paid * tokens
+    assert result.cost_usd == pytest.approx(paid * cost, rel=1e-9)
+    expected = "connection" if failure == "drop" else "server_error"
+    assert {e["kind"] for e in events(result, "failed")} == {expected}
+
+
+def test_http_error_statuses_are_charged_nothing(stub_server: StubServer, tmp_path: Path) -> None:
+    stub_server.reply_status(500, "busy")
+    stub_server.reply_status(400, "bad request")
+    stub_server.reply_rate_limit("0")
+    stub_server.reply_text("fine", prompt_tokens=100, completion_tokens=50)
+    path = loop_file(tmp_path, stub_server, state_extra="retry: {max_attempts: 4, backoff: {initial: 0s}, on: [server_error, rate_limit]}")
+    result = run(path, tmp_path)
+    assert result.status == "completed", result.state.error
+    assert len(stub_server.requests) == 4
+    assert result.tokens == 150
+    assert result.cost_usd == pytest.approx((100 * 1.5 + 50 * 4.0) / 1e6)
+
+
+def test_params_that_change_the_cost_are_refused_at_call_time(stub_server: StubServer, tmp_path: Path) -> None:
+    # Lint refuses these (params-cost); a Loop built in code reaches the engine unlinted.
+    from dataclasses import replace
+
+    loop = loopdsl.load(loop_file(tmp_path, stub_server))
+    loop.models["stub"] = replace(loop.models["stub"], params={"extra_body": {"n": 20}, "seed": 1})
+    stub_server.reply_text("never requested")
+    result = run(loop, tmp_path)  # type: ignore[arg-type]
+    assert result.status == "failed"
+    assert result.state.error["kind"] == "budget" and "extra_body.n" in result.state.error["message"]
+    assert stub_server.requests == []
+    assert result.tokens == 0
+
+
+def test_a_prompt_past_a_price_tier_is_charged_at_that_tier(stub_server: StubServer, tmp_path: Path) -> None:
+    # gpt-5.4 bills a call whose prompt passes 272k tokens at $5 / $22.50 per Mtok instead of
+    # $2.50 / $15 (LiteLLM's table); the run must report what LiteLLM itself says it cost.
+    from loopdsl.providers import ensure_litellm
+
+    stub_server.reply_text("long read", prompt_tokens=300_000, completion_tokens=1_000)
+    path = tmp_path / "tier.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        loopdsl: 1
+        name: tier
+        models:
+          big: {{model: openai/gpt-5.4, api_base: {stub_server.api_base}, max_tokens: 1000}}
+        budget: {{cost_usd: 5.0}}
+        start: ask
+        states:
+          ask:
+            llm: {{model: big, prompt: "Summarise the attached corpus"}}
+            next: done
+          done: {{end: completed}}
+        """), encoding="utf-8")
+    result = run(path, tmp_path)
+    assert result.status == "completed", result.state.error
+    litellm = ensure_litellm()
+    reply = litellm.ModelResponse(model="gpt-5.4", usage={"prompt_tokens": 300_000, "completion_tokens": 1_000,
+                                                          "total_tokens": 301_000})
+    expected = litellm.completion_cost(completion_response=reply, model="openai/gpt-5.4")
+    assert expected == pytest.approx((300_000 * 5.0 + 1_000 * 22.5) / 1e6)
+    assert result.cost_usd == pytest.approx(expected, rel=1e-9)

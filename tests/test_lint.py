@@ -443,3 +443,17 @@ def test_dependencies_list_what_a_run_depends_on(tmp_path: Path) -> None:
     assert lint_paths([main]).diagnostics == []
     names = [Path(p).relative_to(tmp_path.resolve()).as_posix() for p in dependencies(load_loop(main))]
     assert names == ["loops/main.yaml", "shared/gates.yaml", "loops/skills/s.md", "loops/child.yaml"]
+
+
+def test_params_cost_in_an_imported_model_points_into_the_library(tmp_path: Path) -> None:
+    write(tmp_path, "lib.yaml", "loopdsl: 1\nmodels:\n  cheap:\n    model: openai/gpt-4o-mini\n"
+                                "    max_tokens: 100\n    params: {best_of: 4}\n")
+    loop = write(tmp_path, "loop.yaml", "loopdsl: 1\nname: uses-lib\nimports: [lib.yaml]\nstart: ask\nstates:\n"
+                                        "  ask:\n    llm: {model: cheap, prompt: hi}\n    next: done\n"
+                                        "  done: {end: completed}\n")
+    found = [d for d in lint_paths([loop]).diagnostics if d.rule == "params-cost"]
+    assert len(found) == 1
+    assert found[0].path.endswith("lib.yaml") and (found[0].line, found[0].col) == (6, 14)
+    assert "params.best_of" in found[0].message and "`max_tokens`" in found[0].hint
+    with pytest.raises(LoopError):
+        load_loop(loop)  # so `loopdsl run` refuses it too

@@ -124,3 +124,62 @@ def test_prices_agree_with_litellm_itself() -> None:
         assert prices.max_input_tokens(model) == info["max_input_tokens"]
     with pytest.raises(Exception, match="not mapped|isn't mapped"):
         litellm.get_model_info("openai/not-a-real-model-xyz")
+
+
+def _completion_cost(litellm: object, model: str, prompt_tokens: int, completion_tokens: int) -> float:
+    """LiteLLM's own price of a reply with this usage (what the provider bills)."""
+    response = litellm.ModelResponse(  # type: ignore[attr-defined]
+        model=model, usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                            "total_tokens": prompt_tokens + completion_tokens})
+    return float(litellm.completion_cost(completion_response=response, model=model))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("prompt_tokens", [1_000, 200_000, 200_001, 250_000, 900_000])
+def test_tiered_price_matches_litellms_completion_cost(prompt_tokens: int) -> None:
+    # gemini-2.5-pro bills the whole call at $2.50/$15 per Mtok once the prompt passes 200k.
+    from loopdsl.budget import cost_for
+    from loopdsl.providers import ensure_litellm
+
+    litellm = ensure_litellm()
+    price = prices.model_price("gemini/gemini-2.5-pro")
+    assert price is not None and price.tiers
+    ours = cost_for(price, prompt_tokens, 4_000)
+    assert ours == pytest.approx(_completion_cost(litellm, "gemini/gemini-2.5-pro", prompt_tokens, 4_000), rel=1e-9)
+
+
+def test_every_tiered_chat_model_is_priced_like_litellm() -> None:
+    """Both spellings of tiers in the table (`*_above_<N>k_tokens` keys and `tiered_pricing`
+    ranges), inclusive thresholds (xAI) included, against LiteLLM's cost_per_token."""
+    from loopdsl.budget import cost_for
+    from loopdsl.providers import ensure_litellm
+
+    litellm = ensure_litellm()
+    table = prices.price_table()
+    tiered = [key for key, entry in table.items() if isinstance(entry, dict) and entry.get("mode") == "chat"
+              and "copilot" not in key  # its provider logs in over the network to price
+              and ("tiered_pricing" in entry or any(k.startswith("input_cost_per_token_above_") for k in entry))]
+    compared = 0
+    for model in tiered:
+        price = prices.model_price(model)
+        if price is None:
+            continue
+        for prompt_tokens in (1_000, 128_000, 128_001, 200_000, 200_001, 256_001, 272_000, 272_001, 1_500_000):
+            try:
+                prompt_cost, completion_cost = litellm.cost_per_token(model=model, prompt_tokens=prompt_tokens,
+                                                                      completion_tokens=1_234)
+            except litellm.BadRequestError:  # a key LiteLLM cannot route without a provider prefix
+                break
+            assert cost_for(price, prompt_tokens, 1_234) == pytest.approx(prompt_cost + completion_cost, rel=1e-9), \
+                (model, prompt_tokens)
+            compared += 1
+    assert len(tiered) > 100 and compared > 1_000
+
+
+def test_reservation_is_made_at_the_tier_the_prompt_falls_in() -> None:
+    from loopdsl.budget import reservation_for
+
+    price = prices.model_price("gemini/gemini-2.5-pro")
+    _tokens, small = reservation_for([("gemini/gemini-2.5-pro", price)], 100_000, 1_000)
+    _tokens, large = reservation_for([("gemini/gemini-2.5-pro", price)], 300_000, 1_000)
+    assert small == pytest.approx((100_000 * 1.25 + 1_000 * 10) / 1e6)
+    assert large == pytest.approx((300_000 * 2.5 + 1_000 * 15) / 1e6)

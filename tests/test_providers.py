@@ -379,3 +379,61 @@ def test_unreadable_script_files(tmp_path: Path) -> None:
     broken.write_text("draft: [unclosed\n")
     with pytest.raises(ScriptError, match="not valid YAML"):
         ScriptedProvider.from_file(broken)
+
+
+# -- what a failed call may have cost (ProviderError.billed) ------------------------------------
+BILLING_CASES = {
+    # the provider answered with an HTTP error status: it did no paid work
+    "500": (lambda s: s.reply_status(500), "server_error", False),
+    "400": (lambda s: s.reply_status(400, "Unsupported parameter"), "server_error", False),
+    "429": (lambda s: s.reply_rate_limit("1"), "rate_limit", False),
+    "401": (lambda s: s.reply_status(401, "bad key"), "auth", False),
+    "context": (lambda s: s.reply_status(400, "maximum context length is 10 tokens"), "context_window", False),
+    # the request went out and no readable answer came back: it may have been paid
+    "malformed 200": (lambda s: s.reply_malformed(), "server_error", True),
+    "200 not an object": (lambda s: s.enqueue(StubReply(raw_body=b"[1, 2]")), "server_error", True),
+    "200 without choices": (lambda s: s.enqueue(StubReply(raw_body=b'{"object": "chat.completion", "choices": []}')),
+                            "server_error", True),
+    "dropped after the request": (lambda s: s.reply_drop(), "connection", True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BILLING_CASES))
+def test_which_failures_may_have_been_billed(litellm: Any, stub_server: StubServer, case: str) -> None:
+    script, kind, billed = BILLING_CASES[case]
+    script(stub_server)
+    error = expect_error(stub_server, stub_request(stub_server))
+    assert (error.kind, error.billed) == (kind, billed)
+
+
+def test_timeout_may_have_been_billed_and_refused_connection_was_not(litellm: Any, stub_server: StubServer) -> None:
+    stub_server.reply_slow(5.0)
+    assert expect_error(stub_server, stub_request(stub_server, timeout=0.4)).billed
+    with StubServer() as closed:
+        base = closed.api_base
+    request = LlmRequest(model="openai/gpt-4o-mini", messages=MESSAGES, max_tokens=5, api_base=base)
+    with pytest.raises(ProviderError) as info:
+        run(LiteLLMProvider().complete(request, state="draft"))
+    assert (info.value.kind, info.value.billed) == ("connection", False)
+
+
+@pytest.mark.parametrize("usage", [None, (-5, -7), (0, 0), (10**30, 3)])
+def test_missing_or_garbage_usage_is_reported_unknown(litellm: Any, stub_server: StubServer, usage: Any) -> None:
+    if usage is None:
+        stub_server.reply_without_usage("hi")
+    else:
+        stub_server.enqueue(StubReply(text="hi", prompt_tokens=usage[0], completion_tokens=usage[1]))
+    response = run(LiteLLMProvider().complete(stub_request(stub_server), state="draft"))
+    assert response.text == "hi" and response.usage_known is False and response.cost_usd is None
+
+
+def test_params_never_override_the_reserved_max_tokens(litellm: Any, stub_server: StubServer) -> None:
+    stub_server.reply_text("one completion")
+    params = {"max_tokens": 64000, "max_completion_tokens": 64000, "n": 20, "seed": 3, "model": "openai/o1-pro",
+              "messages": [{"role": "user", "content": "x" * 10_000}], "extra_body": {"n": 5, "best_of": 5, "top_k": 4}}
+    run(LiteLLMProvider().complete(stub_request(stub_server, params=params), state="draft"))
+    body = stub_server.requests[0].body
+    assert body["max_tokens"] == 50 and body["seed"] == 3 and body["top_k"] == 4
+    assert body["model"] == "gpt-4o-mini" and body["messages"] == list(MESSAGES)
+    for key in ("n", "best_of", "max_completion_tokens"):
+        assert key not in body

@@ -2,11 +2,11 @@
 commands, gate, prompt, model reply and failure all carry the secret, then a byte-wise
 search of everything the run showed or stored.
 
-What the docs promise (docs/dsl.md, `secrets`): values are read from the environment,
-never stored, and redacted from every output, trace and error message; commands get
-them as environment variables. So a command may still write "$MY_TOKEN" into a file of
-its own (the loop author asked for that, and loopdsl cannot see it); but every value
-loopdsl renders from captured output or model replies is already redacted.
+What the docs promise (docs/dsl.md, secret rules): values are read from the environment,
+never stored, and redacted from every output, trace and error message; a command gets
+one as an environment variable when its `env:` passes it. So a command may still write
+"$MY_TOKEN" into a file of its own (the loop author asked for that, and loopdsl cannot see
+it); but every value loopdsl renders from captured output or model replies is already redacted.
 """
 from __future__ import annotations
 
@@ -35,7 +35,9 @@ outputs:
 start: leak
 states:
   leak:
-    shell: echo "stdout $MY_TOKEN"; echo "stderr $MY_TOKEN" >&2; printf '%s' "$MY_TOKEN" > direct.txt
+    shell:
+      cmd: echo "stdout $MY_TOKEN"; echo "stderr $MY_TOKEN" >&2; printf '%s' "$MY_TOKEN" > direct.txt
+      env: {MY_TOKEN: "{{ secrets.MY_TOKEN }}"}
     next: ask
   ask:
     llm:
@@ -44,14 +46,18 @@ states:
     gates:
       after:
         - name: leaky-gate
-          shell: echo "gate saw $MY_TOKEN and {{ ask.text }}"; test "{{ run.attempt }}" -ge 2
+          shell:
+            cmd: echo "gate saw $MY_TOKEN and {{ ask.text }}"; test "{{ run.attempt }}" -ge 2
+            env: {MY_TOKEN: "{{ secrets.MY_TOKEN }}"}
     retry: {max_attempts: 2, backoff: {initial: 0s}}
     next: save
   save:
     shell: printf '%s|%s|%s\\n' "{{ ask.text }}" "{{ leak.stdout }}" "{{ history.ask[0].error.message }}" > rendered.txt
     next: boom
   boom:
-    shell: echo "dying with $MY_TOKEN" >&2; exit 3
+    shell:
+      cmd: echo "dying with $MY_TOKEN" >&2; exit 3
+      env: {MY_TOKEN: "{{ secrets.MY_TOKEN }}"}
     next: done
   done: {end: completed}
 """

@@ -124,3 +124,71 @@ def test_find_secrets_sees_an_encoded_known_secret() -> None:
     assert find_secrets(f"Authorization: Basic {encoded}", known=[known]) == [
         "the value of a declared secret on line 1"
     ]
+
+
+# ---------------------------------------------------------------- encodings (docs/dsl.md, secret rules 5)
+
+TOKEN = "tok-9Qz/Lm+4Xr\"Wv7"
+
+
+@pytest.mark.parametrize("prefix", ["", "u", "us", "user:", "Bearer:x"])
+@pytest.mark.parametrize("suffix", ["", "!", ":more-bytes"])
+@pytest.mark.parametrize("alphabet", [None, b"-_"], ids=["standard", "urlsafe"])
+def test_base64_of_a_longer_string_is_redacted_at_every_alignment(prefix: str, suffix: str, alphabet: bytes | None) -> None:
+    encoded = base64.b64encode(f"{prefix}{TOKEN}{suffix}".encode(), altchars=alphabet).decode()
+    shown = Redactor([TOKEN])(f"Authorization: Basic {encoded}")
+    assert REDACTED in shown
+    # What is left are at most the few characters that also encode the bytes around the secret.
+    assert len(shown) - len("Authorization: Basic ") - len(REDACTED) <= len(encoded) - 4 * len(TOKEN) // 3 + 2
+
+
+@pytest.mark.parametrize("width", [76, 64, 60, 13])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_line_wrapped_base64_and_hex_are_redacted(width: int, newline: str) -> None:
+    for offset in range(3):
+        stream = base64.b64encode(("p" * (30 + offset) + TOKEN + "s" * 50).encode()).decode()
+        wrapped = newline.join(stream[i:i + width] for i in range(0, len(stream), width))
+        assert REDACTED in Redactor([TOKEN])(wrapped)
+    hexed = TOKEN.encode().hex()
+    wrapped_hex = newline.join(hexed[i:i + width] for i in range(0, len(hexed), width))
+    assert Redactor([TOKEN])(f"x {wrapped_hex} y") == f"x {REDACTED} y"
+
+
+@pytest.mark.parametrize("encode", [
+    lambda v: v.encode().hex(), lambda v: v.encode().hex().upper(), lambda v: repr(v)[1:-1],
+    lambda v: quote(v, safe="").replace("%20", "+"),
+], ids=["hex", "HEX", "repr", "plus"])
+def test_more_encodings(encode) -> None:  # type: ignore[no-untyped-def]
+    value = "it's a p\\ss w0rd"
+    assert Redactor([value])(f"<{encode(value)}>") == f"<{REDACTED}>"
+
+
+def test_short_base64_runs_are_left_alone_in_ordinary_text() -> None:
+    # A 4-character secret's base64 inside another stream is only a few characters long:
+    # hiding every such run would eat ordinary base64 data.
+    text = base64.b64encode(b"xx1234yy").decode()
+    assert Redactor(["1234"])(text) == text
+
+
+def test_error_messages_lose_any_run_of_eight_characters_of_a_secret() -> None:
+    long = "L0ng-" + "Kq8vT2mZ" * 12
+    redact = Redactor([long])
+    quoted = f"fromjson: not valid JSON: {long[:80]!r}"
+    assert long[:80] in redact(quoted)  # the ordinary redactor sees no whole secret there
+    cleaned = redact.error(quoted)
+    assert cleaned == f"fromjson: not valid JSON: '{REDACTED}'"
+    assert redact.error(f"middle {long[30:45]} end") == f"middle {REDACTED} end"
+    assert redact.error("short Kq8vT2m only") == "short Kq8vT2m only"  # 7 characters: kept
+
+
+def test_redactor_values_are_what_a_child_inherits() -> None:
+    assert set(Redactor(["b", "", "aa", "b"]).values) == {"aa", "b"}
+
+
+def test_text_printed_outside_a_run_is_redacted_with_every_secret_the_process_read() -> None:
+    from loopdsl.secrets import redact_printed, remember
+
+    value = "printed-Zx81Qw0-secret"
+    assert redact_printed(f"error: {value[:12]}") == f"error: {value[:12]}"  # not read yet
+    remember([value, ""])
+    assert redact_printed(f"error: {value} / {value[:12]}") == f"error: {REDACTED} / {REDACTED}"

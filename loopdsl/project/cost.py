@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..budget import rates_for
 from ..model import EvaluateAction, LlmAction, Loop, LoopAction, ModelAlias, Price
 from . import graphs
 from .prompt_size import prompt_size
@@ -103,7 +104,8 @@ def price_of(alias: ModelAlias, model: str) -> Price | None:
 def _cost(price: Price | None, prompt: int, completion: float) -> float | None:
     if price is None:
         return None
-    return (prompt * price.input_per_mtok + completion * price.output_per_mtok) / 1_000_000
+    input_per_mtok, output_per_mtok = rates_for(price, prompt)  # the tier this prompt falls in
+    return (prompt * input_per_mtok + completion * output_per_mtok) / 1_000_000
 
 
 def _visits(loop: Loop, name: str) -> int | None:
