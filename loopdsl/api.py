@@ -219,7 +219,7 @@ class StoreRecorder:
         return self.store.get_response(key)
 
     def put_response(self, key: str, value: dict[str, Any]) -> None:
-        self.store.put_response(key, value)
+        self.store.put_response(key, value, lock=self.lock)
 
     def get_cached(self, key: str) -> dict[str, Any] | None:
         return self.store.get_cached(key)

@@ -477,8 +477,12 @@ class RunStore:
         return self._cache.get(f"response/{key}")
 
     @_guarded
-    def put_response(self, key: str, value: dict[str, Any]) -> None:
-        self._cache.set(f"response/{key}", value)
+    def put_response(self, key: str, value: dict[str, Any], *, lock: RunLock | None = None) -> None:
+        """Keep a paid response; with `lock`, only while that lock still owns its run."""
+        with self._cache.transact():
+            if lock is not None:
+                check_owner(self._cache, lock)
+            self._cache.set(f"response/{key}", value)
 
     @_guarded
     def get_cached(self, key: str) -> dict[str, Any] | None:

@@ -117,3 +117,21 @@ def test_a_second_decision_after_the_first_is_refused(tmp_path: Path) -> None:
     assert "recorded" not in late.stdout
     resumed = ct.cli(["resume", run_id, "--store", str(store)], tmp_path)
     assert resumed.returncode == 0, resumed.stderr
+
+
+def test_a_response_stored_under_a_lock_taken_over_is_refused(tmp_path: Path) -> None:
+    from loopdsl.store import RunChanged
+
+    with RunStore(tmp_path / "store") as first, RunStore(tmp_path / "store") as second:
+        first.create_run("r1", {"status": "running"})
+        old = first.lock("r1", ttl=0.3)
+        old._stop.set()  # as if suspended: no more heartbeats
+        time.sleep(0.5)
+        second.lock("r1", ttl=5).release()
+        try:
+            first.put_response("k", {"text": "late"}, lock=old)
+        except RunChanged:
+            pass
+        else:
+            raise AssertionError("a response was stored under a taken-over lock")
+        assert first.get_response("k") is None
