@@ -76,8 +76,9 @@ class NotJsonValue(TypeError):
 def json_value(value: Any, depth: int = 0) -> Any:
     """`value` as plain JSON data (mappings become dicts, tuples lists), or NotJsonValue.
 
-    Everything a run keeps is committed as JSON; a value that is not (e.g. `budget`, a
-    live view of the ledger) must fail its state, not the commit after it."""
+    Everything a run keeps is committed as JSON: a value that is not (e.g. a method such
+    as `feedback.upper`) must fail its state, not the commit after it. A mapping view such
+    as `budget` is kept as the plain dict it reads as."""
     if isinstance(value, _JSON_SCALARS):
         return value
     if depth >= _MAX_VALUE_DEPTH:

@@ -60,8 +60,6 @@ class RunLocked(StoreError):
     """Another live process holds the run."""
 
 
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -237,7 +235,7 @@ class RunStore:
         cache = self._cache
         with cache.transact():
             if lock is not None:
-                check_owner(self._cache, lock)
+                check_owner(cache, lock)
             if cache.get(_count_key(run_id)) is not None:
                 raise StoreError(
                     f"a run with id {run_id!r} already exists in {self.directory}",
@@ -269,7 +267,7 @@ class RunStore:
         stamped = {**record, "updated_at": _now_iso()}
         with cache.transact():
             if lock is not None:
-                check_owner(self._cache, lock)
+                check_owner(cache, lock)
             count = cache.get(_count_key(run_id))
             if count is None:
                 raise self._unknown(run_id)
@@ -307,9 +305,9 @@ class RunStore:
         count = cache.get(_count_key(run_id))
         if count is None:
             raise self._unknown(run_id)
-        # Batches are append-only, so every index below the count read above exists.
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise self._damaged(run_id, "its event count is not a number")
+        # Batches are append-only, so every index below the count read above exists.
         events: list[dict[str, Any]] = []
         for i in range(count):
             batch = cache.get(_event_key(run_id, i))
@@ -401,8 +399,8 @@ class RunStore:
     def _damaged(self, run_id: str, problem: str) -> StoreError:
         return StoreError(
             f"run {run_id} in the store {self.directory} is damaged: {problem}",
-            f"it was left untouched; `loopdsl abort {run_id}` cannot fix it either: move the store "
-            "aside (or set LOOPDSL_STORE) to start a fresh store, the other runs list fine",
+            "it was left untouched and the store's other runs still work (`loopdsl runs` lists "
+            "them); to be rid of it, move the store aside (or set LOOPDSL_STORE) for a fresh one",
         )
 
     def _unknown(self, run_id: str) -> StoreError:
