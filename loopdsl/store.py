@@ -1,7 +1,7 @@
 """The durable run store: run records, event logs, run locks and stored LLM responses.
 
 The JSON-only diskcache Disk and the directory checks are in `store_disk`, the run
-lock's handle and heartbeat in `store_lock`.
+lock's handle, heartbeat and fencing token in `store_lock`, run ids and keys in `store_keys`.
 
 One directory per store (by default `.loopdsl/` at the repository root) holding a
 diskcache `Cache` (SQLite in WAL mode) that never evicts and stores every value as JSON
@@ -22,8 +22,6 @@ Key layout (all keys are strings):
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import os
 import secrets
 import socket
@@ -48,12 +46,20 @@ from .store_disk import (
     _prepare_directory,
 )
 from .runstate import events_problem, record_problem
+from .store_keys import (
+    _check_run_id,
+    _count_key,
+    _event_key,
+    _record_key,
+    child_run_id,
+    default_store_dir,
+    response_key,
+)
 from .store_lock import RunChanged, RunLock, _holder_is_dead, _lock_key, add_lock, check_owner, take_over
 
 ACTIVE_STATUSES = ("running", "waiting")
 _RUN_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _MAX_CANDIDATES_SHOWN = 10
-_MAX_RUN_ID = 64
 
 
 class RunLocked(StoreError):
@@ -94,71 +100,6 @@ def _damaged_entry(run_id: str, problem: str) -> dict[str, Any]:
 
 def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _record_key(run_id: str) -> str:
-    return f"run/{run_id}/record"
-
-
-def _count_key(run_id: str) -> str:
-    return f"run/{run_id}/n"
-
-
-def _event_key(run_id: str, index: int) -> str:
-    # Zero-padded so keys sort in event order too.
-    return f"run/{run_id}/event/{index:010d}"
-
-
-def _check_run_id(run_id: str) -> None:
-    ok = (
-        isinstance(run_id, str)
-        and 0 < len(run_id) <= _MAX_RUN_ID
-        and all(c.isascii() and (c.isalnum() or c in "._-") for c in run_id)
-    )
-    if not ok:
-        raise StoreError(
-            f"invalid run id {run_id!r}",
-            "run ids are 1-64 characters of letters, digits, '.', '_' or '-'",
-        )
-
-
-def child_run_id(display_id: str) -> str:
-    """The store id of a sub-loop run: its display id ('<parent>/<state>[@visit][/<index>]')
-    with '.' for '/' and '@'. One longer than a run id may be keeps its head (so it still
-    starts with its parent's id) and ends with a hash of the whole: always valid, unique."""
-    flat = display_id.replace("/", ".").replace("@", ".")
-    if len(flat) <= _MAX_RUN_ID:
-        return flat
-    digest = hashlib.sha256(display_id.encode("utf-8")).hexdigest()[:16]
-    return f"{flat[: _MAX_RUN_ID - len(digest) - 1]}.{digest}"
-
-
-def response_key(
-    run_id: str, state: str, visit: int, attempt: int, request_canonical: dict[str, Any]
-) -> str:
-    """The key of a paid LLM response: sha256 of the canonical JSON of exactly these fields."""
-    payload = {
-        "run_id": run_id,
-        "state": state,
-        "visit": visit,
-        "attempt": attempt,
-        "request": request_canonical,
-    }
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def default_store_dir(start: Path) -> Path:
-    """LOOPDSL_STORE if set, else `.loopdsl/` at the enclosing git root, else `start/.loopdsl`."""
-    configured = os.environ.get("LOOPDSL_STORE")
-    if configured:
-        return Path(configured).expanduser()
-    start = Path(start).resolve()
-    for candidate in (start, *start.parents):
-        # `.git` is a directory in a clone and a file in a worktree or submodule.
-        if (candidate / ".git").exists():
-            return candidate / ".loopdsl"
-    return start / ".loopdsl"
 
 
 # --------------------------------------------------------------------------- the store
@@ -493,5 +434,5 @@ class RunStore:
 
 __all__ = [
     "ACTIVE_STATUSES", "DB_NAME", "FORMAT_VERSION", "MARKER_NAME", "JsonOnlyDisk", "RunChanged",
-    "RunLock", "RunLocked", "RunStore", "StoreError", "default_store_dir", "response_key",
+    "RunLock", "RunLocked", "RunStore", "StoreError", "child_run_id", "default_store_dir", "response_key",
 ]
