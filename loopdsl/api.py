@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,8 +21,6 @@ from .runstate import COMPLETED, RUNNING, WAITING, RunState
 from .store import RunLock, RunStore, StoreError, default_store_dir
 
 EXIT_CODES = {COMPLETED: 0, WAITING: 4}
-# Environment variables that look like credentials reach commands only when declared as `secrets`.
-_CREDENTIAL_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 
 
 class UsageError(Exception):
@@ -118,7 +115,10 @@ def _skills(loop: Loop) -> dict[str, str]:
 
 
 def command_environment(loop: Loop, secret_values: Mapping[str, str], workdir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not _CREDENTIAL_NAME.search(k) and not k.startswith("LOOPDSL_")}
+    from .credentials import CREDENTIAL_NAME
+
+    # Environment variables that look like credentials reach commands only when declared as `secrets`.
+    env = {k: v for k, v in os.environ.items() if not CREDENTIAL_NAME.search(k) and not k.startswith("LOOPDSL_")}
     env.update(secret_values)
     env["LOOPDSL_WORKDIR"] = str(workdir)
     return env
@@ -147,6 +147,23 @@ def _run_date(loop: Loop) -> str:
 # ---------------------------------------------------------------- providers
 
 
+def uses_model_client(script: Any, provider: Any) -> bool:
+    """Whether a run calls real models through LiteLLM (no reply script, no provider given)."""
+    return script is None and provider is None
+
+
+async def ready_to_call_models(loop: Loop, listeners: Iterable[Callable[[dict[str, Any]], None]]) -> None:
+    """Before the first state of a real run: every model it may call has its credentials
+    (UsageError otherwise). Says `loading model client...` if that has to wait for LiteLLM."""
+    from .credentials import check_credentials
+
+    def loading() -> None:
+        for listener in listeners:
+            listener({"type": "loading", "what": "model client", "t": utc_now()})
+
+    await check_credentials(loop, on_wait=loading)
+
+
 def make_ports(
     loop: Loop,
     *,
@@ -158,6 +175,7 @@ def make_ports(
     recorder: Any,
     use_cache: bool,
     asked: Mapping[str, int] | None = None,
+    real_waits: bool = True,
 ) -> Ports:
     scripted = None
     if script is not None:
@@ -197,6 +215,7 @@ def make_ports(
         skills=_skills(loop),
         listeners=list(listeners),
         use_cache=use_cache,
+        real_waits=real_waits,
     )
 
 
@@ -270,16 +289,18 @@ def run(
     cache: bool = False,
     listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
     input_strings: Mapping[str, str] | None = None,
+    real_waits: bool = True,
 ) -> RunResult:
     """Run a loop to its end (or until it waits for a person).
 
     `store=None` runs in memory unless the loop needs a store (a worktree);
     `store=True` uses the default store (`.loopdsl/` at the repository root);
-    a path or a RunStore uses that one.
+    a path or a RunStore uses that one. `real_waits=False` (loop tests) counts the
+    waits before retries against `budget.wall_time` without sleeping through them.
     """
     return asyncio.run(
         arun(loop, inputs, script=script, provider=provider, human=human, store=store, workdir=workdir,
-             cache=cache, listeners=listeners, input_strings=input_strings)
+             cache=cache, listeners=listeners, input_strings=input_strings, real_waits=real_waits)
     )
 
 
@@ -295,16 +316,20 @@ async def arun(
     cache: bool = False,
     listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
     input_strings: Mapping[str, str] | None = None,
+    real_waits: bool = True,
 ) -> RunResult:
+    listeners = list(listeners)
     model = _resolve_loop(loop)
     compiled = compile_loop(model)
     values = coerce_inputs(model, inputs or {}, input_strings or {})
+    if uses_model_client(script, provider):
+        await ready_to_call_models(model, listeners)
     where = Path(workdir).resolve() if workdir is not None else Path.cwd()
     durable = store is not None and store is not False or model.workspace.worktree
     if not durable:
         recorder = MemoryRecorder()
         ports = make_ports(model, script=script, provider=provider, human=human, workdir=where,
-                           listeners=listeners, recorder=recorder, use_cache=cache)
+                           listeners=listeners, recorder=recorder, use_cache=cache, real_waits=real_waits)
         state = new_run_state(model, "mem-" + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
         engine = Engine(compiled, state, ports)
         await engine.execute()
@@ -314,7 +339,7 @@ async def arun(
     opened = open_store(None if isinstance(store, bool) else store, where)
     try:
         return await run_durable(compiled, values, script=script, provider=provider, human=human,
-                                 store=opened, workdir=where, cache=cache, listeners=listeners)
+                                 store=opened, workdir=where, cache=cache, listeners=listeners, real_waits=real_waits)
     finally:
         if opened is not store:  # ours to close; a RunStore passed in stays open for its owner
             opened.close()

@@ -36,7 +36,8 @@ class Diagnostic:
         return self.severity is Severity.ERROR
 
     def location(self) -> str:
-        return f"{self.path}:{self.line}:{self.col}"
+        # A finding about the whole file (line 0) shows no position rather than a false `:0:0`.
+        return f"{self.path}:{self.line}:{self.col}" if self.line else self.path
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)

@@ -12,7 +12,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from .api import RunResult, StoreRecorder, UsageError, load, loop_files, make_ports, new_run_state, open_store
+from .api import (
+    RunResult, StoreRecorder, UsageError, load, loop_files, make_ports, new_run_state, open_store, ready_to_call_models,
+    uses_model_client,
+)
 from .compile import CompiledLoop, compile_loop
 from .engine import Engine, utc_now
 from .runstate import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events
@@ -102,10 +105,11 @@ def _finish_workspace(state: RunState, engine: Engine) -> None:
 async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, lock: RunLock, *, workdir: Path,
                    script: Any, provider: Any, human: Any, cache: bool,
                    listeners: Iterable[Callable[[dict[str, Any]], None]],
-                   first: list[dict[str, Any]] | None = None) -> RunResult:
+                   first: list[dict[str, Any]] | None = None, real_waits: bool = True) -> RunResult:
     recorder = StoreRecorder(store, state.run_id, lock)
     ports = make_ports(compiled.loop, script=script, provider=provider, human=human, workdir=workdir,
-                       listeners=listeners, recorder=recorder, use_cache=cache, asked=state.meta.get("asked"))
+                       listeners=listeners, recorder=recorder, use_cache=cache, asked=state.meta.get("asked"),
+                       real_waits=real_waits)
     engine = Engine(compiled, state, ports)
     for event in first or ():
         engine.emit(event.pop("type"), **event)
@@ -116,7 +120,7 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
 
 async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, script: Any, provider: Any, human: Any,
                       store: RunStore, workdir: Path, cache: bool,
-                      listeners: Iterable[Callable[[dict[str, Any]], None]]) -> RunResult:
+                      listeners: Iterable[Callable[[dict[str, Any]], None]], real_waits: bool = True) -> RunResult:
     loop = compiled.loop
     run_id = store.new_run_id()
     meta = {
@@ -154,7 +158,7 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
         started = {"type": "start", "loop": loop.name, "run_id": run_id, "inputs": dict(values), "workdir": str(run_dir),
                    "caps": budget_caps(loop)}
         return await _execute(compiled, state, store, lock, workdir=run_dir, script=script, provider=provider,
-                              human=human, cache=cache, listeners=listeners, first=[started])
+                              human=human, cache=cache, listeners=listeners, first=[started], real_waits=real_waits)
 
 
 def budget_caps(loop: Any) -> dict[str, Any]:
@@ -209,6 +213,9 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
             workdir = wt.path
         if script is None and state.meta.get("script"):
             script = state.meta["script"]
+        listeners = list(listeners)
+        if uses_model_client(script, provider):
+            await ready_to_call_models(compiled.loop, listeners)
         first = [{"type": "resume", "from_state": state.current, "status": state.status, "forced": bool(changed),
                   "caps": budget_caps(compiled.loop), "spent": {k: state.ledger.get(k, 0) for k in ("tokens", "cost_usd", "steps")}}]
         return await _execute(compiled, state, store, lock, workdir=workdir, script=script, provider=provider,

@@ -32,6 +32,9 @@ from .shell import CwdOutsideWorkspace, confined_cwd, run_command
 from .templates import Expression, RenderError, install_globals
 from .waiting import Waiting, checkpoint, resume_waiting, settle_interrupted_command
 
+# A key that is missing or refused does not come right by waiting: fail fast, even if `retry.on` lists it.
+NEVER_RETRIED = frozenset({"auth"})
+
 __all__ = ["Engine", "Human", "MemoryRecorder", "NoHuman", "Ports", "Recorder", "utc_now"]
 
 
@@ -264,6 +267,8 @@ class Engine:
         attempt = int(pending["attempt"]) if pending else 1
         if pending and pending.get("kind") == "shell":
             await settle_interrupted_command(self, state, pending)
+        if state.kind in ("llm", "evaluate"):
+            await self._wait_for_model_client()
         while True:
             if not (pending and pending.get("step_taken") and attempt == int(pending["attempt"])):
                 self.ledger.take_step()
@@ -281,7 +286,8 @@ class Engine:
                 self._account(state.name, started, spent_before)
                 if self.redact:  # a template or command error may quote a secret, whole or cut short
                     failure.message = self.redact.error(failure.message)
-                if failure.kind in state.retry.on and attempt < state.retry.max_attempts:
+                retried = failure.kind in state.retry.on and failure.kind not in NEVER_RETRIED
+                if retried and attempt < state.retry.max_attempts:
                     run.feedback = self.redact(failure.message) if self.redact else failure.message
                     delay = backoff_delay(state.retry, attempt, failure.retry_after)
                     failed = self._failed_result(failure)
@@ -302,11 +308,27 @@ class Engine:
             self._route(cs, ctx)
             return
 
+    async def _wait_for_model_client(self) -> None:
+        """Wait for the provider's client library (LiteLLM's import, started in the background)
+        before the state's clock starts: the wait is charged to neither the state's `timeout`
+        and time nor `budget.wall_time`, which pauses for it."""
+        provider = self._get_provider()
+        loaded = getattr(provider, "loaded", None)
+        if loaded is None or loaded():
+            return
+        self.emit("loading", what="model client")
+        paused = time.monotonic()
+        await provider.wait_until_loaded()
+        self._segment_start += time.monotonic() - paused
+
     async def _sleep(self, seconds: float) -> None:
         wall = self.loop.budget.wall_time
         if wall is not None and self._active_seconds() + seconds > wall:
             raise BudgetExceeded("wall_time", f"waiting {seconds:.1f}s to retry would pass the wall_time budget of {wall:g}s")
-        await self.ports.sleep(seconds)
+        if self.ports.real_waits:
+            await self.ports.sleep(seconds)
+        else:
+            self._segment_start -= seconds  # not slept, but on the run's clock as if it had been
 
     def _account(self, name: str, started: float, spent_before: tuple[int, float]) -> None:
         """Per-state totals from the ledger's own movement: covers model calls, sub-loops'

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import rules_calls, rules_graph, rules_secrets, rules_templates  # noqa: F401  (importing registers their rules)
+from . import salvage
 from .diagnostics import (
     Diagnostic,
     LoopError,
@@ -106,12 +107,19 @@ class LintSession:
 
         from . import schema  # deferred: jsonschema is only needed once a file parsed
 
-        schema_findings = schema.check(doc)
+        checked = schema.check_nodes(doc)
+        schema_findings = [found.diagnostic for found in checked]
         diagnostics += schema_findings
         if any(d.rule == schema.RULE_VERSION for d in schema_findings):
             return Analysis(path, diagnostics, doc=doc)  # another language version: stop here
+        accepted = salvage.accepted_parts(
+            doc, [found.node for found in checked if not found.about_name],
+            lambda part: [found.node for found in schema.check_nodes(part) if not found.about_name],
+        ) if checked else salvage.Accepted(doc, (), True)
+        if accepted is None:
+            return Analysis(path, diagnostics, doc=doc)  # too little the schema accepted
         try:
-            loop = build_loop(doc.data, source)
+            loop = build_loop(accepted.doc.data, source)
         except Exception:
             if schema_findings:
                 return Analysis(path, diagnostics, doc=doc)  # the data is too broken to model
@@ -125,28 +133,37 @@ class LintSession:
             models={**imported.models, **loop.models},
         )
         ctx = LintContext(
-            doc=doc, loop=loop, path=path, source=source, imported=imported,
+            doc=accepted.doc, loop=loop, path=path, source=source, imported=imported,
             analyze_child=self.analyze_child,
             child_display=lambda relative: display_path(path, relative),
+            graph_complete=accepted.graph_complete,
         )
-        semantic: list[Diagnostic] = []
-        for rule_fn in RULES:
-            if schema_findings and rule_fn.__name__ in GRAPH_RULES:
-                continue
-            try:
-                semantic.extend(rule_fn(ctx))
-            except Exception as exc:
-                if schema_findings:
-                    continue  # rules assume schema-valid data; the schema errors explain it
-                semantic.append(_internal(path, f"running rule {rule_fn.__name__}", exc))
+        semantic = self._semantic(ctx, graph=accepted.graph_complete, tolerant=bool(schema_findings))
         if schema_findings:
             # One finding per node. For a malformed name the name rule speaks (its id is the
-            # documented one); elsewhere the schema's message wins.
+            # documented one); elsewhere, and inside every part the schema rejected, the
+            # schema's message wins.
             names = {(d.line, d.col) for d in semantic if d.rule == "bad-name"}
             diagnostics = [d for d in diagnostics if d.path != path or (d.line, d.col) not in names]
-            taken = {(d.line, d.col) for d in schema_findings} - names
-            semantic = [d for d in semantic if d.path != path or (d.line, d.col) not in taken]
+            taken = ({(d.line, d.col) for d in schema_findings} | accepted.hidden_positions(doc)) - names
+            echoed = accepted.echoed_rules()
+            semantic = [d for d in semantic
+                        if d.path != path or ((d.line, d.col) not in taken and d.rule not in echoed)]
         return Analysis(path, diagnostics + semantic, loop=loop, doc=doc, imported=imported)
+
+    def _semantic(self, ctx: LintContext, *, graph: bool, tolerant: bool) -> list[Diagnostic]:
+        """Every rule's findings. `tolerant`: the schema found errors, so a rule tripping
+        over what is left is not a bug worth reporting (the schema errors explain it)."""
+        found: list[Diagnostic] = []
+        for rule_fn in RULES:
+            if not graph and rule_fn.__name__ in GRAPH_RULES:
+                continue
+            try:
+                found.extend(rule_fn(ctx))
+            except Exception as exc:
+                if not tolerant:
+                    found.append(_internal(ctx.path, f"running rule {rule_fn.__name__}", exc))
+        return found
 
     def analyze_child(self, file: Path, shown: str) -> Analysis | None:
         """A sub-loop's analysis; None when it is already being linted (recursion)."""
@@ -355,12 +372,20 @@ FORMATS = ("text", "json", "github")
 
 def run_lint_cli(paths: Sequence[str], fmt: str, strict: bool) -> int:
     """`loopdsl lint` / `validate`: print the findings, return the exit code
-    (0 clean, 1 findings, 2 usage, 3 internal error)."""
+    (0 clean, 1 findings, 2 usage such as a missing path, 3 internal error)."""
     if not paths:
         print("loopdsl lint: give at least one file or folder, e.g. `loopdsl lint loops/`", file=sys.stderr)
         return 2
     if fmt not in FORMATS:
         print(f"loopdsl lint: unknown format {fmt!r}; use one of {', '.join(FORMATS)}", file=sys.stderr)
+        return 2
+    missing = [p for p in paths if not Path(p).exists()]
+    if missing:
+        # A mistyped path is a usage error, not a finding in a file that does not exist.
+        for given in missing:
+            print(f"loopdsl lint: error: no such file or directory: {given}", file=sys.stderr)
+        print(f"  hint: paths are relative to the current directory ({Path.cwd()}); "
+              "check the spelling, or give a folder such as `loops/`", file=sys.stderr)
         return 2
     try:
         report = lint_paths(paths)

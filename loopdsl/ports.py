@@ -70,6 +70,8 @@ class Ports:
     skills: Mapping[str, str] = field(default_factory=dict)  # skill path -> text
     listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    # False (loop tests): retry waits are counted against wall_time but not slept through.
+    real_waits: bool = True
     use_cache: bool = False
     keep_events: bool = True
 

@@ -1,9 +1,9 @@
 """The LLM port: one completion per call, through LiteLLM, with errors as kinds.
 
 Two providers implement it. `LiteLLMProvider` makes real calls; `ScriptedProvider`
-(in `scripted`, re-exported here) answers from a script (for offline runs and tests)
-but still goes through `litellm.acompletion(mock_response=...)`, so its responses,
-usage, cost and exceptions are LiteLLM's own objects and take the same path as real ones.
+(in `scripted`, re-exported here) answers from a script for offline runs and tests,
+without LiteLLM: it builds the same `LlmResponse`, and its errors are `ProviderError`s
+worded as `map_litellm_error` words the real ones (`provider_error`).
 
 Retries belong to the engine alone: every call passes `num_retries=0` (LiteLLM's
 wrapper) and `max_retries=0` (the OpenAI client's own, which otherwise makes
@@ -13,7 +13,9 @@ paid request.
 A malformed (unparseable) response body from the provider is reported as
 `server_error`, not `parse`: `parse` is reserved for *our* parsing of the model's
 answer (its message becomes `feedback` for the model), and a garbled body is the
-provider's fault, worth retrying like any other 5xx.
+provider's fault, worth retrying like any other 5xx. A missing API key is `auth`
+whatever status LiteLLM gives it (the OpenAI client's is a synthetic 500): waiting
+does not make a key appear.
 """
 from __future__ import annotations
 
@@ -21,8 +23,6 @@ import asyncio
 import email.utils
 import json
 import math
-import logging
-import os
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .budget import plausible_usage, without_cost_params
+from .model_client import ensure_litellm, is_loaded, wait_until_loaded
 from .prices import model_provider
 
 if TYPE_CHECKING:
@@ -57,6 +58,10 @@ _CONTEXT_WINDOW_TEXT = re.compile(
 _NOT_CONNECTED = frozenset({"ConnectError", "ConnectTimeout", "ClientConnectorError", "ConnectionRefusedError", "gaierror"})
 # Down an exception chain: the provider answered with an HTTP error status (not billed).
 _HTTP_STATUS_ERRORS = frozenset({"APIStatusError", "HTTPStatusError"})
+# How providers' clients say that no key was given (LiteLLM maps some of these to a 500).
+_MISSING_KEY_TEXT = re.compile(
+    r"missing credentials|missing [\w ]{0,40}api[ _-]?key|api_key client option must be set|no api[ _-]?key", re.IGNORECASE
+)
 _CREDENTIAL_KEY = re.compile(r"(^|_)(api_?key|key|secret|password|passwd|token|authorization|credentials?|auth)($|_)")
 
 
@@ -146,29 +151,7 @@ def _without_credentials(value: Any) -> Any:
     return value
 
 
-# -- LiteLLM, imported on first use -----------------------------------------------
-def ensure_litellm() -> Any:
-    """Import LiteLLM the way loopdsl needs it: offline price map, no ./.env, quiet.
-
-    The environment defaults must be set before the import (LiteLLM reads them
-    while importing); a user's explicit value is kept.
-    """
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
-    import litellm
-
-    litellm.suppress_debug_info = True
-    # Never fetch a HuggingFace tokenizer over the network to count tokens:
-    # non-OpenAI counts are estimates either way and get our safety margin.
-    litellm.disable_hf_tokenizer_download = True
-    litellm.num_retries = 0
-    if not os.environ.get("LITELLM_LOG"):
-        # Each loopdsl.run() is its own asyncio loop; LiteLLM's background logging worker
-        # warns when it moves to the next one. Errors still show; LITELLM_LOG overrides.
-        logging.getLogger("LiteLLM").setLevel(logging.ERROR)
-    return litellm
-
-
+# -- token counts -----------------------------------------------------------------------
 def tokenizer_is_exact(model: str) -> bool:
     """Whether LiteLLM's `token_counter` uses the provider's real tokenizer for `model`."""
     return model_provider(model) in EXACT_TOKENIZER_PROVIDERS
@@ -242,6 +225,26 @@ def _redact(text: str, secrets: Iterable[str | None]) -> str:
     return text
 
 
+# How each kind reads after "<model>: ", before the provider's own detail.
+_KIND_WORDING = {
+    "context_window": "the prompt does not fit the model's context window: ",
+    "rate_limit": "rate limited: ",
+    "timeout": "timed out: ",
+    "auth": "not authorised (check the API key and its permissions): ",
+    "connection": "could not reach the provider: ",
+    "server_error": "",
+}
+
+
+def provider_error(kind: str, model: str, detail: str, *, status: int | None = None,
+                   retry_after: float | None = None, secrets: Iterable[str | None] = (),
+                   billed: bool | None = None) -> ProviderError:
+    """A ProviderError worded the one way real and scripted errors are shown."""
+    shown = f"HTTP {status}: " if status and status >= 400 else ""
+    return ProviderError(kind, _redact(f"{model}: {shown}{_KIND_WORDING[kind]}{detail}", secrets), retry_after,
+                         billed=billed)
+
+
 def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str | None] = ()) -> ProviderError:
     """One LiteLLM/OpenAI exception -> a ProviderError with one of our kinds."""
     chain = _exception_chain(exc)
@@ -249,37 +252,40 @@ def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str |
     status = _status_code(exc)
     detail = re.sub(r"^litellm\.\w+: ", "", str(exc) or type(exc).__name__)
 
-    def error(kind: str, what: str, retry_after: float | None = None, http: bool = True,
+    def error(kind: str, retry_after: float | None = None, http: bool = True,
               billed: bool | None = None) -> ProviderError:
         # No status for timeouts and connection failures: LiteLLM fills in a
         # synthetic 408/500 there although no response ever arrived.
-        shown = f"HTTP {status}: " if http and status and status >= 400 else ""
-        return ProviderError(kind, _redact(f"{model}: {shown}{what}", secrets), retry_after, billed=billed)
+        return provider_error(kind, model, detail, status=status if http else None,
+                              retry_after=retry_after, secrets=secrets, billed=billed)
 
     if "ContextWindowExceededError" in names or (
         status in (400, 413) and _CONTEXT_WINDOW_TEXT.search(detail)
     ):
-        return error("context_window", f"the prompt does not fit the model's context window: {detail}")
+        return error("context_window")
     if "RateLimitError" in names or status == 429:
-        return error("rate_limit", f"rate limited: {detail}", _retry_after(exc))
+        return error("rate_limit", _retry_after(exc))
     below = [_class_names(e) for e in chain[1:]]  # what LiteLLM's exception wraps
     never_sent = any(_NOT_CONNECTED & names_ for names_ in below)
     if any({"Timeout", "APITimeoutError", "TimeoutError", "TimeoutException"} & _class_names(e) for e in chain):
-        return error("timeout", f"timed out: {detail}", http=False, billed=not never_sent)
+        return error("timeout", http=False, billed=not never_sent)
     if {"AuthenticationError", "PermissionDeniedError"} & names or status in (401, 403):
-        return error("auth", f"not authorised (check the API key and its permissions): {detail}")
+        return error("auth")
+    if any(_MISSING_KEY_TEXT.search(str(e)) for e in chain):
+        return error("auth", http=False)  # raised by the client before any request: no status
     # A refused or dropped connection reaches us as LiteLLM's InternalServerError
     # wrapping openai.APIConnectionError / httpx.ConnectError: look down the chain.
     connection_names = {"APIConnectionError", "ConnectError", "ClientConnectorError", "ConnectionError"}
     if any(connection_names & _class_names(e) for e in chain):
         # Refused (nothing was sent) costs nothing; dropped after sending may have been paid.
-        return error("connection", f"could not reach the provider: {detail}", http=False, billed=not never_sent)
+        return error("connection", http=False, billed=not never_sent)
     # A reply that arrived but could not be read (a 200 with a malformed body) may have been
     # paid; an HTTP error status (a real 4xx/5xx: a status error down the chain) was not.
     unreadable = bool(below) and not any(_HTTP_STATUS_ERRORS & names_ for names_ in below)
     if any(isinstance(e, json.JSONDecodeError) for e in chain):
-        return error("server_error", f"the provider sent a malformed response body: {detail}", http=False, billed=True)
-    return error("server_error", detail, billed=unreadable)
+        return provider_error("server_error", model, f"the provider sent a malformed response body: {detail}",
+                              secrets=secrets, billed=True)
+    return error("server_error", billed=unreadable)
 
 
 # -- response parsing -----------------------------------------------------------------
@@ -335,8 +341,15 @@ async def _acompletion(litellm: Any, kwargs: dict[str, Any], request: LlmRequest
 class LiteLLMProvider:
     """Real calls through `litellm.acompletion`, one HTTP request per `complete()`."""
 
+    def loaded(self) -> bool:
+        """Whether LiteLLM is imported; until then a call first waits for it (see the engine)."""
+        return is_loaded()
+
+    async def wait_until_loaded(self) -> None:
+        await wait_until_loaded()
+
     async def complete(self, request: LlmRequest, *, state: str) -> LlmResponse:
-        litellm = ensure_litellm()
+        litellm = await wait_until_loaded()
         api_key = request.api_key or (LOCAL_PLACEHOLDER_KEY if request.api_base else None)
         kwargs: dict[str, Any] = {"model": request.model, "messages": [dict(m) for m in request.messages]}
         kwargs["max_tokens"] = request.max_tokens

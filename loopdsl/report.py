@@ -72,6 +72,8 @@ class Progress:
             line = f"resuming at '{event['from_state']}'   [{self._spend()}]"
         elif kind == "stopped_leftover":
             line = f"  stopped the command '{event['state']}' left running (process group {event['pgid']}) before running it again"
+        elif kind == "loading":
+            line = f"loading {event.get('what', 'model client')}..."
         elif kind == "child":
             inner = event.get("event", {})
             if inner.get("type") == "end":

@@ -65,6 +65,9 @@ class LintContext:
     # Lints sub-loop files (with caching and cycle protection); set by lint.py.
     analyze_child: Callable[[Path, str], Any] | None = None
     child_display: Callable[[str], str] = field(default=lambda p: p)
+    # False when the schema rejected part of the states' routing (lint.py): the graph as
+    # built is incomplete, so nothing is claimed from its paths.
+    graph_complete: bool = True
 
     # ------------------------------------------------------------ positions
     def at(self, yaml_path: YamlPath, *, value: bool = False) -> tuple[int, int]:
@@ -169,7 +172,10 @@ class LintContext:
     @cached_property
     def dominators(self) -> dict[str, set[str]]:
         """For each reachable state, the states every path from `start` to it passes through
-        (itself included). The classic iterative data-flow solution: loops are small."""
+        (itself included). The classic iterative data-flow solution: loops are small.
+        Empty when the graph is incomplete: no state is then known to have run before another."""
+        if not self.graph_complete:
+            return {}
         order = [n for n in self.states if n in self.reachable]
         everything = set(order)
         dom: dict[str, set[str]] = {n: set(everything) for n in order}

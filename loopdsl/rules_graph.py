@@ -202,11 +202,13 @@ def unbounded_cycle(ctx: LintContext) -> Iterator[Diagnostic]:
 def no_default_transition(ctx: LintContext) -> Iterator[Diagnostic]:
     for state in ctx.states.values():
         if state.transitions and all(t.when is not None for t in state.transitions):
-            last = state.transitions[-1]
+            last = state.transitions[-1].to
+            if last not in ctx.states:  # suggest what unknown-state suggests, not the typo
+                last = next(iter(difflib.get_close_matches(last, sorted(ctx.states), n=1, cutoff=0.6)), last)
             yield ctx.diag(
                 "no-default-transition",
                 f'transitions of state "{state.name}" have no default entry: when no `when` is '
                 "true the run fails with no_transition",
                 state.path + ("transitions",),
-                hint=f"end the list with an entry without `when`, e.g. `- {{to: {last.to}}}`",
+                hint=f"end the list with an entry without `when`, e.g. `- {{to: {last}}}`",
             )

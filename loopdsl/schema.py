@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from jsonschema import Draft7Validator
 from jsonschema.exceptions import ValidationError
@@ -77,38 +77,60 @@ _NAME_NOUNS = {
 _MAX_SHOWN = 40
 
 
-@lru_cache(maxsize=1)
-def load_schema() -> dict[str, Any]:
-    """The loop schema shipped inside the package. Shared and cached: do not mutate it."""
-    text = resources.files("loopdsl").joinpath("data").joinpath("loop.schema.json").read_text(encoding="utf-8")
+# The schemas loopdsl publishes (schemas/ links to these package copies), by kind of file.
+SCHEMA_FILES = {"loop": "loop.schema.json", "test": "test.schema.json", "replies": "replies.schema.json"}
+
+
+@lru_cache(maxsize=None)
+def load_schema(kind: str = "loop") -> dict[str, Any]:
+    """A schema shipped inside the package. Shared and cached: do not mutate it."""
+    text = resources.files("loopdsl").joinpath("data").joinpath(SCHEMA_FILES[kind]).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
 
 
-@lru_cache(maxsize=1)
-def validator() -> Draft7Validator:
-    """One validator for the process, built from the schema with its local `$ref`s inlined:
+@lru_cache(maxsize=None)
+def validator(kind: str = "loop") -> Draft7Validator:
+    """One validator per kind for the process, built from the schema with its `$ref`s inlined:
     jsonschema resolves a reference on every visit, and inlining makes lint ~20% faster."""
-    return Draft7Validator(_inline_refs(load_schema()), format_checker=Draft7Validator.FORMAT_CHECKER)
+    return Draft7Validator(_inline_refs(load_schema(kind)), format_checker=Draft7Validator.FORMAT_CHECKER)
 
 
 def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
-    definitions = schema.get("definitions", {})
+    """Local refs (`#/definitions/...`) and refs to a sibling schema file (`replies.schema.json`,
+    which editors resolve next to the referring file) are replaced by what they name."""
+    by_file = {name: kind for kind, name in SCHEMA_FILES.items()}
 
-    def expand(node: Any, expanding: tuple[str, ...]) -> Any:
+    def expand(node: Any, root: dict[str, Any], expanding: tuple[str, ...]) -> Any:
         if isinstance(node, list):
-            return [expand(v, expanding) for v in node]
+            return [expand(v, root, expanding) for v in node]
         if not isinstance(node, dict):
             return node
         ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/definitions/") and len(node) == 1:
-            name = ref[len("#/definitions/"):]
-            if name in definitions and name not in expanding:  # a recursive ref stays a ref
-                return expand(definitions[name], expanding + (name,))
-        return {k: expand(v, expanding) for k, v in node.items()}
+        if isinstance(ref, str) and len(node) == 1 and ref not in expanding:  # a recursive ref stays
+            if ref.startswith("#/definitions/"):
+                return expand(_pointer(root, ref), root, expanding + (ref,))
+            if ref in by_file:
+                other = load_schema(by_file[ref])
+                body = {k: v for k, v in other.items() if k not in ("$schema", "$id", "definitions")}
+                return expand(body, other, expanding + (ref,))
+        return {k: expand(v, root, expanding) for k, v in node.items()}
 
-    inlined: dict[str, Any] = expand(schema, ())
+    inlined: dict[str, Any] = expand(schema, schema, ())
     return inlined
+
+
+def _pointer(schema: dict[str, Any], ref: str) -> Any:
+    """The node a local JSON pointer (`#/definitions/state_keys/properties/next`) names."""
+    node: Any = schema
+    for part in ref.lstrip("#/").split("/"):
+        node = node.get(part.replace("~1", "/").replace("~0", "~"), {}) if isinstance(node, dict) else {}
+    return node
+
+
+def action_keys() -> tuple[str, ...]:
+    """The keys that give a state its kind, in the schema's order (`state.oneOf`)."""
+    return tuple(str(b["required"][0]) for b in load_schema()["definitions"]["state"]["oneOf"])
 
 
 # ------------------------------------------------------------------ findings
@@ -123,12 +145,27 @@ class _Finding:
     hint: str
     suggestion: str | None = None  # did-you-mean target, for unknown keys
     missing_one_of: tuple[str, ...] = ()  # the alternatives, when none of them is given
+    about_name: bool = False  # a key (state, variable ... name) breaks a naming rule
+    exclusive: tuple[str, ...] = ()  # the alternatives, when more than one of them is given
 
 
-def check(doc: Document) -> list[Diagnostic]:
-    """Validate `doc.data` against the loop schema; one diagnostic per offending node."""
+class NodeFinding(NamedTuple):
+    node: YamlPath  # the node the diagnostic is about
+    diagnostic: Diagnostic
+    about_name: bool  # the node's name (a state, variable ... name) is wrong, not its value
+
+
+def check(doc: Document, kind: str = "loop") -> list[Diagnostic]:
+    """Validate `doc.data` against the schema for its kind of file (see SCHEMA_FILES);
+    one diagnostic per offending node."""
+    return [found.diagnostic for found in check_nodes(doc, kind)]
+
+
+def check_nodes(doc: Document, kind: str = "loop") -> list[NodeFinding]:
+    """`check`, each diagnostic with the YAML path of the node it is about (lint uses the
+    paths to run the semantic rules on every part the schema accepted)."""
     findings: dict[YamlPath, _Finding] = {}
-    for error in validator().iter_errors(doc.data):
+    for error in validator(kind).iter_errors(doc.data):
         for finding in _explain(error):
             findings.setdefault(finding.node, finding)
     kept = _drop_echoes(list(findings.values()))
@@ -137,15 +174,14 @@ def check(doc: Document) -> list[Diagnostic]:
         # A file written for another language version may use keys this version does not
         # know: reporting them would be noise, the version is the one problem to fix.
         kept = version
-    diagnostics = []
+    found = []
     for f in kept:
         line, col = doc.locate(f.node, value=f.at_value) if f.node else _first_key(doc)
-        diagnostics.append(
-            Diagnostic(path=doc.path, line=line, col=col, severity=Severity.ERROR,
-                       rule=f.rule, message=f.message, hint=f.hint)
-        )
-    diagnostics.sort(key=lambda d: (d.line, d.col, d.rule))
-    return diagnostics
+        diagnostic = Diagnostic(path=doc.path, line=line, col=col, severity=Severity.ERROR,
+                                rule=f.rule, message=f.message, hint=f.hint)
+        found.append(NodeFinding(f.node, diagnostic, f.about_name))
+    found.sort(key=lambda item: (item.diagnostic.line, item.diagnostic.col, item.diagnostic.rule))
+    return found
 
 
 def _first_key(doc: Document) -> tuple[int, int]:
@@ -161,7 +197,12 @@ def _drop_echoes(findings: list[_Finding]) -> list[_Finding]:
     for f in findings:
         if f.rule == RULE_UNKNOWN_KEY and f.suggestion:
             suggested.setdefault(f.node[:-1], set()).add(f.suggestion)
-    return [f for f in findings if not (f.missing_one_of and suggested.get(f.node, set()) & set(f.missing_one_of))]
+    findings = [f for f in findings if not (f.missing_one_of and suggested.get(f.node, set()) & set(f.missing_one_of))]
+    # A state (or reply) with two actions is checked as each kind in turn, and each calls
+    # the other action an unknown key: the one-action finding already says it.
+    doubled = {f.node[:-1]: set(f.exclusive) for f in findings if f.rule == RULE_ONE_ACTION and not f.missing_one_of}
+    return [f for f in findings
+            if not (f.rule == RULE_UNKNOWN_KEY and f.node[-1] in doubled.get(f.node[:-1], set()))]
 
 
 def _explain(error: ValidationError) -> list[_Finding]:
@@ -177,6 +218,10 @@ def _explain_additional(error: ValidationError, path: YamlPath) -> list[_Finding
     for key in instance:
         if key in allowed:
             continue
+        misplaced = _misplaced_state_key(path, str(key), instance)
+        if misplaced is not None:
+            findings.append(misplaced)
+            continue
         guess = _closest(str(key), allowed)
         where = _where(path)
         message = f"unknown key `{key}` in {where}"
@@ -187,6 +232,24 @@ def _explain_additional(error: ValidationError, path: YamlPath) -> list[_Finding
             hint = f"remove `{key}`; keys allowed here: {_word_list(allowed)}"
         findings.append(_Finding(path + (key,), False, RULE_UNKNOWN_KEY, message, hint, guess))
     return findings
+
+
+def _misplaced_state_key(path: YamlPath, key: str, state: dict[str, Any]) -> _Finding | None:
+    """A state key that exists, but not on this kind of state: say which kinds take it."""
+    definitions = load_schema()["definitions"]
+    actions = action_keys()
+    kind = next((a for a in actions if a in state), None)
+    if not (len(path) == 2 and path[0] == "states") or kind is None or key in actions \
+            or key not in definitions["state_keys"]["properties"]:
+        return None
+    if kind == "end":
+        reason = "an `end` state is terminal: it has no action to retry, gate or route from"
+    else:
+        kinds = [f"`{a}`" for a in actions if key in definitions[f"state_{a}"]["properties"]]
+        reason = f"only allowed on {_word_list(kinds, joiner='or')} states"
+    owner = _where(path)
+    return _Finding(path + (key,), False, RULE_UNKNOWN_KEY, f"`{key}` is not allowed in {owner}: {reason}",
+                    f"remove `{key}` from {owner}")
 
 
 def _explain_required(error: ValidationError, path: YamlPath) -> list[_Finding]:
@@ -207,9 +270,12 @@ def _explain_required(error: ValidationError, path: YamlPath) -> list[_Finding]:
 def _explain_type(error: ValidationError, path: YamlPath) -> list[_Finding]:
     expected = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
     wanted = _word_list([_TYPE_WORDS.get(str(t), str(t)) for t in expected], joiner="or")
-    if path == ():
+    if path == () and error.schema.get("title") == load_schema()["title"]:
         message = f"a loop file must be a mapping of keys (loopdsl, name, start, states ...), not {_show(error.instance)}"
         return [_Finding(path, True, RULE_TYPE, message, "start from `loopdsl init` or the example in docs/dsl.md")]
+    if path == ():
+        message = f"a {error.schema.get('title', 'file')} must be {wanted}, not {_show(error.instance)}"
+        return [_Finding(path, True, RULE_TYPE, message, _description(error.schema))]
     message = f"{_where(path)} must be {wanted}, not {_show(error.instance)}"
     return [_Finding(path, True, RULE_TYPE, message, _hint_from(error.schema, path))]
 
@@ -247,7 +313,7 @@ def _explain_pattern(error: ValidationError, path: YamlPath) -> list[_Finding]:
         noun = _NAME_NOUNS.get(str(path[-1]) if path else "", "key")
         node = path + (error.instance,)
         message = f"{noun} `{error.instance}` is not valid: {help_text}"
-        return [_Finding(node, False, RULE_VALUE, message, _pattern_fix(pattern, error.instance))]
+        return [_Finding(node, False, RULE_VALUE, message, _pattern_fix(pattern, error.instance), about_name=True)]
     message = f"{_where(path)} {_show(error.instance)} is not valid: {help_text}"
     return [_Finding(path, True, RULE_VALUE, message, _pattern_fix(pattern, error.instance, path))]
 
@@ -294,8 +360,13 @@ def _explain_range(error: ValidationError, path: YamlPath) -> list[_Finding]:
 def _explain_not(error: ValidationError, path: YamlPath) -> list[_Finding]:
     # `{"not": {}}` marks a key that is valid elsewhere but not in this kind of state
     # or gate; its description says why.
-    if error.validator_value == {} and path:
-        reason = str(error.schema.get("description", "")).rstrip(".")
+    value, described = error.validator_value, error.schema
+    if isinstance(value, dict) and len(value.get("required") or ()) == 1 and set(value) <= {"required", "description"}:
+        # `dependencies: {a: {not: {required: [b], description: why}}}`: b cannot be given
+        # beside a. (The reason sits inside `not`, where editors do not show it on hover.)
+        path, value, described = path + (str(value["required"][0]),), {}, value
+    if value == {} and path:
+        reason = str(described.get("description", "")).rstrip(".")
         key, owner = path[-1], _where(path[:-1])
         message = f"`{key}` is not allowed in {owner}"
         if reason:
@@ -356,7 +427,7 @@ def _explain_exclusive(error: ValidationError, path: YamlPath, keys: list[str]) 
     message = f"{what} must have exactly one of {options}, but has {listed}"
     hint = "split the work into one state per action, linked with `next`" if is_state else \
         f"keep one of {listed}"
-    return [_Finding(path + (present[1],), False, RULE_ONE_ACTION, message, hint)]
+    return [_Finding(path + (present[1],), False, RULE_ONE_ACTION, message, hint, exclusive=tuple(keys))]
 
 
 def _explain_other(error: ValidationError, path: YamlPath) -> list[_Finding]:
@@ -400,10 +471,7 @@ def _resolve(subschema: Any) -> dict[str, Any]:
     """Follow a local `#/definitions/...` reference (the only kind the schema uses)."""
     seen = 0
     while isinstance(subschema, dict) and "$ref" in subschema and seen < 10:
-        node: Any = load_schema()
-        for part in str(subschema["$ref"]).lstrip("#/").split("/"):
-            node = node.get(part, {}) if isinstance(node, dict) else {}
-        subschema, seen = node, seen + 1
+        subschema, seen = _pointer(load_schema(), str(subschema["$ref"])), seen + 1
     return subschema if isinstance(subschema, dict) else {}
 
 

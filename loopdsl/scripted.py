@@ -1,8 +1,12 @@
 """The scripted provider: answers LLM calls and checkpoint decisions from a script.
 
-For offline runs and tests. It still goes through `litellm.acompletion(mock_response=...)`,
-so its responses, usage, cost and exceptions are LiteLLM's own objects and take the same
-path as real ones (see `providers`, which re-exports the public names of this module).
+For offline runs and tests, and without LiteLLM (whose import alone takes seconds):
+replies are `LlmResponse`s built here, errors are the `ProviderError`s a real provider's
+would become (`providers.provider_error`, with the same wording and HTTP status).
+Tokens are counted the way dry runs and `loopdsl cost` estimate them, at 3 UTF-8 bytes
+a token (`budget.conservative_tokens`), for the reservation and the usage alike, so a
+scripted reply's usage never exceeds what was reserved for it; costs come from the same
+price table LiteLLM uses (`prices`). `providers` re-exports the public names of this module.
 """
 from __future__ import annotations
 
@@ -13,17 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .providers import (
-    _FORCED,
-    LlmRequest,
-    LlmResponse,
-    _acompletion,
-    _response_to_llm,
-    count_prompt_tokens,
-    ensure_litellm,
-)
+from .budget import conservative_tokens, cost_for
+from .prices import model_price
+from .providers import LlmRequest, LlmResponse, ProviderError, provider_error
 
 SCRIPTED_ERROR_KINDS = ("rate_limit", "timeout", "server_error", "context_window", "connection", "auth")
+# The HTTP status a provider answers each kind with (none: no response arrived).
+_SCRIPTED_STATUS = {"rate_limit": 429, "server_error": 500, "context_window": 400, "auth": 401}
+# Chat formats wrap each message in a few tokens of their own (OpenAI's: 3 or 4).
+MESSAGE_FRAME_TOKENS = 4
 
 
 class ScriptExhausted(Exception):
@@ -46,55 +48,31 @@ class _Entry:
     comment: str = ""
 
 
-def _parse_entry(raw: Any, where: str) -> _Entry:
+def _entry(raw: Any) -> _Entry:
+    """One entry of a script that passed schemas/replies.schema.json."""
     if isinstance(raw, str):
         return _Entry("reply", text=raw)
-    if not isinstance(raw, Mapping):
-        raise ScriptError(f"{where}: expected a reply text or a mapping with `text`, `error` or `decision`")
-    keys = [k for k in ("text", "error", "decision") if k in raw]
-    if len(keys) != 1:
-        raise ScriptError(f"{where}: give exactly one of `text`, `error` or `decision` (found {keys or 'none'})")
-    allowed = {"text": {"text", "usage"}, "error": {"error", "message", "retry_after"},
-               "decision": {"decision", "comment"}}[keys[0]]
-    extra = sorted(str(k) for k in raw if k not in allowed)
-    if extra:
-        raise ScriptError(f"{where}: unexpected key(s) {', '.join(extra)} (allowed here: {', '.join(sorted(allowed))})")
     if "text" in raw:
-        if not isinstance(raw["text"], str):
-            raise ScriptError(f"{where}: `text` must be a string")
         usage = raw.get("usage")
-        if usage is None:
-            return _Entry("reply", text=raw["text"])
-        counts = []
-        for name in ("prompt_tokens", "completion_tokens"):
-            value = usage.get(name) if isinstance(usage, Mapping) else None
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ScriptError(f"{where}: `usage` needs non-negative integers `prompt_tokens` and `completion_tokens`")
-            counts.append(value)
-        return _Entry("reply", text=raw["text"], usage=(counts[0], counts[1]))
+        counts = (usage["prompt_tokens"], usage["completion_tokens"]) if usage is not None else None
+        return _Entry("reply", text=raw["text"], usage=counts)
     if "error" in raw:
-        kind = raw["error"]
-        if kind not in SCRIPTED_ERROR_KINDS:
-            raise ScriptError(f"{where}: unknown error kind {kind!r} (expected one of {', '.join(SCRIPTED_ERROR_KINDS)})")
         retry_after = raw.get("retry_after")
-        if retry_after is not None and (isinstance(retry_after, bool) or not isinstance(retry_after, (int, float)) or retry_after < 0):
-            raise ScriptError(f"{where}: `retry_after` must be a number of seconds")
-        return _Entry("error", error=kind, message=str(raw.get("message", f"scripted {kind}")),
+        return _Entry("error", error=raw["error"], message=str(raw.get("message", f"scripted {raw['error']}")),
                       retry_after=None if retry_after is None else float(retry_after))
-    decision = raw["decision"]
-    if not isinstance(decision, str) or not decision:
-        raise ScriptError(f"{where}: `decision` must be a non-empty string such as approve or reject")
-    return _Entry("decision", decision=decision, comment=str(raw.get("comment", "") or ""))
+    return _Entry("decision", decision=raw["decision"], comment=str(raw.get("comment", "") or ""))
 
 
-def _scripted_exception(litellm: Any, entry: _Entry, model: str) -> Exception:
-    common = {"message": entry.message, "llm_provider": "scripted", "model": model}
-    if entry.error == "rate_limit":
-        headers = {"retry-after": f"{entry.retry_after:g}"} if entry.retry_after is not None else None
-        return litellm.RateLimitError(**common, headers=headers)
-    classes = {"timeout": "Timeout", "server_error": "InternalServerError", "context_window": "ContextWindowExceededError",
-               "connection": "APIConnectionError", "auth": "AuthenticationError"}
-    return getattr(litellm, classes[entry.error])(**common)
+def scripted_prompt_tokens(messages: Sequence[Mapping[str, str]]) -> int:
+    """A prompt's tokens at 3 bytes a token, plus each message's framing."""
+    return sum(conservative_tokens(str(m.get("content") or "")) + MESSAGE_FRAME_TOKENS for m in messages)
+
+
+def _scripted_error(entry: _Entry, model: str) -> ProviderError:
+    # Charged like the real thing: a timeout or a dropped connection may have been paid.
+    return provider_error(entry.error, model, entry.message, status=_SCRIPTED_STATUS.get(entry.error),
+                          retry_after=entry.retry_after if entry.error == "rate_limit" else None,
+                          billed=entry.error in ("timeout", "connection"))
 
 
 class ScriptedProvider:
@@ -107,34 +85,44 @@ class ScriptedProvider:
 
     @classmethod
     def from_data(cls, data: Any, source: str = "<script>") -> ScriptedProvider:
-        if not isinstance(data, Mapping):
-            raise ScriptError(f"{source}: a script maps state names to lists of replies, e.g. `draft: [\"first reply\"]`")
+        """Replies given as data (inline in a test, or from Python), checked against
+        schemas/replies.schema.json; ScriptError says what is wrong and where."""
+        from .loader import Document
+        from .schema import check
+
+        problems = check(Document(path=source, text="", data=data), "replies")
+        if problems:  # no line numbers here: the message names the place (`draft[0].error`)
+            raise ScriptError("\n".join(f"{source}: {d.message}" + (f" (hint: {d.hint})" if d.hint else "")
+                                         for d in problems))
+        return cls._parsed(data, source)
+
+    @classmethod
+    def _parsed(cls, data: Mapping[str, Any], source: str) -> ScriptedProvider:
         parsed: dict[str, list[_Entry]] = {}
         for state, entries in data.items():
             items = entries if isinstance(entries, (list, tuple)) else [entries]
-            parsed[str(state)] = [_parse_entry(item, f"{source}: {state}[{i}]") for i, item in enumerate(items)]
+            parsed[str(state)] = [_entry(item) for item in items]
         return cls(parsed, source)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> ScriptedProvider:
+        """A `*.replies.yaml` (or .json) file, checked against schemas/replies.schema.json with
+        `file:line:col` for every problem."""
         file = Path(path)
-        try:
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ScriptError(f"{file}: cannot read the script: {exc.strerror or exc}") from None
         if file.suffix.lower() == ".json":
             try:
-                data = json.loads(text)
+                data = json.loads(file.read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise ScriptError(f"{file}: cannot read the script: {exc.strerror or exc}") from None
             except ValueError as exc:
                 raise ScriptError(f"{file}: not valid JSON: {exc}") from None
-        else:
-            from ruamel.yaml import YAML, YAMLError
+            return cls.from_data(data, str(file))
+        from .schema_files import describe, load_checked
 
-            try:
-                data = YAML(typ="safe", pure=True).load(text)
-            except YAMLError as exc:
-                raise ScriptError(f"{file}: not valid YAML: {exc}") from None
-        return cls.from_data(data, str(file))
+        doc, problems = load_checked(file, "replies")
+        if problems or doc is None:
+            raise ScriptError(describe(problems))
+        return cls._parsed(doc.data, str(file))
 
     def _next(self, state: str, want: str) -> _Entry | None:
         entries = self._entries.get(state)
@@ -165,36 +153,27 @@ class ScriptedProvider:
     async def complete(self, request: LlmRequest, *, state: str) -> LlmResponse:
         entry = self._next(state, "reply")
         assert entry is not None
-        litellm = ensure_litellm()
-        messages = [dict(m) for m in request.messages]
         if entry.kind == "error":
-            mock: Any = _scripted_exception(litellm, entry, request.model)
+            raise _scripted_error(entry, request.model)
+        if entry.usage is not None:
+            # The scripted prompt size is kept: prompt_tokens_to_reserve reserved for it.
+            prompt, completion = entry.usage
         else:
-            if entry.usage is not None:
-                # A real provider stops at max_tokens; so does a scripted completion. The
-                # scripted prompt size is kept: count_tokens reserved for it (see there).
-                prompt, completion = entry.usage
-                completion = min(completion, request.max_tokens)
-            else:
-                # Realistic usage so budgets behave offline as they would online; a real
-                # provider stops at max_tokens, so the completion count does too.
-                prompt = int(litellm.token_counter(model=request.model, messages=messages))
-                completion = min(request.max_tokens, int(litellm.token_counter(model=request.model, text=entry.text)))
-            # A response mapping (not a bare string) so LiteLLM keeps this usage and prices it.
-            mock = {
-                "model": request.model,
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": entry.text}}],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                          "total_tokens": prompt + completion},
-            }
-        kwargs = {"model": request.model, "messages": messages, "max_tokens": request.max_tokens,
-                  "mock_response": mock, **_FORCED}
-        response = await _acompletion(litellm, kwargs, request, ())
-        return _response_to_llm(litellm, response, request)
+            # Counted as reserved, so budgets behave offline as they would online.
+            prompt, completion = scripted_prompt_tokens(request.messages), conservative_tokens(entry.text)
+        # A real provider stops at max_tokens; so does a scripted completion.
+        completion = min(completion, request.max_tokens)
+        price = model_price(request.model)
+        return LlmResponse(
+            text=entry.text,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cost_usd=None if price is None else cost_for(price, prompt, completion),  # unknown is never $0
+            model=request.model,
+        )
 
     def count_tokens(self, model: str, messages: Sequence[Mapping[str, str]]) -> int:
-        return count_prompt_tokens(model, messages)
+        return scripted_prompt_tokens(messages)
 
     def prompt_tokens_to_reserve(self, model: str, messages: Sequence[Mapping[str, str]], state: str) -> int:
         """The real count, or the next scripted reply's `usage.prompt_tokens` when larger,

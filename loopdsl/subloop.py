@@ -156,6 +156,7 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
             skills=dict(parent.ports.skills) | _child_skills(child),
             listeners=[_forward_to(parent, run_id)],
             sleep=parent.ports.sleep,
+            real_waits=parent.ports.real_waits,
             use_cache=parent.ports.use_cache,
             keep_events=False,
         )

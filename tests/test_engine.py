@@ -1,9 +1,9 @@
 """The interpreter end to end, in process: every state kind, routing, retries, gates,
 feedback, visits, timeouts, budgets and the run context, each through `loopdsl.run`.
 
-Loop logic is driven either by the scripted provider (reply script -> LiteLLM's
-`mock_response`, so real LiteLLM response objects) or, where a test must see the
-prompts the engine sends, by a small capturing provider object given as `provider=`.
+Loop logic is driven either by the scripted provider (a reply script; no LiteLLM) or, where
+a test must see the prompts the engine sends, by a small capturing provider object given as
+`provider=`.
 Shell states run real bash in a tmp workdir.
 """
 from __future__ import annotations

@@ -54,8 +54,13 @@ def test_scaffold_lints_clean_and_its_loop_test_is_green(name: str, tmp_path: Pa
                 child = (loop.base_dir / state.action.path).resolve()
                 assert target.resolve() in child.parents
                 pending.append(load_loop(child))
-    schema_line = loop_file.read_text().splitlines()[0]
-    assert schema_line == "# yaml-language-server: $schema=../schemas/loop.schema.json"
+    # Each kind of file points its editor at its own schema, shipped beside the loop schema.
+    for rel, schema in ((f"loops/{name}.yaml", "../schemas/loop.schema.json"),
+                        (f"loops/{name}.test.yaml", "../schemas/test.schema.json"),
+                        (f"loops/scripts/{name}.replies.yaml", "../../schemas/replies.schema.json")):
+        first = (target / rel).read_text().splitlines()[0]
+        assert first == f"# yaml-language-server: $schema={schema}", rel
+        assert ((target / rel).parent / schema).is_file(), schema
 
     code, out, _ = invoke("test", str(target))
     assert code == 0, out

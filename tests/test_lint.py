@@ -119,11 +119,68 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown format" in capsys.readouterr().err
 
 
-def test_missing_path_is_a_diagnostic(tmp_path: Path) -> None:
-    done = cli("lint", "nowhere.yaml", cwd=tmp_path)
-    assert done.returncode == 1
-    assert done.stdout.startswith("nowhere.yaml:0:0: error: no such file or directory [no-such-file]")
-    assert "Traceback" not in done.stderr
+def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:
+    write(tmp_path, "good.yaml", GOOD)
+    for command in ("lint", "validate"):
+        done = cli(command, "good.yaml", "nowhere.yaml", cwd=tmp_path)
+        assert done.returncode == 2, done
+        assert done.stdout == ""  # no `:0:0` finding in a file that does not exist
+        assert "no such file or directory: nowhere.yaml" in done.stderr
+        assert "relative to the current directory" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_schema_errors_do_not_hide_semantic_errors(tmp_path: Path) -> None:
+    """Every part the schema accepted still gets the semantic rules."""
+    text = GOOD.replace("name: good\n", "").replace(
+        'llm: {model: writer, prompt: "Write a haiku."}', 'llm: {prompt: "Write a haiku."}'
+    ).replace("next: done", "next: review") + textwrap.indent(textwrap.dedent(
+        """\
+        review:
+          evaluate: {model: critic, max_tokens: 50, prompt: "ok?", bogus: 1}
+          next: dnoe
+        """), "  ")
+    rules_found = [d.rule for d in lint_source("mixed.yaml", text)]
+    assert rules_found.count("schema-missing-key") == 2  # `name`, and `model` of the llm
+    assert "schema-unknown-key" in rules_found
+    assert "unknown-model" in rules_found  # critic, in a state the schema accepted but for `bogus`
+    assert "unknown-state" in rules_found  # dnoe
+
+
+def test_graph_rules_run_when_the_schema_errors_are_elsewhere(tmp_path: Path) -> None:
+    text = GOOD.replace("max_tokens: 300}", "max_tokens: lots}") + "  orphan: {end: failed}\n"
+    found = {d.rule: d for d in lint_source("graph.yaml", text)}
+    assert found["schema-type"].line == 4
+    assert "unreachable-state" in found  # the states are all accepted: their graph is checked
+
+
+def test_no_graph_noise_when_routing_was_rejected(tmp_path: Path) -> None:
+    text = GOOD.replace("next: done", "nxt: done")  # a misspelt `next`
+    found = [d.rule for d in lint_source("typo.yaml", text)]
+    assert found == ["schema-unknown-key"]
+
+
+def test_parts_the_schema_rejected_get_no_second_finding(tmp_path: Path) -> None:
+    text = GOOD.replace("writer: {model: openai/gpt-4o-mini,", "writer: {modle: openai/gpt-4o-mini,")
+    found = [d.rule for d in lint_source("alias.yaml", text)]
+    # The alias lost `model`: its stand-in must not add unknown-price or unknown-model.
+    assert found == ["schema-missing-key", "schema-unknown-key"], found
+
+
+def test_no_finding_only_echoes_a_rejected_key(tmp_path: Path) -> None:
+    # `max_tokens: lots` is rejected: "the call has no max_tokens" would only repeat it.
+    text = GOOD.replace("max_tokens: 300}", "max_tokens: lots}")
+    assert [d.rule for d in lint_source("echo.yaml", text)] == ["schema-type"]
+    # A state the schema rejected as a whole (no action) is no dead end cutting off `done`.
+    text = GOOD.replace('    llm: {model: writer, prompt: "Write a haiku."}\n', "    description: to do\n")
+    assert [d.rule for d in lint_source("noaction.yaml", text)] == ["schema-one-action"]
+
+
+def test_missing_default_hint_suggests_the_misspelt_target(tmp_path: Path) -> None:
+    text = GOOD.replace("next: done", "transitions:\n      - {to: dnoe, when: \"true\"}")
+    found = {d.rule: d for d in lint_source("hint.yaml", text)}
+    assert "did you mean" in found["unknown-state"].message
+    assert found["no-default-transition"].hint.endswith("`- {to: done}`")
 
 
 def test_internal_error_exits_3_and_keeps_other_findings(
@@ -287,6 +344,8 @@ def test_load_loop_raises_loop_error_with_diagnostics(tmp_path: Path) -> None:
     with pytest.raises(LoopError) as missing:
         load_loop(tmp_path / "nope.yaml")
     assert missing.value.diagnostics[0].rule == "no-such-file"
+    # A finding about the whole file shows no made-up `:0:0` position.
+    assert str(missing.value).startswith(f"{tmp_path / 'nope.yaml'}: error: no such file or directory")
 
 
 def test_load_loop_allows_warnings(tmp_path: Path) -> None:

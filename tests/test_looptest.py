@@ -81,8 +81,22 @@ def test_a_broken_test_file_is_a_failure_with_line_and_hint(project: Path) -> No
     assert info.value.line == 3 and "did you mean `status`" in str(info.value)
     code, out, _ = run_cli("test", str(project / "typo.test.yaml"))
     assert code == 1
-    assert "typo.test.yaml:3: unknown key `stauts` in expect" in out
+    assert "typo.test.yaml:3:3: unknown key `stauts` in `expect`; did you mean `status`?" in out
     assert out.strip().splitlines()[-1] == "0 passed, 1 failed"
+
+
+def test_a_test_file_is_checked_by_the_published_schema_with_every_problem_positioned(project: Path) -> None:
+    (project / "shape.test.yaml").write_text(
+        "loop: greet.yaml\nexpect:\n  status: complete\n  spend: {tokens: -5}\n"
+        "script:\n  greet: [{error: explode}]\n"
+    )
+    with pytest.raises(TestFileError) as info:
+        load_tests(project / "shape.test.yaml")
+    lines = str(info.value).splitlines()
+    assert [line.split(": ", 1)[0].rsplit(".yaml:", 1)[1] for line in lines] == ["3:11", "4:19", "6:19"]
+    assert "`expect.status` must be one of completed," in lines[0] and "did you mean `completed`?" in lines[0]
+    assert "`expect.spend.tokens` must be at least 0" in lines[1]
+    assert "`script.greet[0].error` must be one of rate_limit" in lines[2]
 
 
 def test_missing_loop_and_script_are_explained(project: Path) -> None:
@@ -143,3 +157,24 @@ def test_setup_builds_the_workspace_and_its_failure_is_reported(project: Path) -
     assert code == 1
     assert "PASS  " in out and "built" in out
     assert "setup failed with exit 3: nope" in out
+
+
+def test_retry_waits_count_against_wall_time_but_are_not_slept(project: Path) -> None:
+    # Offline there is nothing to wait for: a 40 s backoff is not slept through, yet it is
+    # on the run's clock, so a second one passes the 1-minute wall_time as it would online.
+    loop = project / "greet.yaml"
+    loop.write_text(loop.read_text().replace(
+        "retry: {max_attempts: 2, backoff: {initial: 0s}}",
+        "retry: {max_attempts: 3, backoff: {initial: 40s, factor: 1, jitter: false}}"))
+    (project / "greet.test.yaml").write_text(
+        "tests:\n"
+        "  - name: one-wait-fits\n    loop: greet.yaml\n"
+        "    script: {draft: ['good day', 'hello there']}\n"
+        "    expect: {status: completed}\n"
+        "  - name: two-waits-do-not\n    loop: greet.yaml\n"
+        "    script: {draft: ['good day', 'good night', 'hello']}\n"
+        "    expect: {status: budget_exhausted}\n")
+    code, out, _ = run_cli("test", str(project))
+    assert code == 0, out
+    seconds = [float(line.rsplit(", ", 1)[1].rstrip("s)")) for line in out.splitlines() if line.startswith("PASS")]
+    assert len(seconds) == 2 and max(seconds) < 30, out

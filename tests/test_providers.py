@@ -1,4 +1,4 @@
-"""The LLM port, over real HTTP to the loopback stub and through LiteLLM's mock path."""
+"""The LLM port: real calls over HTTP to the loopback stub, and the scripted provider (no LiteLLM)."""
 from __future__ import annotations
 
 import asyncio
@@ -158,6 +158,23 @@ def test_auth_errors_never_show_the_key(litellm: Any, stub_server: StubServer, s
     assert key not in error.message and key not in str(error)
 
 
+@pytest.mark.parametrize("model, variable", [("openai/gpt-4o-mini", "OPENAI_API_KEY"),
+                                             ("anthropic/claude-haiku-4-5", "ANTHROPIC_API_KEY"),
+                                             ("gemini/gemini-2.0-flash", "GEMINI_API_KEY")])
+def test_a_missing_key_is_auth_not_a_server_error(litellm: Any, monkeypatch: pytest.MonkeyPatch, model: str,
+                                                  variable: str) -> None:
+    # The clients refuse before sending anything (OpenAI's as a synthetic HTTP 500, Gemini's
+    # as a connection error): `auth`, which the engine does not retry.
+    for name in list(os.environ):
+        if any(word in name for word in ("API_KEY", "AUTH_TOKEN", "OPENAI", "ANTHROPIC", "GEMINI", "GOOGLE")):
+            monkeypatch.delenv(name)
+    request = LlmRequest(model=model, messages=MESSAGES, max_tokens=5, timeout=20)
+    with pytest.raises(ProviderError) as info:
+        run(LiteLLMProvider().complete(request, state="draft"))
+    assert info.value.kind == "auth", info.value.message
+    assert variable in info.value.message
+
+
 def test_context_window_from_a_400(litellm: Any, stub_server: StubServer) -> None:
     stub_server.reply_status(
         400, "This model's maximum context length is 128000 tokens. However, your messages resulted in 200000 tokens."
@@ -245,19 +262,22 @@ def scripted_request(model: str = "anthropic/claude-haiku-4-5", max_tokens: int 
     return LlmRequest(model=model, messages=MESSAGES, max_tokens=max_tokens)
 
 
-def test_scripted_text_gets_litellm_usage_and_cost(litellm: Any) -> None:
+def test_scripted_text_usage_is_counted_as_reserved_and_priced() -> None:
     provider = ScriptedProvider.from_data({"draft": ["Here is the triage list."]})
+    model = "anthropic/claude-haiku-4-5"
+    reserved = provider.prompt_tokens_to_reserve(model, list(MESSAGES), "draft")
     response = run(provider.complete(scripted_request(), state="draft"))
     assert response.text == "Here is the triage list."
-    model = "anthropic/claude-haiku-4-5"
-    assert response.prompt_tokens == litellm.token_counter(model=model, messages=list(MESSAGES))
-    assert response.completion_tokens == litellm.token_counter(model=model, text=response.text)
+    # 3 bytes a token, rounded up, plus 4 framing tokens a message: "Be brief." (9 bytes)
+    # 3 + 4, "Say hello." (10 bytes) 4 + 4; the reply (24 bytes) 8.
+    assert (response.prompt_tokens, response.completion_tokens) == (15, 8)
+    assert reserved == response.prompt_tokens  # the usage never exceeds the reservation
     price = model_price(model)
     assert price is not None
-    assert response.cost_usd == pytest.approx(cost_for(price, response.prompt_tokens, response.completion_tokens))
+    assert response.cost_usd == pytest.approx(cost_for(price, 15, 8))
 
 
-def test_scripted_usage_is_kept_and_priced_by_litellm(litellm: Any) -> None:
+def test_scripted_usage_is_kept_and_priced() -> None:
     script = {"draft": [{"text": "[]", "usage": {"prompt_tokens": 1000, "completion_tokens": 80}}]}
     provider = ScriptedProvider.from_data(script)
     # The reservation covers the scripted prompt size, so scripted usage cannot overspend.
@@ -269,24 +289,43 @@ def test_scripted_usage_is_kept_and_priced_by_litellm(litellm: Any) -> None:
     assert response.cost_usd == pytest.approx(cost_for(price, 1000, 80))
 
 
-def test_scripted_completion_stops_at_max_tokens(litellm: Any) -> None:
+def test_scripted_replies_do_not_import_litellm() -> None:
+    code = textwrap.dedent(
+        """
+        import asyncio, sys
+        from loopdsl.providers import LlmRequest, ProviderError, ScriptedProvider
+        provider = ScriptedProvider.from_data({"draft": ["hello", {"error": "rate_limit", "retry_after": 1}]})
+        request = LlmRequest(model="openai/gpt-4o-mini", messages=({"role": "user", "content": "hi"},), max_tokens=9)
+        asyncio.run(provider.complete(request, state="draft"))
+        try:
+            asyncio.run(provider.complete(request, state="draft"))
+        except ProviderError:
+            pass
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("litellm", "openai", "tiktoken")))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_scripted_completion_stops_at_max_tokens() -> None:
     provider = ScriptedProvider.from_data({"draft": ["word " * 200]})
     response = run(provider.complete(scripted_request(max_tokens=10), state="draft"))
     assert response.completion_tokens == 10
 
 
-def test_scripted_text_that_looks_like_a_litellm_magic_string_stays_text(litellm: Any) -> None:
+def test_scripted_text_that_looks_like_a_litellm_magic_string_stays_text() -> None:
     provider = ScriptedProvider.from_data({"draft": ["litellm.RateLimitError"]})
     assert run(provider.complete(scripted_request(), state="draft")).text == "litellm.RateLimitError"
 
 
-def test_scripted_unknown_model_cost_is_none(litellm: Any) -> None:
+def test_scripted_unknown_model_cost_is_none() -> None:
     provider = ScriptedProvider.from_data({"draft": ["x"]})
     assert run(provider.complete(scripted_request(model="openai/my-local-llm"), state="draft")).cost_usd is None
 
 
 @pytest.mark.parametrize("kind", ["rate_limit", "timeout", "server_error", "context_window", "connection", "auth"])
-def test_scripted_errors_map_to_their_kinds(litellm: Any, kind: str) -> None:
+def test_scripted_errors_map_to_their_kinds(kind: str) -> None:
     provider = ScriptedProvider.from_data({"draft": [{"error": kind, "message": f"scripted {kind} here"}, "fine"]})
     with pytest.raises(ProviderError) as info:
         run(provider.complete(scripted_request(), state="draft"))
@@ -294,14 +333,14 @@ def test_scripted_errors_map_to_their_kinds(litellm: Any, kind: str) -> None:
     assert run(provider.complete(scripted_request(), state="draft")).text == "fine"
 
 
-def test_scripted_rate_limit_carries_retry_after(litellm: Any) -> None:
+def test_scripted_rate_limit_carries_retry_after() -> None:
     provider = ScriptedProvider.from_data({"draft": [{"error": "rate_limit", "retry_after": 2.5}]})
     with pytest.raises(ProviderError) as info:
         run(provider.complete(scripted_request(), state="draft"))
     assert info.value.retry_after == 2.5
 
 
-def test_running_out_of_replies_is_a_clear_error(litellm: Any) -> None:
+def test_running_out_of_replies_is_a_clear_error() -> None:
     provider = ScriptedProvider.from_data({"draft": ["one", "two"]}, source="triage.script.yaml")
     run(provider.complete(scripted_request(), state="draft"))
     run(provider.complete(scripted_request(), state="draft"))
@@ -329,13 +368,13 @@ def test_decisions_and_unused_entries() -> None:
     assert provider.unknown_states(["approve", "draft"]) == ["drfat"]
 
 
-def test_a_decision_where_a_reply_is_expected_is_reported(litellm: Any) -> None:
+def test_a_decision_where_a_reply_is_expected_is_reported() -> None:
     provider = ScriptedProvider.from_data({"draft": [{"decision": "approve"}]})
     with pytest.raises(ScriptError, match=r"draft\[0\] is a checkpoint decision"):
         run(provider.complete(scripted_request(), state="draft"))
 
 
-def test_from_file_yaml_and_json(litellm: Any, tmp_path: Path) -> None:
+def test_from_file_yaml_and_json(tmp_path: Path) -> None:
     yaml_file = tmp_path / "script.yaml"
     yaml_file.write_text(
         "draft:\n"
@@ -358,12 +397,12 @@ def test_from_file_yaml_and_json(litellm: Any, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "data, match",
     [
-        (["not", "a", "mapping"], "maps state names"),
-        ({"draft": [{"error": "explode"}]}, r"draft\[0\]: unknown error kind 'explode'"),
+        (["not", "a", "mapping"], "reply script must be a mapping.*each state name maps to its replies"),
+        ({"draft": [{"error": "explode"}]}, r"`draft\[0\]\.error` must be one of rate_limit, .*not \"explode\""),
         ({"draft": [{"text": "x", "error": "timeout"}]}, "exactly one of"),
-        ({"draft": [{"text": "x", "usage": {"prompt_tokens": -1, "completion_tokens": 2}}]}, "non-negative"),
-        ({"draft": [{"text": "x", "colour": "red"}]}, "unexpected key"),
-        ({"draft": [42]}, r"draft\[0\]: expected a reply text"),
+        ({"draft": [{"text": "x", "usage": {"prompt_tokens": -1, "completion_tokens": 2}}]}, "must be at least 0"),
+        ({"draft": [{"text": "x", "colour": "red"}]}, "unknown key `colour`.*keys allowed here: text and usage"),
+        ({"draft": [42]}, r"`draft\[0\]` must be a string or a mapping, not 42"),
         ({"draft": [{"error": "rate_limit", "retry_after": "soon"}]}, "retry_after"),
     ],
 )
@@ -377,7 +416,7 @@ def test_unreadable_script_files(tmp_path: Path) -> None:
         ScriptedProvider.from_file(tmp_path / "missing.yaml")
     broken = tmp_path / "broken.yaml"
     broken.write_text("draft: [unclosed\n")
-    with pytest.raises(ScriptError, match="not valid YAML"):
+    with pytest.raises(ScriptError, match=r"broken.yaml:2:1: expected ',' or ']'"):
         ScriptedProvider.from_file(broken)
 
 
@@ -437,3 +476,14 @@ def test_params_never_override_the_reserved_max_tokens(litellm: Any, stub_server
     assert body["model"] == "gpt-4o-mini" and body["messages"] == list(MESSAGES)
     for key in ("n", "best_of", "max_completion_tokens"):
         assert key not in body
+
+
+def test_reply_file_problems_are_positioned_by_the_published_schema(tmp_path: Path) -> None:
+    script = tmp_path / "greet.replies.yaml"
+    script.write_text("draft:\n  - hello\n  - {error: rate_limt}\nreview:\n  - {decision: approve, coment: ok}\n")
+    with pytest.raises(ScriptError) as caught:
+        ScriptedProvider.from_file(script)
+    lines = str(caught.value).splitlines()
+    assert lines[0].startswith(f"{script}:3:13: `draft[1].error` must be one of rate_limit,")
+    assert "did you mean `rate_limit`?" in lines[0]
+    assert lines[1].startswith(f"{script}:5:25: unknown key `coment` in `review[0]`; did you mean `comment`?")

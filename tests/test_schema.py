@@ -16,7 +16,7 @@ from jsonschema import Draft7Validator
 from loopdsl.diagnostics import Diagnostic, Severity
 from loopdsl.loader import Document, load_text
 from loopdsl.model import build_loop
-from loopdsl.schema import PATTERN_HELP, SCHEMA_RULES, check, load_schema, validator
+from loopdsl.schema import PATTERN_HELP, SCHEMA_RULES, action_keys, check, load_schema, validator
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -64,7 +64,7 @@ def test_every_property_has_a_description() -> None:
         for where, sub in walk(load_schema())
         if isinstance(sub.get("properties"), dict) and where[-1:] != ("properties",)
         for name, prop in sub["properties"].items()
-        if not (isinstance(prop, dict) and str(prop.get("description", "")).strip())
+        if not (isinstance(prop, dict) and str(_target(prop).get("description", "")).strip())
     ]
     assert missing == []
     for name, definition in load_schema()["definitions"].items():
@@ -81,9 +81,28 @@ def test_every_fixed_object_refuses_unknown_keys() -> None:
             continue
         if where and where[-1] in FREE_FORM:
             continue
-        if "additionalProperties" not in sub:
+        if "additionalProperties" not in sub and not _dispatches_to_closed_kinds(sub):
             loose.append(".".join(map(str, where)))
     assert loose == []
+
+
+def _target(prop: dict[str, Any]) -> dict[str, Any]:
+    """A property given as a `$ref` is described where it points."""
+    node: Any = load_schema()
+    if "$ref" not in prop:
+        return prop
+    for part in prop["$ref"].lstrip("#/").split("/"):
+        node = node[part]
+    return node
+
+
+def _dispatches_to_closed_kinds(sub: dict[str, Any]) -> bool:
+    """The `state` definition only picks a kind (`if` action key `then` that kind), and every
+    kind refuses unknown keys itself."""
+    branches = sub.get("allOf") or []
+    return bool(branches) and "properties" not in sub and all(
+        set(b) == {"if", "then"} and "additionalProperties" in _target(b["then"]) for b in branches
+    )
 
 
 def test_every_pattern_has_plain_english_help() -> None:
@@ -97,6 +116,71 @@ def test_published_schema_is_a_relative_link_to_the_package_copy() -> None:
     assert not os.path.isabs(target)
     assert PUBLISHED_SCHEMA.resolve() == PACKAGE_SCHEMA.resolve()
     assert json.loads(PUBLISHED_SCHEMA.read_text(encoding="utf-8")) == load_schema()
+
+
+@pytest.mark.parametrize("kind", ["test", "replies"])
+def test_test_and_reply_schemas_are_published_like_the_loop_schema(kind: str) -> None:
+    published = ROOT / "schemas" / f"{kind}.schema.json"
+    package = ROOT / "loopdsl" / "data" / f"{kind}.schema.json"
+    assert published.is_symlink() and not os.path.isabs(os.readlink(published))
+    assert published.resolve() == package.resolve()
+    schema = json.loads(package.read_text(encoding="utf-8"))
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#" and schema == load_schema(kind)
+    Draft7Validator.check_schema(schema)
+    assert schema["title"] and schema["description"]
+
+
+def test_every_state_kind_has_its_own_definition_chosen_by_its_action_key() -> None:
+    """Editors complete from the one definition whose `if` matches, so each kind lists
+    exactly its keys (by reference to the catalogue, `state_keys`), and nothing else."""
+    definitions = load_schema()["definitions"]
+    catalogue = definitions["state_keys"]["properties"]
+    actions = action_keys()
+    assert actions == ("shell", "llm", "evaluate", "checkpoint", "set", "loop", "end")
+    chosen = {b["if"].get("required", [None])[0]: b["then"]["$ref"] for b in definitions["state"]["allOf"]}
+    for kind in actions:
+        assert chosen[kind] == f"#/definitions/state_{kind}"
+        own = definitions[f"state_{kind}"]
+        assert own["required"] == [kind] and own["additionalProperties"] is False
+        for key, prop in own["properties"].items():
+            assert prop == {"$ref": f"#/definitions/state_keys/properties/{key}"}, (kind, key)
+            assert key in catalogue
+        assert not (set(own["properties"]) & set(actions)) - {kind}, kind
+    covered = set().union(*(definitions[f"state_{k}"]["properties"] for k in actions))
+    assert covered == set(catalogue)  # every key of the catalogue is valid on some kind
+    assert chosen[None] == "#/definitions/state_keys"  # no action yet: every key
+
+
+def test_every_property_is_titled_with_its_own_name() -> None:
+    """yaml-language-server's hover shows the nearest title: without one it names the parent."""
+    untitled = [
+        ".".join(map(str, where + (name,)))
+        for where, sub in walk(load_schema())
+        if isinstance(sub.get("properties"), dict) and where[-1:] != ("properties",)
+        and not {"if", "then", "else", "examples"} & set(map(str, where))
+        for name, prop in sub["properties"].items()
+        if isinstance(prop, dict) and "$ref" not in prop and prop.get("title") != name
+    ]
+    assert untitled == []
+
+
+def test_a_key_of_another_kind_of_state_says_which_kind_takes_it() -> None:
+    found = lint(
+        """
+        loopdsl: 1
+        name: demo
+        start: a
+        states:
+          a: {llm: {model: m, prompt: p}, idempotent: true, with: {x: 1}, next: b}
+          b: {end: completed, output: {x: "1"}, retry: {max_attempts: 2}}
+        """
+    )
+    messages = [d.message for d in found]
+    assert messages == [
+        "`idempotent` is not allowed in state `a`: only allowed on `shell` states",
+        "`with` is not allowed in state `a`: only allowed on `loop` states",
+        "`retry` is not allowed in state `b`: an `end` state is terminal: it has no action to retry, gate or route from",
+    ]
 
 
 def test_schema_and_validator_are_built_once() -> None:

@@ -98,12 +98,25 @@ def _rewrite_references(text: str, source: Path, target: Path, moved: dict[Path,
     return pattern.sub(fix, text)
 
 
+# Which published schema an editor should use for a file, by how its name ends.
+_SCHEMA_BY_SUFFIX = ((".test.yaml", "test.schema.json"), (".replies.yaml", "replies.schema.json"))
+SCHEMA_FILES = ("loop.schema.json", "test.schema.json", "replies.schema.json")
+
+
 def _schema_line(text: str, target: Path) -> str:
-    """Point the editor's `$schema=` comment at the project's copy of the schema."""
+    """Point the editor's `$schema=` modeline at the project's copy of the file's schema.
+    Test files and reply scripts get one when they have none; other YAML (a loop's imported
+    library, say) is only re-pointed, since the loop schema does not describe it."""
     import re
 
-    rel = Path(os.path.relpath(Path("schemas/loop.schema.json"), target.parent)).as_posix()
-    return re.sub(r"(#\s*yaml-language-server:\s*\$schema=)\S+", lambda m: m.group(1) + rel, text, count=1)
+    schema = next((name for suffix, name in _SCHEMA_BY_SUFFIX if target.name.endswith(suffix)), "loop.schema.json")
+    rel = Path(os.path.relpath(Path("schemas") / schema, target.parent)).as_posix()
+    modeline = re.compile(r"(#\s*yaml-language-server:\s*\$schema=)\S+")
+    if modeline.search(text):
+        return modeline.sub(lambda m: m.group(1) + rel, text, count=1)
+    if schema == "loop.schema.json":
+        return text
+    return f"# yaml-language-server: $schema={rel}\n{text}"
 
 
 def planned_files(pattern: Pattern) -> dict[Path, str]:
@@ -121,11 +134,14 @@ def planned_files(pattern: Pattern) -> dict[Path, str]:
     script = data_dir() / "loops" / "scripts" / f"{pattern.path.stem}.replies.yaml"
     script_rel = None
     if script.is_file():
-        files[Path("loops/scripts") / script.name] = script.read_text(encoding="utf-8")
+        script_target = Path("loops/scripts") / script.name
+        files[script_target] = _schema_line(script.read_text(encoding="utf-8"), script_target)
         script_rel = f"scripts/{script.name}"
     test_text = pattern_test(pattern.name) or generic_test(pattern.name, loop_target.name, script_rel)
-    files[loop_target.parent / f"{loop_target.stem}.test.yaml"] = test_text
-    files[Path("schemas/loop.schema.json")] = (data_dir() / "loop.schema.json").read_text(encoding="utf-8")
+    test_target = loop_target.parent / f"{loop_target.stem}.test.yaml"
+    files[test_target] = _schema_line(test_text, test_target)
+    for schema in SCHEMA_FILES:
+        files[Path("schemas") / schema] = (data_dir() / schema).read_text(encoding="utf-8")
     files[Path(".pre-commit-config.yaml")] = PRE_COMMIT
     files[Path("README.md")] = readme(pattern, loop_target, script_rel)
     return files
@@ -198,7 +214,7 @@ Scaffolded by `loopdsl init --pattern {pattern.name}`.
 | `skills/` | the instructions the loop's model calls carry (WHEN / READ / JUDGE / OUTPUT / STOP) |
 | `{script or 'loops/scripts/'}` | scripted replies: run the loop offline, no API key |
 | `{test_path}` | a loop test: builds a small repository, runs the loop on it, checks the result |
-| `schemas/loop.schema.json` | the language's JSON Schema (editors complete and explain keys) |
+| `schemas/` | JSON Schemas of loops, tests and reply scripts (each file's first line points its editor at one) |
 | `.pre-commit-config.yaml` | `loopdsl lint` on every commit |
 
 ## Check it

@@ -1,0 +1,89 @@
+"""LiteLLM, imported once: on first use, or in the background from the start of a real run.
+
+`import litellm` takes seconds (more under load). Only real model calls need it: scripted
+runs, `test`, `audit`, `lint` and `cost` never import it. A real run starts the import in
+a background thread as the process starts (`start_loading`), so it overlaps reading the
+loop, opening the store and making the worktree; whoever needs LiteLLM then waits for that
+one import (`wait_until_loaded`) instead of starting its own. It is started only for a loop
+that calls models, because a process that ends sooner waits at exit for the import to end.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from typing import Any
+
+_lock = threading.Lock()
+_loaded = threading.Event()
+_thread: threading.Thread | None = None
+_failure: BaseException | None = None
+
+
+def _set_defaults() -> None:
+    # LiteLLM reads these while importing; a user's explicit value is kept.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
+
+
+def ensure_litellm() -> Any:
+    """Import LiteLLM the way loopdsl needs it: offline price map, no ./.env, quiet.
+
+    Called from the background thread or directly; a second caller waits on Python's
+    import lock for the first one's import, so LiteLLM is imported once either way.
+    """
+    _set_defaults()
+    import litellm
+
+    litellm.suppress_debug_info = True
+    # Never fetch a HuggingFace tokenizer over the network to count tokens:
+    # non-OpenAI counts are estimates either way and get our safety margin.
+    litellm.disable_hf_tokenizer_download = True
+    litellm.num_retries = 0
+    if not os.environ.get("LITELLM_LOG"):
+        # Each loopdsl.run() is its own asyncio loop; LiteLLM's background logging worker
+        # warns when it moves to the next one. Errors still show; LITELLM_LOG overrides.
+        logging.getLogger("LiteLLM").setLevel(logging.ERROR)
+    _loaded.set()
+    return litellm
+
+
+def _load_in_background() -> None:
+    global _failure
+    try:
+        ensure_litellm()
+    except BaseException as exc:  # noqa: BLE001 - kept and re-raised by the waiter, in its own thread
+        _failure = exc
+        _loaded.set()
+
+
+def start_loading() -> None:
+    """Start importing LiteLLM in a background thread (once); returns at once."""
+    global _thread
+    with _lock:
+        if _thread is not None or _loaded.is_set():
+            return
+        _set_defaults()  # in this thread: os.environ is not changed under the main thread's feet
+        # Not a daemon: a daemon thread killed mid-import at interpreter exit can abort the
+        # process ("FATAL: exception not rethrown"); exit waits for the import to end instead.
+        _thread = threading.Thread(target=_load_in_background, name="loopdsl-import-litellm", daemon=False)
+        _thread.start()
+
+
+def is_loaded() -> bool:
+    return _loaded.is_set() and _failure is None
+
+
+async def wait_until_loaded() -> Any:
+    """LiteLLM, once imported; waits in a worker thread so the event loop keeps running."""
+    if not _loaded.is_set():
+        if _thread is None:
+            start_loading()
+        await asyncio.to_thread(_loaded.wait)
+    if _failure is not None:
+        raise _failure
+    return ensure_litellm()
+
+
+__all__ = ["ensure_litellm", "is_loaded", "start_loading", "wait_until_loaded"]
