@@ -7,7 +7,8 @@ states alternating, N state executions, a guard deciding when to stop. loopdsl r
 it as a loop file of two `set` states:
   - in memory (the engine with no store: what `loopdsl.run(...)` does by default);
   - durable (a diskcache run store, one committed transaction per step, SQLite WAL
-    with synchronous NORMAL: a killed process resumes from the last step).
+    with synchronous NORMAL: a killed process resumes from the last step), holding the
+    run's lock as `loopdsl run` does, so each commit also checks the lock's owner token.
 Peers are measured by importing the shared peer benchmark when it is beside the
 checkout; ratios are computed against figures from this same run.
 """
@@ -49,16 +50,17 @@ def _no_provider():
 
 def run_loopdsl(n: int, durable: bool) -> float:
     compiled = compile_loop(bench_loop(n))
-    store = None
+    store = lock = None
     if durable:
         store = RunStore(Path(tempfile.mkdtemp()) / "store")
         run_id = store.new_run_id()
-        recorder = StoreRecorder(store, run_id)
+        lock = store.lock(run_id)
+        recorder = StoreRecorder(store, run_id, lock)
     else:
         run_id, recorder = "bench", MemoryRecorder()
     state = new_run_state(compiled.loop, run_id, {})
     if store is not None:
-        store.create_run(run_id, state.to_json())
+        store.create_run(run_id, state.to_json(), lock=lock)
     ports = Ports(provider=_no_provider, recorder=recorder, keep_events=False)
     engine = Engine(compiled, state, ports)
     t = time.perf_counter()

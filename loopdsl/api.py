@@ -18,7 +18,7 @@ from .engine import Engine, MemoryRecorder, NoHuman, Ports, utc_now
 from .inputs import coerce_inputs
 from .model import LlmAction, Loop
 from .runstate import COMPLETED, RUNNING, WAITING, RunState
-from .store import RunStore, StoreError, default_store_dir
+from .store import RunLock, RunStore, StoreError, default_store_dir
 
 EXIT_CODES = {COMPLETED: 0, WAITING: 4}
 
@@ -222,20 +222,23 @@ def make_ports(
 class StoreRecorder:
     """Commits run states and events to the durable run store."""
 
-    def __init__(self, store: RunStore, run_id: str):
+    def __init__(self, store: RunStore, run_id: str, lock: RunLock | None = None):
         self.store = store
         self.run_id = run_id
+        # The run's lock: every commit checks, in its transaction, that it is still ours.
+        self.lock = lock
 
-    def commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
+    def commit(self, run: RunState, events: list[dict[str, Any]], *,
+               expect: Callable[[dict[str, Any]], None] | None = None) -> None:
         record = run.to_json()
         record["group"] = run.meta.get("group")
-        self.store.commit(self.run_id, record, events)
+        self.store.commit(self.run_id, record, events, lock=self.lock, expect=expect)
 
     def get_response(self, key: str) -> dict[str, Any] | None:
         return self.store.get_response(key)
 
     def put_response(self, key: str, value: dict[str, Any]) -> None:
-        self.store.put_response(key, value)
+        self.store.put_response(key, value, lock=self.lock)
 
     def get_cached(self, key: str) -> dict[str, Any] | None:
         return self.store.get_cached(key)

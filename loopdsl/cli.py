@@ -2,7 +2,7 @@
 
 Exit codes (documented in docs/cli.md): 0 completed / clean, 1 findings or a run
 that ended other than completed, 2 usage or lint error, 3 internal error, 4 waiting
-for a person.
+for a person, 5 another process changed the run first (took it over, or decided).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import click
 if TYPE_CHECKING:
     from .durable import RunConflict
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL, EXIT_WAITING = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL, EXIT_WAITING, EXIT_CHANGED = 0, 1, 2, 3, 4, 5
 
 FORMATS = click.Choice(["text", "json", "github"])
 
@@ -123,11 +123,13 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         from .diagnostics import LoopError, format_text
         from .inputs import InputError
         from .packages import PackageError
-        from .store import StoreError
+        from .store import RunChanged, StoreError
         from .workspace import WorkspaceError
 
         try:
             return fn(*args, **kwargs)
+        except RunChanged as exc:  # lost the run to another process: stop, record nothing
+            _fail(exc.message, exc.hint, EXIT_CHANGED)
         except LoopError as exc:
             click.echo(format_text(exc.diagnostics), err=True)
             sys.exit(EXIT_USAGE)
@@ -334,12 +336,16 @@ def runs(store: str | None, as_json: bool) -> None:
 
     where = Path(store) if store else default_store_dir(Path.cwd())
     # No store yet simply means no runs yet (and listing must not create one).
-    records = [r for r in open_store(where, Path.cwd()).list_runs() if not r.get("parent")] if where.exists() else []
+    records = [r for r in open_store(where, Path.cwd()).list_runs(check=True) if not r.get("parent")] if where.exists() else []
     if as_json:
         click.echo(json.dumps([{**{k: r.get(k) for k in ("run_id", "loop", "status", "started_at", "ended_at", "ledger")},
-                                 "interrupted": bool(r.get("interrupted"))} for r in records], indent=2))
+                                 "interrupted": bool(r.get("interrupted")),
+                                 **({"damaged": r["damaged"]} if "damaged" in r else {})} for r in records], indent=2))
     else:
         click.echo(runs_table(records))
+    for r in records:
+        if r.get("status") == "damaged":
+            click.echo(f"loopdsl: warning: run {r['run_id']} in {where} is damaged: {r['damaged']}", err=True)
 
 
 @cli.command()
@@ -355,9 +361,9 @@ def show(run_id: str, store: str | None, as_json: bool) -> None:
 
     st = open_store(store, Path.cwd(), create=False)
     full = st.resolve(run_id)
-    record = st.load(full)
+    record = st.load_run(full)
     events = st.events(full)
-    children = [r for r in st.list_runs() if r.get("parent") == full]
+    children = [r for r in st.list_runs(check=True) if r.get("parent") == full and r.get("status") != "damaged"]
     if as_json:
         click.echo(json.dumps({"run": record, "events": events, "children": children}, indent=2, ensure_ascii=False, default=str))
     else:

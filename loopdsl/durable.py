@@ -19,12 +19,14 @@ from .api import (
 from .compile import CompiledLoop, compile_loop
 from .engine import Engine, utc_now
 from .runstate import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events
-from .store import RunStore
+from .store import RunChanged, RunLock, RunStore
 from .workspace import (
     SecretInCommit, WorkspaceError, Worktree, create_worktree, find_repo_root, finish_worktree, open_worktree,
 )
 
 GROUP_WAIT_POLL_S = 2.0
+# How long `approve`/`reject`/`decide` wait for another process's hold on the run's lock.
+DECIDE_LOCK_WAIT_S = 3.0
 
 
 class RunConflict(Exception):
@@ -100,10 +102,11 @@ def _finish_workspace(state: RunState, engine: Engine) -> None:
     engine.ports.recorder.commit(state, [])
 
 
-async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, *, workdir: Path, script: Any,
-                   provider: Any, human: Any, cache: bool, listeners: Iterable[Callable[[dict[str, Any]], None]],
+async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, lock: RunLock, *, workdir: Path,
+                   script: Any, provider: Any, human: Any, cache: bool,
+                   listeners: Iterable[Callable[[dict[str, Any]], None]],
                    first: list[dict[str, Any]] | None = None, real_waits: bool = True) -> RunResult:
-    recorder = StoreRecorder(store, state.run_id)
+    recorder = StoreRecorder(store, state.run_id, lock)
     ports = make_ports(compiled.loop, script=script, provider=provider, human=human, workdir=workdir,
                        listeners=listeners, recorder=recorder, use_cache=cache, asked=state.meta.get("asked"),
                        real_waits=real_waits)
@@ -129,7 +132,7 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
         "script": str(Path(script).resolve()) if script else None,
     }
     state = new_run_state(loop, run_id, values, meta)
-    with store.lock(run_id):
+    with store.lock(run_id) as lock:
         record = state.to_json()
         record["group"] = meta["group"]
         if loop.concurrency is not None:
@@ -141,20 +144,20 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
                     except _KeepWaiting:
                         pass
                     else:
-                        store.create_run(run_id, record)
+                        store.create_run(run_id, record, lock=lock)
                         break
                 await asyncio.sleep(GROUP_WAIT_POLL_S)
         else:
-            store.create_run(run_id, record)
+            store.create_run(run_id, record, lock=lock)
         try:
             run_dir = _prepare_workspace(compiled, state, store, workdir)
         except WorkspaceError as exc:
             state.status, state.error, state.ended_at = "failed", {"kind": "workspace", "message": exc.message}, utc_now()
-            StoreRecorder(store, run_id).commit(state, [{"seq": 1, "t": utc_now(), "type": "end", "status": "failed"}])
+            StoreRecorder(store, run_id, lock).commit(state, [{"seq": 1, "t": utc_now(), "type": "end", "status": "failed"}])
             raise UsageError(exc.message, exc.hint) from None
         started = {"type": "start", "loop": loop.name, "run_id": run_id, "inputs": dict(values), "workdir": str(run_dir),
                    "caps": budget_caps(loop)}
-        return await _execute(compiled, state, store, workdir=run_dir, script=script, provider=provider,
+        return await _execute(compiled, state, store, lock, workdir=run_dir, script=script, provider=provider,
                               human=human, cache=cache, listeners=listeners, first=[started], real_waits=real_waits)
 
 
@@ -192,8 +195,8 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
                          listeners: Iterable[Callable[[dict[str, Any]], None]] = ()) -> RunResult:
     store = open_store(store, Path.cwd(), create=False)
     run_id = store.resolve(run_ref)
-    with store.lock(run_id):
-        state = RunState.from_json(store.load(run_id))
+    with store.lock(run_id) as lock:
+        state = RunState.from_json(store.load_run(run_id))
         if state.is_final:
             raise UsageError(f"run {run_id} already ended with status {state.status}", "`loopdsl show " + run_id + "` shows it")
         state.history = history_from_events(store.events(run_id))
@@ -215,7 +218,7 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
             await ready_to_call_models(compiled.loop, listeners)
         first = [{"type": "resume", "from_state": state.current, "status": state.status, "forced": bool(changed),
                   "caps": budget_caps(compiled.loop), "spent": {k: state.ledger.get(k, 0) for k in ("tokens", "cost_usd", "steps")}}]
-        return await _execute(compiled, state, store, workdir=workdir, script=script, provider=provider,
+        return await _execute(compiled, state, store, lock, workdir=workdir, script=script, provider=provider,
                               human=human, cache=cache, listeners=listeners, first=first)
 
 
@@ -226,8 +229,11 @@ def decide(run_ref: str, choice: str, comment: str = "", *, store: str | Path | 
 
     store = open_store(store, Path.cwd(), create=False)
     run_id = store.resolve(run_ref)
-    with store.lock(run_id):
-        state = RunState.from_json(store.load(run_id))
+    # Waits for a concurrent decision's short hold on the lock, then sees it was decided.
+    with store.lock(run_id, wait=DECIDE_LOCK_WAIT_S) as lock:
+        state = RunState.from_json(store.load_run(run_id))
+        if state.decision is not None and state.status == WAITING:
+            raise _decided_already(run_id, state.decision)
         if state.status != WAITING or not state.waiting:
             raise UsageError(f"run {run_id} is not waiting for a decision (status: {state.status})")
         waiting = state.waiting
@@ -246,21 +252,44 @@ def decide(run_ref: str, choice: str, comment: str = "", *, store: str | Path | 
         state.decision = decision(choice, comment, by=by)
         state.seq += 1
         event = {"seq": state.seq, "t": utc_now(), "type": "decision", "state": waiting["state"], **state.decision}
-        StoreRecorder(store, run_id).commit(state, [event])
+        StoreRecorder(store, run_id, lock).commit(state, [event], expect=_undecided(run_id, state.waiting))
         return state
+
+
+def _decided_already(run_id: str, decision: Mapping[str, Any]) -> RunChanged:
+    return RunChanged(
+        f"run {run_id} already has a decision: '{decision.get('decision')}' by {decision.get('by')} at "
+        f"{decision.get('at')}; this one was not recorded",
+        f"`loopdsl resume {run_id}` acts on the recorded decision; `loopdsl show {run_id}` shows it",
+    )
+
+
+def _undecided(run_id: str, waiting: Mapping[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """The compare of the decision's compare-and-set: the run still waits at the same
+    checkpoint with no decision (checked in the commit's own transaction)."""
+
+    def check(current: dict[str, Any]) -> None:
+        if current.get("decision"):
+            raise _decided_already(run_id, current["decision"])
+        if current.get("status") != WAITING or current.get("waiting") != waiting:
+            raise RunChanged(f"run {run_id} moved on while the decision was being recorded "
+                             f"(status: {current.get('status')}); it was not recorded",
+                             f"`loopdsl show {run_id}` shows where the run is now")
+
+    return check
 
 
 def abort(run_ref: str, *, store: str | Path | RunStore | None = None, reason: str = "") -> RunState:
     store = open_store(store, Path.cwd(), create=False)
     run_id = store.resolve(run_ref)
-    with store.lock(run_id):
-        state = RunState.from_json(store.load(run_id))
+    with store.lock(run_id) as lock:
+        state = RunState.from_json(store.load_run(run_id))
         if state.is_final:
             raise UsageError(f"run {run_id} already ended with status {state.status}")
         state.status, state.ended_at, state.pending = ABORTED, utc_now(), None
         state.seq += 1
         event = {"seq": state.seq, "t": utc_now(), "type": "end", "status": ABORTED, "reason": reason}
-        StoreRecorder(store, run_id).commit(state, [event])
+        StoreRecorder(store, run_id, lock).commit(state, [event])
         return state
 
 

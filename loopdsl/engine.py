@@ -24,12 +24,13 @@ from .ports import Human, MemoryRecorder, NoHuman, Ports, Recorder, utc_now
 from .retry import backoff_delay
 from .scripted import ScriptError, ScriptExhausted
 from .runstate import (
-    ABORTED, BUDGET_EXHAUSTED, COMPLETED, FAILED, RUNNING, WAITING, RunState,
+    ABORTED, BUDGET_EXHAUSTED, COMPLETED, FAILED, RUNNING, WAITING, NotJsonValue, RunState, json_value,
 )
 from .secrets import Redactor
-from .shell import run_command
+from .proctree import CommandRef, new_marker
+from .shell import CwdOutsideWorkspace, confined_cwd, run_command
 from .templates import Expression, RenderError, install_globals
-from .waiting import Waiting, checkpoint, resume_waiting, wait_for_person
+from .waiting import Waiting, checkpoint, resume_waiting, settle_interrupted_command
 
 # A key that is missing or refused does not come right by waiting: fail fast, even if `retry.on` lists it.
 NEVER_RETRIED = frozenset({"auth"})
@@ -264,11 +265,8 @@ class Engine:
         visit = run.visits.get(state.name, 1)
         pending = run.pending if run.pending and run.pending.get("state") == state.name else None
         attempt = int(pending["attempt"]) if pending else 1
-        if pending and pending.get("kind") == "shell" and not state.idempotent and not run.meta.pop("rerun_approved", False):
-            wait_for_person(self, state, reason="interrupted",
-                                  message=f"shell state '{state.name}' was cut off mid-way by a crash; "
-                                  "approve to run it again, reject to end the run",
-                                  choices=("approve", "reject"), timeout=None)
+        if pending and pending.get("kind") == "shell":
+            await settle_interrupted_command(self, state, pending)
         if state.kind in ("llm", "evaluate"):
             await self._wait_for_model_client()
         while True:
@@ -444,8 +442,8 @@ class Engine:
             for name, value in cs.set_values.items():
                 if isinstance(value, Expression):
                     try:
-                        values[name] = value(ctx)
-                    except RenderError as exc:
+                        values[name] = json_value(value(ctx))
+                    except (RenderError, NotJsonValue) as exc:
                         raise StepFailure("parse", f"set {name}: {exc}") from None
                 else:
                     values[name] = value
@@ -471,19 +469,27 @@ class Engine:
                 env[key] = template.render(ctx)
             cwd = self.ports.workdir
             if shell.cwd is not None:
-                cwd = (cwd / shell.cwd.render(ctx)).resolve()
+                cwd = confined_cwd(cwd, shell.cwd.render(ctx))
             if shell.command is not None:
                 script, placeholders = shell.command.prepare(ctx)
                 env.update(placeholders)
                 argv = None
             else:
                 script, argv = None, [t.render(ctx) for t in shell.argv or ()]
-        except RenderError as exc:
+        except (RenderError, CwdOutsideWorkspace) as exc:
             raise StepFailure("parse", f"rendering the command of '{cs.state.name}': {exc}") from None
-        if not cs.state.idempotent:
-            self._commit_pending({"kind": "shell", "state": cs.state.name, "visit": visit,
-                                  "attempt": attempt, "step_taken": True})
-        res = await run_command(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=self.redact)
+        marker = new_marker()
+        pending = {"kind": "shell", "state": cs.state.name, "visit": visit, "attempt": attempt, "step_taken": True,
+                   "command": {"marker": marker}}
+        if not cs.state.idempotent:  # committed before it starts: a crash from here on needs a person
+            self._commit_pending(pending)
+
+        def started(ref: CommandRef) -> None:
+            # Recorded before it is waited on: after a kill -9 of loopdsl, `resume` finds it still running.
+            self._commit_pending(dict(pending, command=ref.to_json()))
+
+        res = await run_command(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=self.redact,
+                                marker=marker, on_start=started)
         result = res.as_result()
         if res.timed_out:
             raise StepFailure("timeout", f"command timed out after {shell.spec.timeout:g}s", result=result)
@@ -531,12 +537,12 @@ class Engine:
         for name, template in templates.items():
             try:
                 if isinstance(template, Expression):
-                    outputs[name] = template(ctx)
+                    outputs[name] = json_value(template(ctx))
                 elif hasattr(template, "render"):
                     outputs[name] = template.render(ctx)
                 else:
                     outputs[name] = template
-            except RenderError as exc:
+            except (RenderError, NotJsonValue) as exc:
                 outputs[name] = None  # e.g. names a state this path never ran
                 self.emit("output_error", output=name, message=str(exc))
                 problems.append(f"output '{name}': {exc}")

@@ -18,7 +18,7 @@ from . import templates
 from .jsonschema_check import InvalidSchema, schema_errors
 from .model import BUILTIN_GATES, Gate
 from .secrets import Redactor, find_secrets
-from .shell import ShellResult
+from .shell import CwdOutsideWorkspace, ShellResult, confined_cwd
 
 # The part of a failing command's output that goes into the message (and so into feedback).
 OUTPUT_TAIL_BYTES = 2048
@@ -205,7 +205,10 @@ class GateRunner:
             env[key] = self._template(spec, f"env:{key}", value).render(context)
         cwd = self._cwd
         if spec.cwd:
-            cwd = self._cwd / self._template(spec, "cwd", spec.cwd).render(context)
+            try:
+                cwd = confined_cwd(self._cwd, self._template(spec, "cwd", spec.cwd).render(context))
+            except CwdOutsideWorkspace as exc:
+                raise _GateFailed(f"shell gate '{label}': {exc}") from None
         # A timeout on the reference (`{ref: x, timeout: 10s}`) overrides the named gate's.
         timeout = _first_set(outer.timeout, gate.timeout, spec.timeout)
         outcome = await self._run_shell(

@@ -70,6 +70,8 @@ class Progress:
             line = f"  waiting for a person at '{event['state']}': {event['message']}"
         elif kind == "resume":
             line = f"resuming at '{event['from_state']}'   [{self._spend()}]"
+        elif kind == "stopped_leftover":
+            line = f"  stopped the command '{event['state']}' left running (process group {event['pgid']}) before running it again"
         elif kind == "loading":
             line = f"loading {event.get('what', 'model client')}..."
         elif kind == "child":
@@ -165,7 +167,7 @@ def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunS
     if gates:
         lines.append("gates:")
         for e in gates:
-            lines.append(f"  {e['state']} {e['phase']}-gate {e['gate']}: {'pass' if e.get('passed') else 'FAIL'} ({e.get('duration_s', 0)}s)")
+            lines.append(f"  {e.get('state')} {e.get('phase')}-gate {e.get('gate')}: {'pass' if e.get('passed') else 'FAIL'} ({e.get('duration_s', 0)}s)")
     # `decision`: recorded by approve/reject/decide; `decided`: taken by the run (also from a
     # reply script or a prompt). One decision appears as both once the run resumed.
     decided = list({(e.get("state"), e.get("decision"), e.get("by"), e.get("at")): e
@@ -187,7 +189,7 @@ def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunS
             usage = e.get("usage") or {}
             cost = 0.0 if e.get("cached") else e.get("cost_usd")
             tag = " cached" if e.get("cached") else " replayed" if e.get("replayed") else ""
-            lines.append(f"  {e['state']} #{e.get('attempt')} {e.get('model')}: {usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens {_money(cost)}{tag}")
+            lines.append(f"  {e.get('state')} #{e.get('attempt')} {e.get('model')}: {usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens {_money(cost)}{tag}")
     files = state.meta.get("files") or {}
     if files:
         lines.append("files:")

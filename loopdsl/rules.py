@@ -255,6 +255,27 @@ def _suggest_name(name: str) -> str:
     return cleaned if cleaned[0].isalpha() else "s_" + cleaned
 
 
+@rule
+def cwd_outside_workspace(ctx: LintContext) -> Iterator[Diagnostic]:
+    """A literal `cwd` that the engine would refuse (shell.confined_cwd) is refused now."""
+    from .rules_templates import sites  # deferred: rules_templates imports this module
+
+    for site in sites(ctx):
+        if site.path[-1] != "cwd" or "{" in site.source:
+            continue  # a template is checked when it is rendered
+        parts = Path(site.source).parts
+        if Path(site.source).is_absolute() or ".." in parts:
+            yield ctx.diag(
+                "cwd-outside-workspace",
+                f'cwd "{site.source}" is outside the workspace'
+                + (" (an absolute path)" if Path(site.source).is_absolute() else " (a '..' part)"),
+                site.path,
+                value=True,
+                hint="name a folder relative to the workspace, e.g. `cwd: src`; commands never run "
+                "outside it",
+            )
+
+
 # ================================================================ references
 
 
@@ -318,6 +339,7 @@ RULE_DOCS: dict[str, tuple[str, str]] = {
     "shell-arithmetic": ("error", "A placeholder inside a shell arithmetic expression."),
     "shell-escaped-placeholder": ("error", "A placeholder right after a backslash or a `$`."),
     "shell-unsafe-raw": ("error", "`unsafe_raw` in a shell command."),
+    "cwd-outside-workspace": ("error", "A literal `cwd` that is absolute or has a `..` part: commands run inside the workspace (a rendered `cwd` that leads out fails its state)."),
     "secret-in-command": ("error", "`{{ secrets.X }}` in a command, its arguments, a shell gate or `cwd`: pass it in `env: {X: \"{{ secrets.X }}\"}` and read \"$X\"."),
     "secret-in-prompt": ("warning", "`{{ secrets.X }}` in a prompt, system message or criterion."),
     "secret-outside-env": ("error", "`secrets.X` read anywhere but whole in a command's `env:` or a prompt (a `with:` value, `set`, an output, a guard, a message), or a value derived from a secret (`secrets.X.split(':')[1]`, `secrets.X | int`): it would be stored or shown unredacted."),

@@ -1,5 +1,5 @@
-"""Running one command: its own process group, a timeout that kills the whole group,
-capped and redacted output.
+"""Running one command: its own session, a timeout that kills every process it started
+(its group, and what left the group: see `proctree`), capped and redacted output.
 
 The engine builds the complete environment (PATH, the `LOOPDSL_n` placeholder values,
 declared secrets) and passes it in; nothing here reads `os.environ`, so what a command
@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .model import DEFAULT_OUTPUT_CAP
+from .proctree import MARKER_VAR, CommandRef, command_alive, kill_now, new_marker, start_time, stop_command
 
 BASH = ("bash", "--noprofile", "--norc", "-eo", "pipefail", "-c")
 
@@ -32,6 +32,31 @@ _MIN_REDACTION_OVERLAP = 4096
 
 EXIT_NOT_FOUND = 127
 EXIT_CANNOT_RUN = 126
+
+
+class CwdOutsideWorkspace(ValueError):
+    """A `cwd` that names a folder outside the workspace (the message says which and why)."""
+
+
+def confined_cwd(workspace: Path, cwd: str) -> Path:
+    """`cwd` (relative to the workspace, as rendered) as a real path inside the workspace.
+
+    A rendered value may come from inputs or a model: an absolute path, a `..` part, or a
+    symlink that leads out would run the command elsewhere, so each is refused."""
+    base = Path(workspace).resolve()
+    if "\0" in cwd:
+        raise CwdOutsideWorkspace("cwd contains a NUL byte")
+    given = Path(cwd)
+    if given.is_absolute():
+        raise CwdOutsideWorkspace(f"cwd {cwd[:200]!r} is an absolute path; name a folder relative to the workspace")
+    if ".." in given.parts:
+        raise CwdOutsideWorkspace(f"cwd {cwd[:200]!r} has a '..' part; name a folder inside the workspace")
+    target = (base / given).resolve()
+    if target != base and base not in target.parents:
+        raise CwdOutsideWorkspace(
+            f"cwd {cwd[:200]!r} leads out of the workspace {base} (to {target}, through a symlink)"
+        )
+    return target
 
 
 @dataclass
@@ -98,48 +123,6 @@ def _exit_code(returncode: int | None) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _live_group_members(pgid: int) -> list[int] | None:
-    """Pids of the group's members that are not zombies, from /proc (Linux); None where
-    /proc is not available. Zombies matter: an orphaned grandchild stays a zombie until
-    init reaps it, which in some containers takes long, and `killpg(pgid, 0)` still counts it."""
-    proc_root = Path("/proc")
-    if not (proc_root / "self" / "stat").exists():
-        return None
-    members: list[int] = []
-    for entry in os.scandir(proc_root):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(os.path.join(entry.path, "stat"), "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        # Fields after the parenthesised command name: state ppid pgrp ...
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            members.append(int(entry.name))
-    return members
-
-
-def group_alive(pgid: int) -> bool:
-    """True while any process of group `pgid` is still running (zombies excluded on Linux)."""
-    members = _live_group_members(pgid)
-    if members is not None:
-        return bool(members)
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
 async def _exited(proc: asyncio.subprocess.Process) -> None:
     """Wait until the process itself has exited.
 
@@ -156,38 +139,32 @@ async def _exited(proc: asyncio.subprocess.Process) -> None:
         waiter.cancel()
 
 
-async def _stop_group(proc: asyncio.subprocess.Process, pgid: int, grace: float) -> None:
-    """SIGTERM the whole group, give it `grace` seconds, then SIGKILL whatever is left,
-    and reap the direct child. Grandchildren are re-parented to init, which reaps them."""
-    _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if proc.returncode is not None and not group_alive(pgid):
-            break
-        await asyncio.sleep(0.02)
-    # Unconditional: a member that ignores SIGTERM, or a zombie-free group that we merely
-    # could not observe, gets the same treatment. Signalling an empty group is harmless.
-    _signal_group(pgid, signal.SIGKILL)
+async def _stop_group(proc: asyncio.subprocess.Process, ref: CommandRef, grace: float) -> None:
+    """Stop every process of the command (SIGTERM, `grace` s, SIGKILL) and reap the
+    direct child. Grandchildren are re-parented to init, which reaps them."""
+    await stop_command(ref, grace, exited=lambda: proc.returncode is not None)
     await _exited(proc)
 
 
-async def _stop_after_cancelled_spawn(spawn: asyncio.Future[asyncio.subprocess.Process], grace: float) -> None:
+async def _stop_after_cancelled_spawn(spawn: asyncio.Future[asyncio.subprocess.Process], marker: str,
+                                      grace: float) -> None:
     try:
         proc = await spawn
     except asyncio.CancelledError:
-        spawn.add_done_callback(_kill_spawned_group)
+        spawn.add_done_callback(lambda done: _kill_spawned_group(done, marker))
         return
     except (OSError, ValueError):
         return  # it never started
+    ref = CommandRef(proc.pid, marker)
     try:
-        await _stop_group(proc, proc.pid, grace)
+        await _stop_group(proc, ref, grace)
     except asyncio.CancelledError:
-        _signal_group(proc.pid, signal.SIGKILL)
+        kill_now(ref)
 
 
-def _kill_spawned_group(spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
+def _kill_spawned_group(spawn: asyncio.Future[asyncio.subprocess.Process], marker: str) -> None:
     if not spawn.cancelled() and spawn.exception() is None:
-        _signal_group(spawn.result().pid, signal.SIGKILL)
+        kill_now(CommandRef(spawn.result().pid, marker))
 
 
 async def _await_readers(proc: asyncio.subprocess.Process, readers: asyncio.Future[Any], timeout: float) -> None:
@@ -220,18 +197,24 @@ async def run_command(
     output_cap: int = DEFAULT_OUTPUT_CAP,
     redact: Callable[[str], str] = lambda s: s,
     kill_grace: float = KILL_GRACE_S,
+    marker: str | None = None,
+    on_start: Callable[[CommandRef], None] | None = None,
 ) -> ShellResult:
     """Run `script` under `BASH`, or `argv` directly, in `cwd` with exactly `env`.
 
     The command gets its own session (so its own process group) and no stdin. On timeout,
-    and when the awaiting task is cancelled, the whole group is stopped (SIGTERM, then
-    SIGKILL after `kill_grace` s) and reaped before this returns or re-raises; on timeout
+    and when the awaiting task is cancelled, the command is stopped (its group and the
+    processes that left it, see `proctree`: SIGTERM, then SIGKILL after `kill_grace` s)
+    and reaped before this returns or re-raises; on timeout
     the result has `timed_out=True` and a note at the end of stderr. Background processes
     still holding the output pipes when the command exits are stopped the same way.
     stdout/stderr are read concurrently, each kept to `output_cap` bytes (the rest drained),
     decoded as UTF-8 with replacement, passed through `redact`, and marked when cut.
     A program that cannot be found gives exit code 127, one that cannot be executed 126,
     with the reason in stderr: never an exception.
+    The command's environment also gets `LOOPDSL_COMMAND_ID=<marker>` (a fresh one unless
+    given), which is how its processes are found (`proctree`); `on_start(ref)` is called
+    once it runs, before it is waited on (the engine records `ref` in the run store).
     """
     if (script is None) == (argv is None):
         raise ValueError("run_command needs exactly one of script= or argv=")
@@ -254,11 +237,12 @@ async def run_command(
     workdir = Path(cwd)
     if not workdir.is_dir():
         return failed_to_start(EXIT_CANNOT_RUN, f"working directory does not exist: {workdir}")
+    marker = marker or new_marker()
     spawn = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *command,
             cwd=str(workdir),
-            env=dict(env),
+            env={**env, MARKER_VAR: marker},
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -270,7 +254,7 @@ async def run_command(
         # make asyncio kill only the direct child, leaving its own children running.
         proc = await asyncio.shield(spawn)
     except asyncio.CancelledError:
-        await _stop_after_cancelled_spawn(spawn, kill_grace)
+        await _stop_after_cancelled_spawn(spawn, marker, kill_grace)
         raise
     except FileNotFoundError:
         return failed_to_start(EXIT_NOT_FOUND, f"command not found: {command[0]}")
@@ -280,38 +264,17 @@ async def run_command(
         return failed_to_start(EXIT_CANNOT_RUN, f"cannot run {command[0]}: {exc.strerror or exc}")
 
     # start_new_session makes the child a session and group leader: its pid is the pgid.
-    pgid = proc.pid
+    ref = CommandRef(proc.pid, marker, start_time(proc.pid), _pipe_inodes(proc))
+    if on_start is not None:
+        try:
+            on_start(ref)
+        except BaseException:
+            await asyncio.shield(_stop_group(proc, ref, kill_grace))
+            raise
     overlap = max(_MIN_REDACTION_OVERLAP, 4 * int(getattr(redact, "longest", 0) or 0))
     out, err = _CappedStream(output_cap + overlap), _CappedStream(output_cap + overlap)
     readers = asyncio.gather(out.drain(proc.stdout), err.drain(proc.stderr))
-    timed_out = False
-    leftovers_stopped = False
-    try:
-        try:
-            await asyncio.wait_for(_exited(proc), timeout)
-        except asyncio.TimeoutError:
-            timed_out = True
-            await _stop_group(proc, pgid, kill_grace)
-        else:
-            try:
-                await asyncio.wait_for(asyncio.shield(readers), PIPE_DRAIN_GRACE_S)
-            except asyncio.TimeoutError:
-                # Only a live group member can still be holding the pipes; a busy event
-                # loop alone can also make the readers late.
-                if group_alive(pgid):
-                    leftovers_stopped = True
-                    await _stop_group(proc, pgid, kill_grace)
-        await _await_readers(proc, readers, kill_grace + PIPE_DRAIN_GRACE_S)
-    except asyncio.CancelledError:
-        # Stop the group even if we are cancelled again meanwhile: the SIGKILL in the
-        # fallback means no process outlives a cancelled step.
-        try:
-            await asyncio.shield(_stop_group(proc, pgid, kill_grace))
-        except asyncio.CancelledError:
-            _signal_group(pgid, signal.SIGKILL)
-        if not readers.done():
-            _abandon(proc, readers)
-        raise
+    timed_out, leftovers_stopped = await _supervise(proc, ref, readers, timeout, kill_grace)
 
     stdout, out_cut = _finish_text(out, output_cap, redact)
     stderr, err_cut = _finish_text(err, output_cap, redact)
@@ -327,6 +290,54 @@ async def run_command(
         timed_out=timed_out,
         truncated=out_cut or err_cut,
     )
+
+
+async def _supervise(proc: asyncio.subprocess.Process, ref: CommandRef, readers: asyncio.Future[Any],
+                     timeout: float | None, kill_grace: float) -> tuple[bool, bool]:
+    """Wait for the command and its output; stop it on timeout, cancellation, or when
+    leftover processes keep its pipes open. Returns (timed out, leftovers stopped)."""
+    timed_out = leftovers_stopped = False
+    try:
+        try:
+            await asyncio.wait_for(_exited(proc), timeout)
+        except asyncio.TimeoutError:
+            timed_out = True
+            await _stop_group(proc, ref, kill_grace)
+        else:
+            try:
+                await asyncio.wait_for(asyncio.shield(readers), PIPE_DRAIN_GRACE_S)
+            except asyncio.TimeoutError:
+                # Only a live process of the command can still be holding the pipes; a
+                # busy event loop alone can also make the readers late.
+                if command_alive(ref):
+                    leftovers_stopped = True
+                    await _stop_group(proc, ref, kill_grace)
+        await _await_readers(proc, readers, kill_grace + PIPE_DRAIN_GRACE_S)
+    except asyncio.CancelledError:
+        # Stop the command even if we are cancelled again meanwhile: the SIGKILL in the
+        # fallback means no process outlives a cancelled step.
+        try:
+            await asyncio.shield(_stop_group(proc, ref, kill_grace))
+        except asyncio.CancelledError:
+            kill_now(ref)
+        if not readers.done():
+            _abandon(proc, readers)
+        raise
+    return timed_out, leftovers_stopped
+
+
+def _pipe_inodes(proc: asyncio.subprocess.Process) -> tuple[int, ...]:
+    """Inodes of our read ends of the command's stdout/stderr: a process still holding
+    one is the command's, whatever session or environment it has."""
+    transport = getattr(proc, "_transport", None)
+    inodes = []
+    for fd in (1, 2):
+        pipe = transport.get_pipe_transport(fd) if transport is not None else None
+        handle = pipe.get_extra_info("pipe") if pipe is not None else None
+        if handle is not None:
+            with contextlib.suppress(OSError, ValueError):
+                inodes.append(os.fstat(handle.fileno()).st_ino)
+    return tuple(inodes)
 
 
 def _nul_byte_in(command: Sequence[str], env: Mapping[str, str]) -> str | None:

@@ -1,7 +1,7 @@
 """The durable run store: run records, event logs, run locks and stored LLM responses.
 
 The JSON-only diskcache Disk and the directory checks are in `store_disk`, the run
-lock's handle and heartbeat in `store_lock`.
+lock's handle, heartbeat and fencing token in `store_lock`, run ids and keys in `store_keys`.
 
 One directory per store (by default `.loopdsl/` at the repository root) holding a
 diskcache `Cache` (SQLite in WAL mode) that never evicts and stores every value as JSON
@@ -14,14 +14,14 @@ Key layout (all keys are strings):
   run/<id>/n                 number of events of the run
   run/<id>/event/<n:010d>    one event, append-only
   lock/<name>                the holder of a run lock (expires unless refreshed)
+  owner/<name>               the token of the last process that took the lock (a fencing
+                             token: every commit under a lock checks it in its transaction)
   response/<sha256>          paid LLM responses of runs (never evicted)
   cache/<sha256>             optional cross-run response cache
 """
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import os
 import secrets
 import socket
@@ -45,7 +45,17 @@ from .store_disk import (
     StoreError,
     _prepare_directory,
 )
-from .store_lock import RunLock, _holder_is_dead, _lock_key
+from .runstate import events_problem, record_problem
+from .store_keys import (
+    _check_run_id,
+    _count_key,
+    _event_key,
+    _record_key,
+    child_run_id,
+    default_store_dir,
+    response_key,
+)
+from .store_lock import RunChanged, RunLock, _holder_is_dead, _lock_key, add_lock, check_owner, take_over
 
 ACTIVE_STATUSES = ("running", "waiting")
 _RUN_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -84,62 +94,12 @@ def _guarded(method: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+def _damaged_entry(run_id: str, problem: str) -> dict[str, Any]:
+    return {"run_id": run_id, "status": "damaged", "loop": "?", "damaged": problem}
+
+
 def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _record_key(run_id: str) -> str:
-    return f"run/{run_id}/record"
-
-
-def _count_key(run_id: str) -> str:
-    return f"run/{run_id}/n"
-
-
-def _event_key(run_id: str, index: int) -> str:
-    # Zero-padded so keys sort in event order too.
-    return f"run/{run_id}/event/{index:010d}"
-
-
-def _check_run_id(run_id: str) -> None:
-    ok = (
-        isinstance(run_id, str)
-        and 0 < len(run_id) <= 64
-        and all(c.isascii() and (c.isalnum() or c in "._-") for c in run_id)
-    )
-    if not ok:
-        raise StoreError(
-            f"invalid run id {run_id!r}",
-            "run ids are 1-64 characters of letters, digits, '.', '_' or '-'",
-        )
-
-
-def response_key(
-    run_id: str, state: str, visit: int, attempt: int, request_canonical: dict[str, Any]
-) -> str:
-    """The key of a paid LLM response: sha256 of the canonical JSON of exactly these fields."""
-    payload = {
-        "run_id": run_id,
-        "state": state,
-        "visit": visit,
-        "attempt": attempt,
-        "request": request_canonical,
-    }
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def default_store_dir(start: Path) -> Path:
-    """LOOPDSL_STORE if set, else `.loopdsl/` at the enclosing git root, else `start/.loopdsl`."""
-    configured = os.environ.get("LOOPDSL_STORE")
-    if configured:
-        return Path(configured).expanduser()
-    start = Path(start).resolve()
-    for candidate in (start, *start.parents):
-        # `.git` is a directory in a clone and a file in a worktree or submodule.
-        if (candidate / ".git").exists():
-            return candidate / ".loopdsl"
-    return start / ".loopdsl"
 
 
 # --------------------------------------------------------------------------- the store
@@ -211,10 +171,12 @@ class RunStore:
                 return run_id
 
     @_guarded
-    def create_run(self, run_id: str, record: dict[str, Any]) -> None:
+    def create_run(self, run_id: str, record: dict[str, Any], *, lock: RunLock | None = None) -> None:
         _check_run_id(run_id)
         cache = self._cache
         with cache.transact():
+            if lock is not None:
+                check_owner(cache, lock)
             if cache.get(_count_key(run_id)) is not None:
                 raise StoreError(
                     f"a run with id {run_id!r} already exists in {self.directory}",
@@ -228,15 +190,30 @@ class RunStore:
 
     @_guarded
     def commit(
-        self, run_id: str, record: dict[str, Any], events: Sequence[dict[str, Any]] = ()
+        self,
+        run_id: str,
+        record: dict[str, Any],
+        events: Sequence[dict[str, Any]] = (),
+        *,
+        lock: RunLock | None = None,
+        expect: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
-        """Replace the run record and append events in one atomic transaction."""
+        """Replace the run record and append events in one atomic transaction.
+
+        With `lock`, the commit happens only while that lock is still this process's (its
+        token is the run's owner), checked inside the same transaction: a process that was
+        suspended past the lock's ttl and taken over gets RunChanged instead of writing.
+        `expect(current_record)` may raise to refuse the commit (a compare-and-set)."""
         cache = self._cache
         stamped = {**record, "updated_at": _now_iso()}
         with cache.transact():
+            if lock is not None:
+                check_owner(cache, lock)
             count = cache.get(_count_key(run_id))
             if count is None:
                 raise self._unknown(run_id)
+            if expect is not None:
+                expect(cache.get(_record_key(run_id)))
             if events:
                 # One row per commit, holding that commit's events: a step's three events
                 # cost one write instead of three (the count key counts these batches).
@@ -246,9 +223,21 @@ class RunStore:
 
     @_guarded
     def load(self, run_id: str) -> dict[str, Any]:
+        """The stored record as JSON (any object); `load_run` also checks its shape."""
         record = self._cache.get(_record_key(run_id))
         if record is None:
             raise self._unknown(run_id)
+        if not isinstance(record, dict):
+            raise self._damaged(run_id, f"the record is a JSON {type(record).__name__}, not an object")
+        return record
+
+    def load_run(self, run_id: str) -> dict[str, Any]:
+        """A run record checked to have the shape `RunState.from_json` needs (else a
+        StoreError naming the run and the store, never a crash further on)."""
+        record = self.load(run_id)
+        problem = record_problem(record)
+        if problem is not None:
+            raise self._damaged(run_id, problem)
         return record
 
     @_guarded
@@ -257,17 +246,22 @@ class RunStore:
         count = cache.get(_count_key(run_id))
         if count is None:
             raise self._unknown(run_id)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise self._damaged(run_id, "its event count is not a number")
         # Batches are append-only, so every index below the count read above exists.
         events: list[dict[str, Any]] = []
         for i in range(count):
             batch = cache.get(_event_key(run_id, i))
             events.extend(batch if isinstance(batch, list) else [batch])
+        problem = events_problem(events)
+        if problem is not None:
+            raise self._damaged(run_id, problem)
         return events
 
     @_guarded
     def resolve(self, ref: str) -> str:
         ref = ref.strip()
-        ids = self._cache.get("runs") or []
+        ids = self._run_ids()
         if ref in ids:
             return ref
         matches = [run_id for run_id in ids if ref and run_id.startswith(ref)]
@@ -291,17 +285,38 @@ class RunStore:
             "type more characters of the run id",
         )
 
+    def _run_ids(self) -> list[str]:
+        ids = self._cache.get("runs") or []
+        if not isinstance(ids, list):
+            raise StoreError(
+                f"the run index of the store {self.directory} is damaged (not a list of run ids)",
+                "move the store directory aside (or set LOOPDSL_STORE) to start a fresh store",
+            )
+        return [run_id for run_id in ids if isinstance(run_id, str)]
+
     @_guarded
-    def list_runs(self) -> list[dict[str, Any]]:
-        """Run records, newest first; each carries `run_id`."""
+    def list_runs(self, *, check: bool = False) -> list[dict[str, Any]]:
+        """Run records, newest first; each carries `run_id`. A record that cannot be read
+        (or, with `check`, lacks the shape of a run record) is listed as {run_id, status:
+        "damaged", damaged: why}, so one bad record does not hide the others."""
         out = []
-        for run_id in reversed(self._cache.get("runs") or []):
-            record = self._cache.get(_record_key(run_id))
-            if record is not None:
-                record.setdefault("run_id", run_id)
-                if record.get("status") == "running" and not self._driven(run_id):
-                    record["interrupted"] = True  # its process was killed: `resume` continues it
-                out.append(record)
+        for run_id in reversed(self._run_ids()):
+            try:
+                record = self._cache.get(_record_key(run_id))
+            except StoreError as exc:  # not JSON at all
+                out.append(_damaged_entry(run_id, exc.message))
+                continue
+            if record is None:
+                continue
+            problem = (record_problem(record) if check else
+                       None if isinstance(record, dict) else "the record is not a JSON object")
+            if problem is not None:
+                out.append(_damaged_entry(run_id, problem))
+                continue
+            record.setdefault("run_id", run_id)
+            if record.get("status") == "running" and not self._driven(run_id):
+                record["interrupted"] = True  # its process was killed: `resume` continues it
+            out.append(record)
         return out
 
     def _driven(self, run_id: str) -> bool:
@@ -321,6 +336,13 @@ class RunStore:
             if record["status"] == "waiting" or self._holder(record["run_id"]) is not None:
                 active.append(record["run_id"])
         return active
+
+    def _damaged(self, run_id: str, problem: str) -> StoreError:
+        return StoreError(
+            f"run {run_id} in the store {self.directory} is damaged: {problem}",
+            "it was left untouched and the store's other runs still work (`loopdsl runs` lists "
+            "them); to be rid of it, move the store aside (or set LOOPDSL_STORE) for a fresh one",
+        )
 
     def _unknown(self, run_id: str) -> StoreError:
         return StoreError(
@@ -353,22 +375,15 @@ class RunStore:
         deadline = time.monotonic() + wait
         reread = False
         while True:
-            # `add` is atomic and treats an expired row as absent: one winner per key.
-            if self._cache.add(_lock_key(run_id), holder_info, expire=ttl):
-                handle = RunLock(self, run_id, ttl, token)
-                with self._locks_guard:
-                    self._locks.add(handle)
-                return handle
+            if add_lock(self._cache, run_id, holder_info, ttl):
+                return self._held(run_id, ttl, holder_info)
             # Empty when the holder expired between our add and this read: try once more.
             holder = self._holder(run_id) or {}
             if not holder and not reread:
                 reread = True
                 continue
-            if _holder_is_dead(holder) and self._take_over(run_id, holder, holder_info, ttl):
-                handle = RunLock(self, run_id, ttl, token)
-                with self._locks_guard:
-                    self._locks.add(handle)
-                return handle
+            if _holder_is_dead(holder) and take_over(self._cache, run_id, holder, holder_info, ttl):
+                return self._held(run_id, ttl, holder_info)
             if time.monotonic() >= deadline:
                 raise RunLocked(
                     f"run {run_id} is in use by process {holder.get('pid', '?')} on host "
@@ -378,15 +393,11 @@ class RunStore:
                 )
             time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
-    def _take_over(self, run_id: str, dead: dict[str, Any], mine: dict[str, Any], ttl: float) -> bool:
-        """Replace a dead holder's lock, atomically: only if it is still that holder's."""
-        cache = self._cache
-        with cache.transact():
-            current = self._holder(run_id)
-            if current is None or current.get("token") != dead.get("token"):
-                return False
-            cache.set(_lock_key(run_id), mine, expire=ttl)
-            return True
+    def _held(self, run_id: str, ttl: float, holder_info: dict[str, Any]) -> RunLock:
+        handle = RunLock(self, run_id, ttl, holder_info)
+        with self._locks_guard:
+            self._locks.add(handle)
+        return handle
 
     @_guarded
     def _release(self, handle: RunLock) -> None:
@@ -405,8 +416,12 @@ class RunStore:
         return self._cache.get(f"response/{key}")
 
     @_guarded
-    def put_response(self, key: str, value: dict[str, Any]) -> None:
-        self._cache.set(f"response/{key}", value)
+    def put_response(self, key: str, value: dict[str, Any], *, lock: RunLock | None = None) -> None:
+        """Keep a paid response; with `lock`, only while that lock still owns its run."""
+        with self._cache.transact():
+            if lock is not None:
+                check_owner(self._cache, lock)
+            self._cache.set(f"response/{key}", value)
 
     @_guarded
     def get_cached(self, key: str) -> dict[str, Any] | None:
@@ -418,6 +433,6 @@ class RunStore:
 
 
 __all__ = [
-    "ACTIVE_STATUSES", "DB_NAME", "FORMAT_VERSION", "MARKER_NAME", "JsonOnlyDisk", "RunLock",
-    "RunLocked", "RunStore", "StoreError", "default_store_dir", "response_key",
+    "ACTIVE_STATUSES", "DB_NAME", "FORMAT_VERSION", "MARKER_NAME", "JsonOnlyDisk", "RunChanged",
+    "RunLock", "RunLocked", "RunStore", "StoreError", "child_run_id", "default_store_dir", "response_key",
 ]

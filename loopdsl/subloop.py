@@ -38,6 +38,9 @@ class ChildRecorder:
         self.store_id = store_id
         self.parent_run_id = parent_run_id
         self.commit_parent = commit_parent
+        # The parent's run lock fences the child's commits too.
+        self.lock = getattr(parent, "lock", None)
+        self.created = False
 
     def load(self) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """The child's committed record and events, when an earlier process started it."""
@@ -46,22 +49,19 @@ class ChildRecorder:
         from .store import StoreError
 
         try:
-            return self.store.load(self.store_id), self.store.events(self.store_id)
+            return self.store.load_run(self.store_id), self.store.events(self.store_id)
         except StoreError:
             return None
 
     def commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
         if self.store is None:
             return
-        from .store import StoreError
-
         record = self.redact(run.to_json())
         record["parent"] = self.parent_run_id
-        try:
-            self.store.commit(self.store_id, record, events)
-        except StoreError:  # the first commit of this child: create its record
-            self.store.create_run(self.store_id, record)
-            self.store.commit(self.store_id, record, events)
+        if not self.created and self.load() is None:  # the first commit of this child
+            self.store.create_run(self.store_id, record, lock=self.lock)
+        self.created = True
+        self.store.commit(self.store_id, record, events, lock=self.lock)
         self.commit_parent()
 
     def get_response(self, key: str) -> dict[str, Any] | None:
@@ -101,6 +101,7 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
     from .api import load, new_run_state
     from .compile import compile_loop
     from .engine import Engine, Ports
+    from .store import child_run_id
 
     action = cs.state.action
     assert isinstance(action, LoopAction)
@@ -123,8 +124,8 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         if cs.for_each is not None:
             scope["item"], scope["index"] = item, index
         run_id = f"{base_id}/{index}" if cs.for_each is not None else base_id
-        recorder = ChildRecorder(parent.ports.recorder, run_id.replace("/", ".").replace("@", "."),
-                                 parent.run.run_id, parent.commit, parent.redact.redact_obj)
+        recorder = ChildRecorder(parent.ports.recorder, child_run_id(run_id), parent.run.run_id, parent.commit,
+                                 parent.redact.redact_obj)
         earlier = recorder.load()
         if earlier is not None and RunState.from_json(earlier[0]).is_final:
             done = RunState.from_json(earlier[0])  # finished before a crash: keep, do not re-run

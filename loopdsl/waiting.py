@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .compile import TIME_OUT, CompiledState
 from .llmcall import StepFailure, render_or_fail
+from .proctree import CommandRef, command_pids, stop_command
 from .model import CheckpointAction, State
 from .ports import utc_now
 from .runstate import FAILED, RUNNING, WAITING
@@ -56,6 +57,33 @@ def wait_for_person(engine: "Engine", state: State, *, reason: str, message: str
     engine.emit("waiting", state=state.name, message=message, choices=list(choices), reason=reason)
     engine.commit()
     raise Waiting()
+
+# How long a command left running by a killed loopdsl gets between SIGTERM and SIGKILL.
+LEFTOVER_GRACE_S = 2.0
+
+
+async def settle_interrupted_command(engine: "Engine", state: State, pending: dict[str, Any]) -> None:
+    """Before a shell state cut off by a crash runs again: its command may still be running
+    (loopdsl was killed, not the command). An idempotent one is stopped, a non-idempotent
+    one needs a person's go-ahead first (and is stopped once given)."""
+    ref = CommandRef.from_json(pending.get("command"))
+    running = (command_pids(ref) or []) if ref is not None else []
+    if not state.idempotent and not engine.run.meta.pop("rerun_approved", False):
+        if running:
+            assert ref is not None
+            message = (f"shell state '{state.name}' was cut off mid-way by a crash and its command is still running "
+                       f"(process group {ref.pgid}); approve to stop it and run it again, reject to end the run "
+                       "and leave it running")
+        else:
+            message = (f"shell state '{state.name}' was cut off mid-way by a crash; "
+                       "approve to run it again, reject to end the run")
+        wait_for_person(engine, state, reason="interrupted", message=message, choices=("approve", "reject"),
+                        timeout=None)
+    if running:
+        assert ref is not None
+        engine.emit("stopped_leftover", state=state.name, pgid=ref.pgid, pids=running)
+        await stop_command(ref, LEFTOVER_GRACE_S)
+
 
 def resume_waiting(engine: "Engine") -> bool:
     """After approve/reject/decide: continue, take on_timeout, or keep waiting."""

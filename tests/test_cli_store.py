@@ -107,3 +107,56 @@ def test_concurrency_conflicts_exit_0_when_skipped_and_1_when_failed(tmp_path: P
     assert skipped.returncode == 0 and "loopdsl: skipped: run(s)" in skipped.stderr
     assert "Traceback" not in failed.stderr + skipped.stderr
     assert len(RunStore(store).list_runs()) == 1
+
+
+# --------------------------------------------------------------------------- damaged records
+
+WRONG_SHAPES = [
+    ["not", "an", "object"],
+    {"status": "running"},
+    {"loop": "counter", "status": 5},
+    {"loop": "counter", "status": "running", "visits": "abc"},
+    {"loop": "counter", "status": "completed", "results": {"count": 3}},
+    {"loop": "counter", "status": "running", "ledger": {"outstanding": 5}},
+    {"loop": "counter", "status": "waiting", "path": [1, 2], "waiting": {"state": []}},
+]
+
+
+@pytest.mark.parametrize("shape", WRONG_SHAPES, ids=[str(i) for i in range(len(WRONG_SHAPES))])
+def test_a_record_of_the_wrong_shape_is_named_and_does_not_hide_the_others(tmp_path: Path, shape: object) -> None:
+    store = tmp_path / "store"
+    good = loopdsl.run(DATA / "counter.yaml", store=store, workdir=tmp_path)
+    bad = loopdsl.run(DATA / "counter.yaml", store=store, workdir=tmp_path)
+    with RunStore(store) as opened:  # valid JSON, written the way another tool would
+        opened._cache.set(f"run/{bad.run_id}/record", shape)
+
+    for command in (["show", bad.run_id], ["show", bad.run_id, "--json"], ["resume", bad.run_id], ["abort", bad.run_id]):
+        _user_error(_cli([*command, "--store", str(store)], tmp_path), f"run {bad.run_id}", str(store), "damaged")
+
+    table = _cli(["runs", "--store", str(store)], tmp_path)
+    assert table.returncode == 0, table.stderr
+    rows = {row.split()[0]: row.split()[2] for row in table.stdout.splitlines()[1:]}
+    assert rows == {good.run_id: "completed", bad.run_id: "damaged"}
+    assert f"run {bad.run_id} in {store} is damaged" in table.stderr
+    listed = json.loads(_cli(["runs", "--store", str(store), "--json"], tmp_path).stdout)
+    assert [(r["run_id"], r["status"]) for r in listed] == [(bad.run_id, "damaged"), (good.run_id, "completed")]
+    assert _cli(["show", good.run_id, "--store", str(store)], tmp_path).returncode == 0
+
+
+def test_a_set_value_that_is_not_json_fails_the_state_and_ends_the_run(tmp_path: Path) -> None:
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("loopdsl: 1\nname: setter\ndescription: sets a method\nbudget: {steps: 5}\nstart: a\n"
+                    "states:\n  a:\n    set: {x: \"feedback.upper\", b: \"budget\"}\n    next: done\n"
+                    "  done: {end: completed}\n")
+    assert _cli(["lint", str(loop)], tmp_path).returncode == 0
+    store = tmp_path / "store"
+    done = _cli(["run", str(loop), "--store", str(store)], tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "set x: a builtin_function_or_method is not a JSON value" in done.stdout + done.stderr
+    (record,) = RunStore(store).list_runs()
+    assert record["status"] == "failed" and record["error"]["kind"] == "parse"
+    # A mapping view (`budget`) is stored as its plain JSON value.
+    loop.write_text(loop.read_text().replace('x: "feedback.upper", ', ""))
+    again = _cli(["run", str(loop), "--store", str(store)], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert set(RunStore(store).list_runs()[0]["results"]["a"]["b"]) == {"spent", "remaining"}

@@ -248,3 +248,48 @@ def test_secret_straddling_the_cap_is_not_half_shown(tmp_path: Path) -> None:
 def test_missing_program_message_is_redacted_too(tmp_path: Path) -> None:
     result = run(argv=["secret-program-name"], cwd=tmp_path, redact=Redactor(["secret-program-name"]))
     assert result.exit_code == 127 and "secret-program-name" not in result.stderr
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie, as `ps` sees it (independent of the code under test)."""
+    out = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True, check=False).stdout
+    return bool(out.strip()) and not out.strip().startswith("Z")
+
+
+def _kill_listed(path: Path) -> None:
+    for text in path.read_text().split() if path.exists() else ():
+        with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+            os.kill(int(text), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("how", ["timeout", "cancel", "leftover"])
+def test_processes_that_left_the_group_are_stopped_too(tmp_path: Path, how: str) -> None:
+    # One child leaves with setsid (keeps the environment), one with setsid and `env -i`
+    # (a new session and an empty environment: found as a descendant of bash).
+    pids = tmp_path / "pids"
+    script = (f"setsid bash -c 'echo $$ >> {pids}; exec sleep 60' & "
+              f"setsid env -i bash -c 'echo $$ >> {pids}; exec sleep 61' & "
+              "while [ $(wc -l < " + str(pids) + " 2>/dev/null || echo 0) -lt 2 ]; do sleep 0.01; done; "
+              "echo ready; " + ("exit 0" if how == "leftover" else "sleep 100"))
+    try:
+        if how == "cancel":
+            async def scenario() -> None:
+                task = asyncio.create_task(run_command(script=script, cwd=tmp_path, env=ENV, timeout=None, kill_grace=0.3))
+                while len(pids.read_text().split() if pids.exists() else ()) < 2:
+                    await asyncio.sleep(0.01)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            asyncio.run(scenario())
+        else:
+            result = run(script=script, cwd=tmp_path, timeout=1.5 if how == "timeout" else 20, kill_grace=0.3)
+            assert result.stdout == "ready\n"
+            assert result.timed_out == (how == "timeout")
+        escaped = [int(p) for p in pids.read_text().split()]
+        assert len(escaped) == 2
+        deadline = time.monotonic() + 3
+        while any(_alive(p) for p in escaped) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [p for p in escaped if _alive(p)] == []
+    finally:
+        _kill_listed(pids)

@@ -258,3 +258,35 @@ def test_a_child_waiting_for_a_person_makes_the_parent_wait_and_takes_its_decisi
         assert done.status == status, done.state.error
         if choice == "approve":
             assert done.outputs == {"child_by": "dana"}
+
+
+def test_a_long_loop_state_name_still_gives_a_valid_child_run_id(loops: Path, tmp_path: Path) -> None:
+    # The store id of a child nests under its parent's; a long state name (and fan-out
+    # index, and visit) must not make it an invalid run id mid-run.
+    long_name = "a" + "_very_long_state_name" * 4
+    parent = loops / "long_parent.yaml"
+    parent.write_text(f"""\
+loopdsl: 1
+name: long-parent
+inputs:
+  stamps: {{type: string}}
+start: {long_name}
+states:
+  {long_name}:
+    loop: fan_child.yaml
+    for_each: "['x', 'y']"
+    with: {{name: "{{{{ item }}}}", stamps: "{{{{ inputs.stamps }}}}"}}
+    next: done
+  done:
+    end: completed
+""")
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
+    store = tmp_path / "store"
+    result = loopdsl.run(parent, {"stamps": str(stamps)}, store=store, workdir=tmp_path)
+    assert result.status == "completed", result.state.error
+    with RunStore(store) as probe:
+        children = [r for r in probe.list_runs() if r.get("parent") == result.run_id]
+    assert sorted(c["run_id"] for c in children) == [f"{result.run_id}/{long_name}/{i}" for i in (0, 1)]
+    shown = CliRunner().invoke(cli, ["show", result.run_id, "--store", str(store)], catch_exceptions=False)
+    assert shown.exit_code == 0 and f"{result.run_id}/{long_name}/1: completed" in shown.stdout

@@ -71,7 +71,7 @@ def _store_runs(store_dir: Path) -> list[dict[str, Any]] | None:
         return None
     try:
         with RunStore(store_dir) as store:
-            return store.list_runs()
+            return store.list_runs(check=True)
     except StoreError:
         return None
 

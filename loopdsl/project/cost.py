@@ -241,7 +241,7 @@ def measured(loop: Loop, store_dir: Path) -> dict[str, Any] | None:
         return None
     try:
         with RunStore(store_dir) as store:
-            records = [r for r in store.list_runs() if r.get("loop") == loop.name and r.get("status") in FINAL_STATUSES]
+            records = [r for r in store.list_runs(check=True) if r.get("loop") == loop.name and r.get("status") in FINAL_STATUSES]
     except StoreError:
         return None
     if not records:
