@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from . import bounded_json
 from .budget import Ledger, cost_for, reservation_for
 from .gates import strip_code_fence
 from .model import EvaluateAction, LlmAction, Loop, ModelAlias, Price
@@ -40,13 +41,15 @@ EVALUATOR_INSTRUCTIONS = (
 )
 def parse_json_reply(text: str) -> Any:
     try:
-        return json.loads(strip_code_fence(text))
+        return bounded_json.loads(strip_code_fence(text))
     except json.JSONDecodeError as exc:
         raise StepFailure(
             "parse",
             f"the reply is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
             "reply with JSON only",
         ) from None
+    except bounded_json.JsonLimitError as exc:
+        raise StepFailure("parse", f"the reply is not usable JSON: {exc}; reply with plain, shallow JSON") from None
 
 
 def request_key(run_id: str, state: str, visit: int, attempt: int, chain_index: int, request: Mapping[str, Any]) -> str:

@@ -23,6 +23,7 @@ from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
+from . import bounded_json
 from .model import DEFAULT_OUTPUT_CAP
 
 # Rule ids carried by TemplateError (lint reports them as `[rule-id]`); the shell ones are in
@@ -242,7 +243,7 @@ def _check_sum(iterable: Any, attribute: Any = None, start: Any = 0) -> None:
 
 def _fromjson(value: Any) -> Any:
     try:
-        return json.loads(value)
+        return bounded_json.loads(value)
     except (TypeError, ValueError) as exc:
         raise RenderError(f"fromjson: not valid JSON ({exc}): {str(value)[:80]!r}") from None
 

@@ -16,6 +16,8 @@ from typing import Any
 import diskcache
 from diskcache.core import MODE_RAW, UNKNOWN
 
+from . import bounded_json
+
 FORMAT_VERSION = 1
 MARKER_NAME = "loopdsl-store.json"
 DB_NAME = diskcache.core.DBNAME  # "cache.db"
@@ -72,7 +74,8 @@ class JsonOnlyDisk(diskcache.Disk):
                 "inspect it",
             )
         try:
-            return json.loads(value)
+            # A record holds a result that holds a reply's JSON: room for both, still bounded.
+            return bounded_json.loads(value, max_depth=4 * bounded_json.MAX_DEPTH)
         except ValueError:
             raise StoreError(
                 "the run store holds a value that is not valid JSON",

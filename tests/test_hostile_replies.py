@@ -1,0 +1,82 @@
+"""Hostile model replies (huge integers, deep nesting) are `parse` failures, never crashes:
+real `python -m loopdsl run` subprocesses with scripted replies."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loopdsl import bounded_json
+from loopdsl.secrets import Redactor
+
+LOOP = Path(__file__).parent / "data" / "limits" / "json_reply.yaml"
+SECRET = "sekrit-value-123"
+
+
+def run_loop(tmp_path: Path, replies: list[str], *extra: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps({"ask": replies}))
+    env = {k: v for k, v in os.environ.items() if k != "LOOPDSL_STORE"}
+    env["TOK"] = SECRET
+    return subprocess.run([sys.executable, "-m", "loopdsl", "run", str(LOOP), "--script", str(script),
+                           "--store", str(tmp_path / "store"), *extra],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+HOSTILE = {
+    "5000-digit integer": "1" * 5000,
+    "100,000-deep array": "[" * 100_000 + "]" * 100_000,
+    "600-deep array (the redactor walks it)": "[" * 600 + '"x"' + "]" * 600,
+    "deep object": '{"a":' * 5000 + "1" + "}" * 5000,
+    "infinity": "[1e999]",
+}
+
+
+@pytest.mark.parametrize("reply", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_hostile_reply_is_a_parse_failure_that_is_retried(tmp_path: Path, reply: str) -> None:
+    proc = run_loop(tmp_path, [reply, '{"ok": 1}'], "--json")
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    retries = [e for e in events if e.get("type") == "retry"]
+    assert [e["kind"] for e in retries] == ["parse"], retries
+
+
+def test_only_hostile_replies_fail_the_run_cleanly(tmp_path: Path) -> None:
+    proc = run_loop(tmp_path, ["[" * 100_000, "1" * 5000])
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    assert "internal error" not in proc.stderr
+    assert "nests deeper than" in proc.stdout + proc.stderr or "digits" in proc.stdout + proc.stderr
+
+
+def test_bounded_loads_limits() -> None:
+    assert bounded_json.loads('{"a": [1, 2.5, "[[[["]}') == {"a": [1, 2.5, "[[[["]}
+    assert bounded_json.loads("[" * 100 + "]" * 100) is not None
+    for text in ("[" * 101 + "]" * 101, "9" * 1001, "-" + "9" * 1001, "NaN", "[-Infinity]", "1e400"):
+        with pytest.raises(bounded_json.JsonLimitError):
+            bounded_json.loads(text)
+    with pytest.raises(json.JSONDecodeError):
+        bounded_json.loads('{"a": ')
+
+
+def test_redactor_walks_any_depth_without_recursion() -> None:
+    value: object = SECRET
+    for _ in range(50_000):
+        value = [value]
+    redacted = Redactor([SECRET]).redact_obj({"k": value})["k"]
+    for _ in range(50_000):
+        assert isinstance(redacted, list)
+        redacted = redacted[0]
+    assert redacted == "***"
+
+
+def test_measure_counts_shared_parts_each_time() -> None:
+    a = ["x" * 1000] * 10
+    size, depth = bounded_json.measure([[a] * 10] * 10, max_size=10**9)
+    assert size > 1000 * 1000 and depth == 3
+    size, _ = bounded_json.measure([[a] * 10] * 10, max_size=5000)
+    assert size > 5000
