@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .diagnostics import Diagnostic, Severity
+from .dominators import DominatorTree
 from .model import NAME_RE, RESERVED_NAMES, Loop, State, YamlPath
 
 if TYPE_CHECKING:
@@ -153,27 +154,9 @@ class LintContext:
         return preds
 
     @cached_property
-    def dominators(self) -> dict[str, set[str]]:
-        """For each reachable state, the states every path from `start` to it passes through
-        (itself included). The classic iterative data-flow solution: loops are small."""
-        order = [n for n in self.states if n in self.reachable]
-        everything = set(order)
-        dom: dict[str, set[str]] = {n: set(everything) for n in order}
-        if self.loop.start in dom:
-            dom[self.loop.start] = {self.loop.start}
-        changed = True
-        while changed:
-            changed = False
-            for n in order:
-                if n == self.loop.start:
-                    continue
-                preds = [p for p in self.predecessors[n] if p in dom]
-                new = set.intersection(*(dom[p] for p in preds)) if preds else set()
-                new = new | {n}
-                if new != dom[n]:
-                    dom[n] = new
-                    changed = True
-        return dom
+    def dominators(self) -> DominatorTree:
+        """Which states every path from `start` to a state passes through."""
+        return DominatorTree(self.loop.start, self.edges)
 
     @cached_property
     def local_models(self) -> list[str]:

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from .diagnostics import Diagnostic, Severity
+from .dominators import DominatorTree
 from .model import RESERVED_NAMES, Gate, ShellSpec, State, YamlPath
 from .rules import LintContext, did_you_mean, quoted_list, rule
 from .rules_jinja import NameUse, ScanError, scan, use_offset
@@ -187,21 +188,34 @@ def _syntax_diagnostics(ctx: LintContext, site: Site) -> list[Diagnostic]:
 # ---------------------------------------------------------------- names
 
 
-def _available(ctx: LintContext, site: Site) -> set[str] | None:
+@dataclass(frozen=True)
+class _Dominating:
+    """The states that dominate `target`, less `excluded`: results surely set there."""
+
+    tree: DominatorTree
+    target: str
+    excluded: frozenset[str]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name not in self.excluded and self.tree.dominates(name, self.target)
+
+
+def _available(ctx: LintContext, site: Site) -> _Dominating | None:
     """States whose results are surely set when `site` is evaluated; None: do not check."""
     if site.phase == "definition":
         return None
+    tree = ctx.dominators
     if site.phase == "outputs":
-        ends = [n for n, s in ctx.states.items() if s.is_end and n in ctx.dominators]
+        ends = [n for n, s in ctx.states.items() if s.is_end and n in tree]
         completed = [n for n in ends if ctx.states[n].end == "completed"] or ends
-        if not completed:
+        target = tree.common_dominator(completed)
+        if target is None:
             return None
-        return set.intersection(*(ctx.dominators[n] for n in completed)) - set(completed)
+        return _Dominating(tree, target, frozenset(completed))
     assert site.state is not None
-    dom = ctx.dominators.get(site.state)
-    if dom is None:
+    if site.state not in tree:
         return None  # unreachable: reported on its own
-    return set(dom) if site.phase == "post" else dom - {site.state}
+    return _Dominating(tree, site.state, frozenset() if site.phase == "post" else frozenset({site.state}))
 
 
 def _state_hint(site: Site, used: str) -> str:
@@ -211,7 +225,7 @@ def _state_hint(site: Site, used: str) -> str:
     )
 
 
-def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[str] | None) -> Diagnostic | None:
+def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: _Dominating | None) -> Diagnostic | None:
     loop = ctx.loop
     position = ctx.at_offset(site.path, site.source, use_offset(site.source, use))
     if use.root == "inputs":
