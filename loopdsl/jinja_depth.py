@@ -35,6 +35,8 @@ def _too_deep(what: str, limit: int, lineno: int) -> NestingTooDeep:
 def check_nesting(env: Environment, source: str, *, expression: bool = False) -> None:
     """Raise TemplateSyntaxError when brackets, blocks and unary operators in `source`
     nest deeper than MAX_NESTING. Sources that do not lex are left to the parser."""
+    if sum(map(source.count, "([{-+")) + source.count("not") <= MAX_NESTING:
+        return  # too few openers to nest that deep: skip lexing (nearly every real source)
     text = "{{ " + source + " }}" if expression else source
     depth = unary_run = 0
     tag: str | None = None
@@ -68,8 +70,12 @@ def check_nesting(env: Environment, source: str, *, expression: bool = False) ->
         return  # a lexing error: the parser reports it in its own words
 
 
-def check_tree_depth(tree: nodes.Node) -> None:
-    """Raise TemplateSyntaxError when the parsed tree is deeper than MAX_TREE_DEPTH."""
+def check_tree_depth(tree: nodes.Node, source_length: int | None = None) -> None:
+    """Raise TemplateSyntaxError when the parsed tree is deeper than MAX_TREE_DEPTH.
+    `source_length`: a source this short cannot make such a tree (each level takes at
+    least one character), so the walk is skipped."""
+    if source_length is not None and source_length < MAX_TREE_DEPTH - 10:
+        return
     stack: list[tuple[nodes.Node, int]] = [(tree, 1)]
     while stack:
         node, depth = stack.pop()

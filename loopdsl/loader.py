@@ -25,6 +25,7 @@ import os
 import re
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -68,7 +69,7 @@ class Document:
             p = p[:-1]
         return (1, 1)
 
-    @property
+    @cached_property
     def lines(self) -> list[str]:
         return self.text.splitlines()
 

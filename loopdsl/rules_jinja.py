@@ -67,7 +67,7 @@ def scan(source: str, expression: bool = False) -> Scan:
             tree: nodes.Node = nodes.Template([nodes.Output([expr])], lineno=1)
         else:
             tree = _ENV.parse(source)
-        check_tree_depth(tree)
+        check_tree_depth(tree, len(source))
     except jinja2.TemplateSyntaxError as exc:
         raise ScanError(exc.message or str(exc), exc.lineno or 1) from None
     pairs: list[tuple[nodes.Node, nodes.Node | None]] = []

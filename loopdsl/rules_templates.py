@@ -227,13 +227,15 @@ def _state_hint(site: Site, used: str) -> str:
 
 def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: _Dominating | None) -> Diagnostic | None:
     loop = ctx.loop
-    position = ctx.at_offset(site.path, site.source, use_offset(site.source, use))
+    def position() -> tuple[int, int]:  # only for a finding: locating costs more than the checks
+        return ctx.at_offset(site.path, site.source, use_offset(site.source, use))
+
     if use.root == "inputs":
         if use.attr is not None and use.attr not in loop.inputs:
             return ctx.diag(
                 "unknown-input",
                 f'unknown input "{use.attr}"{did_you_mean(use.attr, loop.inputs)}',
-                position=position,
+                position=position(),
                 hint=f"declare it under `inputs:` (declared: {quoted_list(loop.inputs)})",
             )
         return None
@@ -242,7 +244,7 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: _Dom
             return ctx.diag(
                 "unknown-secret",
                 f'unknown secret "{use.attr}"{did_you_mean(use.attr, loop.secrets)}',
-                position=position,
+                position=position(),
                 hint=f"list it under `secrets:` (declared: {quoted_list(loop.secrets)})",
             )
         return None
@@ -251,7 +253,7 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: _Dom
             return ctx.diag(
                 "undefined-variable",
                 f'history.{use.attr}: there is no state "{use.attr}"{did_you_mean(use.attr, ctx.states)}',
-                position=position,
+                position=position(),
                 hint="`history.<state>` lists the attempts of a state of this loop",
             )
         return None
@@ -264,7 +266,7 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: _Dom
             return ctx.diag(
                 "undefined-variable",
                 f'"{use.root}" reads this state\'s own result, which does not exist before its first attempt',
-                position=position,
+                position=position(),
                 hint="read it in an after-gate, a transition guard or a later state; "
                 "`feedback` carries the previous attempt's failure",
             )
@@ -273,7 +275,7 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: _Dom
             "undefined-variable",
             f'{where} "{use.root}", which may not have run yet: a path from start '
             f'"{loop.start}" avoids it',
-            position=position,
+            position=position(),
             hint=_state_hint(site, use.root) if site.state else
             'read only states that every path to a `completed` end passes through, or set the value in that end\'s `output`',
         )
@@ -281,7 +283,7 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: _Dom
     return ctx.diag(
         "undefined-variable",
         f'undefined variable "{use.root}"{did_you_mean(use.root, candidates)}',
-        position=position,
+        position=position(),
         hint="templates can read inputs, secrets, feedback, run, budget, history, error, item, index "
         "and the results of states by name",
     )

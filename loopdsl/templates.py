@@ -125,7 +125,7 @@ def _parse_expression(source: str) -> nodes.Expr:
         if not parser.stream.eos:
             raise TemplateSyntaxError(f"unexpected {parser.stream.current.value!r} after the "
                                       "expression", parser.stream.current.lineno)
-        check_tree_depth(expr)
+        check_tree_depth(expr, len(source))
     except TemplateSyntaxError as exc:
         raise _syntax_error(exc, source) from None
     return expr
@@ -136,7 +136,7 @@ def _parse_template(source: str) -> nodes.Template:
     try:
         check_nesting(env, source)
         tree = env.parse(source)
-        check_tree_depth(tree)
+        check_tree_depth(tree, len(source))
     except TemplateSyntaxError as exc:
         raise _syntax_error(exc, source) from None
     return tree
