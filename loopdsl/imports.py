@@ -184,8 +184,7 @@ _LIBRARY_HINT = (
 @lru_cache(maxsize=1)
 def _library_validator() -> Any:
     """The loop schema's own definitions of gates and models, applied to a library file."""
-    from jsonschema import Draft7Validator
-
+    from .jsonschema_check import validator_class
     from .schema import load_schema
 
     loop_schema = load_schema()
@@ -195,7 +194,7 @@ def _library_validator() -> Any:
         additionalProperties=False,
         properties={k: loop_schema["properties"][k] for k in LIBRARY_KEYS if k in loop_schema["properties"]},
     )
-    return Draft7Validator(library)
+    return validator_class()(library)
 
 
 def _schema_problems(doc: Document) -> tuple[list[Diagnostic], set[YamlPath]]:

@@ -224,7 +224,7 @@ class LlmCaller:
 
 def llm_result(action: LlmAction, reply: dict[str, Any]) -> dict[str, Any]:
     """Shape an llm reply into the state's result; json output is parsed and checked."""
-    from .jsonschema_check import InvalidSchema, schema_errors
+    from .jsonschema_check import VALIDATION_TIMEOUT_S, InvalidSchema, SchemaTimeout, schema_errors
 
     result = {k: reply[k] for k in ("text", "usage", "cost_usd", "model")}
     result["json"] = None
@@ -235,6 +235,10 @@ def llm_result(action: LlmAction, reply: dict[str, Any]) -> dict[str, Any]:
                 problems = schema_errors(action.schema, data)
             except InvalidSchema as exc:
                 raise StepFailure("parse", f"the state's `schema` is not a valid JSON Schema: {exc}", result=result) from None
+            except SchemaTimeout as exc:
+                raise StepFailure("parse", f"checking the JSON against the schema took over {VALIDATION_TIMEOUT_S:g}s: "
+                                  f"its pattern {str(exc)[:80]!r} backtracks on this value; simplify the pattern",
+                                  result=result) from None
             if problems:
                 raise StepFailure("parse", "the JSON does not match the schema: " + "; ".join(problems[:5]), result=result)
         result["json"] = data

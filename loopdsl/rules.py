@@ -9,6 +9,7 @@ and rules_calls.py hold the rest (importing them registers their rules).
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -206,7 +207,7 @@ def bad_name(ctx: LintContext) -> Iterator[Diagnostic]:
         if not NAME_RE.match(str(name)):
             yield ctx.diag(
                 "bad-name",
-                f'{kind} name "{name}" must match ^[a-z][a-z0-9_]*$',
+                f"{kind} name {json.dumps(str(name), ensure_ascii=False)} must match ^[a-z][a-z0-9_]*$",
                 path,
                 hint="use lower-case letters, digits and underscores, starting with a letter "
                 f'(e.g. "{_suggest_name(str(name))}"), so templates can write it as a variable',

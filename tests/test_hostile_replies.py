@@ -6,11 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from loopdsl import bounded_json
+from loopdsl.jsonschema_check import SchemaTimeout, ecma_pattern, schema_errors
 from loopdsl.secrets import Redactor
 
 LOOP = Path(__file__).parent / "data" / "limits" / "json_reply.yaml"
@@ -80,3 +82,34 @@ def test_measure_counts_shared_parts_each_time() -> None:
     assert size > 1000 * 1000 and depth == 3
     size, _ = bounded_json.measure([[a] * 10] * 10, max_size=5000)
     assert size > 5000
+
+
+def test_backtracking_schema_pattern_is_bounded_in_time(tmp_path: Path) -> None:
+    """`^(a|a)*$` on 40 a's and a '!' takes hours in a backtracking engine; the check gives
+    up at its deadline and the reply is a parse failure like any other."""
+    loop = Path(__file__).parent / "data" / "limits" / "schema_pattern.yaml"
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps({"ask": [json.dumps({"s": "a" * 40 + "!"}), '{"s": "aaaa"}']}))
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--script", str(script),
+                           "--store", str(tmp_path / "store"), "--json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    retries = [e for e in map(json.loads, proc.stdout.splitlines()) if e.get("type") == "retry"]
+    assert len(retries) == 1 and retries[0]["kind"] == "parse" and "backtracks" in retries[0]["message"]
+    assert elapsed < 120  # without the deadline: hours
+
+
+def test_user_schema_patterns_are_ecma_and_bounded() -> None:
+    name = {"type": "string", "pattern": "^[a-z]+$"}
+    assert schema_errors(name, "abc") == []
+    assert schema_errors(name, "abc\n") != []  # `$` is the end of the text, as in ECMA-262
+    keys = {"type": "object", "patternProperties": {"^k$": {"type": "integer"}}, "additionalProperties": False}
+    assert schema_errors(keys, {"k": 1}) == []
+    assert len(schema_errors(keys, {"k\n": 1})) == 1
+    started = time.monotonic()
+    with pytest.raises(SchemaTimeout):
+        schema_errors({"type": "string", "pattern": "^(a|a)*$"}, "a" * 40 + "!", timeout=0.5)
+    assert time.monotonic() - started < 30
+    assert ecma_pattern(r"^a$|[$]\$x$") == r"^a\Z|[$]\$x\Z"

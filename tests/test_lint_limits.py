@@ -112,3 +112,15 @@ def test_long_chain_dominators_are_linear() -> None:
     edges = {n: [names[i + 1]] if i + 1 < len(names) else [] for i, n in enumerate(names)}
     tree = DominatorTree("s0", edges)
     assert tree.dominates("s0", "s49999") and not tree.dominates("s49999", "s0")
+
+
+def test_names_ending_in_a_newline_are_refused(tmp_path: Path) -> None:
+    """`$` in Python matches before a final newline; names must end where the text ends."""
+    loop = tmp_path / "names.yaml"
+    loop.write_text('loopdsl: 1\nname: "x\\n"\nstart: "a\\n"\nstates:\n  "a\\n":\n    shell: echo hi\n'
+                    '    next: done\n  done:\n    end: completed\ninputs:\n  "i\\n": {type: string, default: ""}\n'
+                    'secrets: ["TOK\\n"]\n')
+    proc = lint(loop)
+    assert proc.returncode == 1, proc.stderr
+    found = {(f["line"], f["rule"]) for f in json.loads(proc.stdout)}
+    assert {(2, "schema-value"), (5, "bad-name"), (11, "bad-name"), (12, "schema-value")} <= found
