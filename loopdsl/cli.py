@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import click
 
+from .terminal import visible, visible_json
+
 if TYPE_CHECKING:
     from .durable import RunConflict
 
@@ -104,9 +106,9 @@ def validate(paths: Sequence[str], fmt: str) -> None:
 
 
 def _fail(message: str, hint: str = "", code: int = EXIT_USAGE) -> None:
-    click.echo(f"loopdsl: error: {message}", err=True)
+    click.echo(visible(f"loopdsl: error: {message}"), err=True)
     if hint:
-        click.echo(f"  hint: {hint}", err=True)
+        click.echo(visible(f"  hint: {hint}"), err=True)
     sys.exit(code)
 
 
@@ -173,7 +175,7 @@ def _listeners(as_json: bool, quiet: bool, budget: dict[str, Any]) -> list[Calla
 
     out: list[Callable[[dict[str, Any]], None]] = []
     if as_json:
-        out.append(lambda e: click.echo(json.dumps(e, ensure_ascii=False, default=str)))
+        out.append(lambda e: click.echo(visible_json(json.dumps(e, ensure_ascii=False, default=str))))
     if not quiet:
         out.append(Progress(budget))
     return out
@@ -183,11 +185,11 @@ def _finish(result: Any, as_json: bool, quiet: bool) -> None:
     from .report import summary
 
     if as_json:
-        click.echo(json.dumps({"type": "summary", "run_id": result.run_id, "status": result.status,
-                               "path": result.path, "outputs": result.outputs, "usage": result.usage,
-                               "spent": result.state.ledger}, ensure_ascii=False, default=str))
+        click.echo(visible_json(json.dumps({"type": "summary", "run_id": result.run_id, "status": result.status,
+                                            "path": result.path, "outputs": result.outputs, "usage": result.usage,
+                                            "spent": result.state.ledger}, ensure_ascii=False, default=str)))
     elif not quiet or result.status == "waiting":
-        click.echo(summary(result.state, result.store_dir), err=as_json)
+        click.echo(visible(summary(result.state, result.store_dir)), err=as_json)
     sys.exit(result.exit_code)
 
 
@@ -227,7 +229,7 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
                          human=None if script else _terminal_human(), cache=cache,
                          listeners=_listeners(as_json, quiet, budget), input_strings=_parse_input_pairs(input_pairs))
     except _conflict() as exc:
-        click.echo(f"loopdsl: {exc.message}", err=True)
+        click.echo(visible(f"loopdsl: {exc.message}"), err=True)
         sys.exit(EXIT_OK if exc.skipped else EXIT_FINDINGS)
     _finish(result, as_json, quiet)
 
@@ -331,9 +333,9 @@ def runs(store: str | None, as_json: bool) -> None:
     # No store yet simply means no runs yet (and listing must not create one).
     records = [r for r in open_store(where, Path.cwd()).list_runs() if not r.get("parent")] if where.exists() else []
     if as_json:
-        click.echo(json.dumps([{k: r.get(k) for k in ("run_id", "loop", "status", "started_at", "ended_at", "ledger")} for r in records], indent=2))
+        click.echo(visible_json(json.dumps([{k: r.get(k) for k in ("run_id", "loop", "status", "started_at", "ended_at", "ledger")} for r in records], indent=2)))
     else:
-        click.echo(runs_table(records))
+        click.echo(visible(runs_table(records)))
 
 
 @cli.command()
@@ -353,9 +355,10 @@ def show(run_id: str, store: str | None, as_json: bool) -> None:
     events = st.events(full)
     children = [r for r in st.list_runs() if r.get("parent") == full]
     if as_json:
-        click.echo(json.dumps({"run": record, "events": events, "children": children}, indent=2, ensure_ascii=False, default=str))
+        click.echo(visible_json(json.dumps({"run": record, "events": events, "children": children}, indent=2,
+                                          ensure_ascii=False, default=str)))
     else:
-        click.echo(show_text(RunState.from_json(record), events, [RunState.from_json(c) for c in children]))
+        click.echo(visible(show_text(RunState.from_json(record), events, [RunState.from_json(c) for c in children])))
 
 
 @cli.command()
@@ -440,7 +443,7 @@ def main() -> None:
         import os
         import traceback
 
-        click.echo(f"loopdsl: internal error: {type(exc).__name__}: {exc}", err=True)
+        click.echo(visible(f"loopdsl: internal error: {type(exc).__name__}: {exc}"), err=True)
         if os.environ.get("LOOPDSL_DEBUG"):
             traceback.print_exc()
         else:

@@ -8,6 +8,8 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from .terminal import visible
+
 
 def who() -> str:
     """Who is deciding: LOOPDSL_USER, else git's user.name <user.email>, else the login name."""
@@ -60,7 +62,7 @@ class TerminalHuman:
             return None
         import click
 
-        click.echo(f"\n[{state}] {message}", err=True)
+        click.echo(visible(f"\n[{state}] {message}"), err=True)
         choice = click.prompt("decision", type=click.Choice([*choices, "later"]), default="later", err=True)
         if choice == "later":
             return None
