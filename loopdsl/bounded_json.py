@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 # Deeper than any document a loop needs, shallow enough for every recursive walker
 # (json.dumps, repr, the templates' tojson) to stay far from Python's recursion limit.
@@ -99,21 +99,35 @@ def _scalar_size(value: Any) -> int:
     return 24
 
 
-def measure(value: Any, max_size: int, max_depth: int = MAX_DEPTH) -> tuple[int, int]:
+class Measure(NamedTuple):
+    size: int  # characters when printed
+    depth: int  # nesting levels
+    walked: int  # items looked at to find out (the cost of measuring)
+
+
+def measure(value: Any, max_size: int, max_depth: int = MAX_DEPTH,
+            unwrap: Callable[[Any], Any] | None = None) -> Measure:
     """(text size, nesting depth) of a value of dicts, lists and tuples as if printed in full:
     a part shared by reference (`[x] * 10`) counts each time it appears, as it would print.
     Walks each distinct container once, without recursion, and stops as soon as a bound is
-    passed (then the figures returned are only known to exceed it)."""
+    passed (then the figures returned are only known to exceed it). `unwrap` maps another
+    kind of container (a template namespace) to the dict it holds."""
+    if unwrap is not None:
+        value = unwrap(value)
     if not isinstance(value, _CONTAINERS):
-        return _scalar_size(value), 0
+        return Measure(_scalar_size(value), 0, 0)
     done: dict[int, tuple[int, int]] = {}
     entered: set[int] = set()
+    walked = 0
     stack: list[tuple[Any, bool]] = [(value, False)]
     while stack:
         item, children_done = stack.pop()
         if id(item) in done or (not children_done and id(item) in entered):
             continue  # measured already, or a container inside itself
         children = _children(item)
+        walked += len(children)
+        if unwrap is not None:
+            children = [unwrap(child) for child in children]
         if not children_done:
             entered.add(id(item))
             stack.append((item, True))
@@ -131,5 +145,5 @@ def measure(value: Any, max_size: int, max_depth: int = MAX_DEPTH) -> tuple[int,
         depth += 1
         done[id(item)] = (size, depth)
         if size > max_size or depth > max_depth:
-            return size, depth
-    return done[id(value)]
+            return Measure(size, depth, walked)
+    return Measure(*done[id(value)], walked)

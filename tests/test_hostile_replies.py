@@ -78,9 +78,9 @@ def test_redactor_walks_any_depth_without_recursion() -> None:
 
 def test_measure_counts_shared_parts_each_time() -> None:
     a = ["x" * 1000] * 10
-    size, depth = bounded_json.measure([[a] * 10] * 10, max_size=10**9)
-    assert size > 1000 * 1000 and depth == 3
-    size, _ = bounded_json.measure([[a] * 10] * 10, max_size=5000)
+    size, depth, walked = bounded_json.measure([[a] * 10] * 10, max_size=10**9)
+    assert size > 1000 * 1000 and depth == 3 and walked == 2 * (10 + 10 + 10)  # each distinct list twice
+    size, _, _ = bounded_json.measure([[a] * 10] * 10, max_size=5000)
     assert size > 5000
 
 
