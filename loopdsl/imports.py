@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .diagnostics import Diagnostic, Severity
-from .loader import Document, load_document
+from .loader import Document, is_file, load_document
 from .model import (
     Gate,
     ModelAlias,
@@ -104,7 +104,7 @@ def resolve_imports(
                 "imports must form a tree: move the shared gates/models into a file both import",
                 related))
             continue
-        if not file.is_file():
+        if not is_file(file):
             result.diagnostics.append(_err(
                 doc.path, item_at, "missing-file", f'imported file "{relative}" does not exist',
                 "the path is relative to the importing file's folder"))

@@ -124,3 +124,14 @@ def test_names_ending_in_a_newline_are_refused(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     found = {(f["line"], f["rule"]) for f in json.loads(proc.stdout)}
     assert {(2, "schema-value"), (5, "bad-name"), (11, "bad-name"), (12, "schema-value")} <= found
+
+
+@pytest.mark.parametrize("key, value", [("loop", "x" * 5000 + ".yaml"), ("skill", "a/" * 3000 + "SKILL.md")])
+def test_paths_too_long_for_the_system_are_missing_files(tmp_path: Path, key: str, value: str) -> None:
+    """ENAMETOOLONG from a hostile path is a `missing-file` finding, not an internal error."""
+    action = f"loop: {value}" if key == "loop" else f"llm: {{model: m, prompt: hi, skill: {value}}}"
+    loop = tmp_path / "long.yaml"
+    loop.write_text(HEAD.replace('llm: {model: m, prompt: "PROMPT"}', action).replace("WHEN", "true"))
+    proc = lint(loop)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    assert [f["rule"] for f in json.loads(proc.stdout)] == ["missing-file"], proc.stdout[:2000]
