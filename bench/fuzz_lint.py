@@ -295,7 +295,7 @@ def _replace_template(rng: random.Random, text: str, new: str) -> str | None:
 
 def _deep_jinja(rng: random.Random) -> str:
     """A template or expression nesting (or chaining) around the limits and far past them."""
-    n = rng.choice((31, 32, 33, 70, 99, 101, 2000, 100_000 if rng.random() < 0.1 else 5000))
+    n = rng.choice((16, 17, 21, 31, 32, 33, 70, 99, 101, 2000, 100_000 if rng.random() < 0.1 else 5000))
     kind = rng.randrange(9)
     if kind == 0:
         return "(" * n + "x" + ")" * n

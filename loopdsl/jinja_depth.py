@@ -14,6 +14,9 @@ from jinja2 import Environment, TemplateSyntaxError, nodes
 # Brackets, blocks and unary operators open at once. Real templates stay under ten; Jinja's
 # parser spends up to ~15 frames per level, so this stays far below Python's recursion limit.
 MAX_NESTING = 32
+# `{% for %}` loops open at once: each becomes a Python loop, and Python refuses to compile
+# more than 20 statically nested loops/try/with blocks.
+MAX_LOOP_NESTING = 16
 # Depth of the parsed tree (`a + b + ...` and `x | f | g ...` nest one level per operator).
 MAX_TREE_DEPTH = 100
 
@@ -38,7 +41,7 @@ def check_nesting(env: Environment, source: str, *, expression: bool = False) ->
     if sum(map(source.count, "([{-+")) + source.count("not") <= MAX_NESTING:
         return  # too few openers to nest that deep: skip lexing (nearly every real source)
     text = "{{ " + source + " }}" if expression else source
-    depth = unary_run = 0
+    depth = unary_run = loops = 0
     tag: str | None = None
     tag_assigns = expecting_tag = False
     try:
@@ -59,9 +62,13 @@ def check_nesting(env: Environment, source: str, *, expression: bool = False) ->
             elif kind == "block_end" and tag is not None:
                 if tag in _BLOCK_TAGS and not (tag == "set" and tag_assigns):
                     depth += 1
+                    loops += tag == "for"
                 elif tag.startswith("end"):
                     depth -= 1
+                    loops -= tag == "endfor"
                 tag = None
+                if loops > MAX_LOOP_NESTING:
+                    raise _too_deep("`{% for %}` loops", MAX_LOOP_NESTING, lineno)
             if depth + unary_run > MAX_NESTING:
                 raise _too_deep("brackets, blocks and unary operators", MAX_NESTING, lineno)
     except NestingTooDeep:

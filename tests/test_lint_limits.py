@@ -37,6 +37,7 @@ DEEP = {
     "5,000 additions": ("WHEN", " + ".join(["1"] * 5000)),
     "3,000 filters": ("PROMPT", "{{ a.text" + " | upper" * 3000 + " }}"),
     "deep lists": ("WHEN", "[" * 3000 + "]" * 3000),
+    "25 nested for loops": ("PROMPT", "{% for i in x %}" * 25 + "{% endfor %}" * 25),
 }
 
 
