@@ -157,17 +157,22 @@ def _parse_input_pairs(pairs: Sequence[str]) -> dict[str, str]:
 def _read_inputs_file(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
-    from ruamel.yaml import YAML, YAMLError
+    from .loader import load_text
 
     try:
-        data = YAML(typ="safe", pure=True).load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, YAMLError, UnicodeDecodeError) as exc:
-        _fail(f"cannot read --inputs file {path}: {exc}")
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        _fail(f"--inputs file {path} must hold a mapping of input names to values")
-    return data
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        _fail(f"cannot read --inputs file {path}: {exc.strerror or exc}")
+    # The loop files' own reader: its bounds (nesting, aliases, size, tags) hold for inputs too.
+    doc, problems = load_text(raw, path)
+    if doc is None:
+        first = problems[0]
+        if first.rule == "yaml-empty":
+            return {}
+        if first.rule == "yaml-not-mapping":
+            _fail(f"--inputs file {path} must hold a mapping of input names to values")
+        _fail(f"cannot read --inputs file {path}:{first.line}:{first.col}: {first.message}", first.hint)
+    return dict(doc.data)
 
 
 def _listeners(as_json: bool, quiet: bool, budget: dict[str, Any]) -> list[Callable[[dict[str, Any]], None]]:

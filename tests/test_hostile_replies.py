@@ -113,3 +113,16 @@ def test_user_schema_patterns_are_ecma_and_bounded() -> None:
         schema_errors({"type": "string", "pattern": "^(a|a)*$"}, "a" * 40 + "!", timeout=0.5)
     assert time.monotonic() - started < 30
     assert ecma_pattern(r"^a$|[$]\$x$") == r"^a\Z|[$]\$x\Z"
+
+
+@pytest.mark.parametrize("text", ["x: " + "[" * 3000 + "]" * 3000, "count: " + "{a: " * 2000 + "1" + "}" * 2000],
+                         ids=["deep-list", "deep-map"])
+def test_deep_inputs_file_is_a_usage_error(tmp_path: Path, text: str) -> None:
+    inputs = tmp_path / "inputs.yaml"
+    inputs.write_text(text + "\n")
+    loop = Path(__file__).parent / "data" / "runs" / "typed_inputs.yaml"
+    proc = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--inputs", str(inputs),
+                           "--store", str(tmp_path / "store")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "nested deeper than" in proc.stderr and "internal error" not in proc.stderr
