@@ -32,7 +32,9 @@ from .model import DEFAULT_OUTPUT_CAP
 RULE_SYNTAX = "template-syntax"
 
 MAX_SEQUENCE = DEFAULT_OUTPUT_CAP          # chars of one string / items of one list built in a template
-MAX_INT_BITS = 65_536                      # Python refuses to print ints past ~14k bits anyway
+# ~1,000 decimal digits, as for a reply's JSON: Python refuses to print an int past 4,300
+# digits, so a bigger one would break the store's JSON encoding.
+MAX_INT_BITS = 3_300
 MAX_STEPS = 1_000_000                      # loop iterations + calls per render
 MAX_WORK = 128 * DEFAULT_OUTPUT_CAP        # chars/items produced, summed over one render
 # A list, tuple or dict a template builds, measured as printed in full: a part repeated by

@@ -126,3 +126,14 @@ def test_deep_inputs_file_is_a_usage_error(tmp_path: Path, text: str) -> None:
                           timeout=120)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert "nested deeper than" in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_a_set_value_too_big_to_print_fails_the_state_not_the_run(tmp_path: Path) -> None:
+    """An integer past Python's 4,300-digit print limit would crash the store's encoder."""
+    loop = tmp_path / "bigint.yaml"
+    loop.write_text("loopdsl: 1\nname: bigint\nstart: a\nstates:\n  a:\n    set: {x: \"10 ** 5000\"}\n"
+                    "    next: done\n  done:\n    end: completed\n")
+    proc = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--store", str(tmp_path / "store")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    assert "internal error" not in proc.stderr and "a power" in proc.stderr
