@@ -293,9 +293,9 @@ def _replace_template(rng: random.Random, text: str, new: str) -> str | None:
     return text[:start] + json.dumps(new) + text[end:]
 
 
-def _deep_jinja(rng: random.Random) -> str:
+def _deep_jinja(rng: random.Random, huge: bool) -> str:
     """A template or expression nesting (or chaining) around the limits and far past them."""
-    n = rng.choice((16, 17, 21, 31, 32, 33, 70, 99, 101, 2000, 100_000 if rng.random() < 0.1 else 5000))
+    n = rng.choice((16, 17, 21, 31, 32, 33, 70, 99, 101, 2000, 100_000 if huge and rng.random() < 0.1 else 5000))
     kind = rng.randrange(9)
     if kind == 0:
         return "(" * n + "x" + ")" * n
@@ -331,23 +331,24 @@ def _many_states(rng: random.Random) -> str:
     return "\n".join(lines) + "\n"
 
 
-def hostile_structure(rng: random.Random, text: str) -> str:
+def hostile_structure(rng: random.Random, text: str, huge: bool = True) -> str:
     """Deep nesting and hostile structure: Jinja nesting past the parser's recursion, deep
-    YAML of every style, long chains of states, names ending in a newline, huge numbers."""
+    YAML of every style, long chains of states, names ending in a newline, huge numbers.
+    `huge`: sometimes 100,000 levels (seconds to lint; the unit test leaves them out)."""
     choice = rng.randrange(8)
     spans = _value_spans(text)
     lines = _lines(text)
     if choice <= 2:  # hostile Jinja where a template or expression is read
-        replaced = _replace_template(rng, text, _deep_jinja(rng))
+        replaced = _replace_template(rng, text, _deep_jinja(rng, huge))
         if replaced is not None:
             return replaced
     if choice == 3:
         return _many_states(rng)
-    n = rng.choice((65, 1000, 20_000))
+    n = rng.choice((65, 1000, 20_000 if huge else 2000))
     value = rng.choice((
         "[" * n + "]" * n, "{a: " * n + "1" + "}" * n, "- " * n + "x",
         "\n" + "".join(" " * i + f"k{i}:\n" for i in range(min(n, 3000))),
-        "9" * rng.choice((4301, 5000, 100_000)), '"x\\n"', '"\\x1b]52;c;aGk=\\x07"',
+        "9" * rng.choice((4301, 5000, 100_000 if huge else 6000)), '"x\\n"', '"\\x1b]52;c;aGk=\\x07"',
         "[" + ", ".join(["[1, [2, [3]]]"] * 2000) + "]",
     ))
     if choice == 4 and spans:

@@ -22,8 +22,10 @@ except RenderError as exc:
     outcome = "RenderError: " + exc.message
 except MemoryError:
     outcome = "MemoryError"
-print(json.dumps({"outcome": outcome, "seconds": time.monotonic() - start,
-                  "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+# VmHWM: this process's own peak (ru_maxrss would include the parent's, inherited at fork).
+with open("/proc/self/status") as status:
+    peak_kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+print(json.dumps({"outcome": outcome, "seconds": time.monotonic() - start, "peak_mib": peak_kib / 1024}))
 """
 
 BOMBS = {
