@@ -45,11 +45,13 @@ def nesting_depth(text: str, stop_above: int) -> int:
     return deepest
 
 
-def _bounded_int(digits: str) -> int:
-    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
-        raise JsonLimitError(f"a number has {len(digits.lstrip('-')):,} digits, more than the "
-                             f"{MAX_INT_DIGITS:,} allowed")
-    return int(digits)
+def _int_parser(max_digits: int) -> Callable[[str], int]:
+    def parse(digits: str) -> int:
+        count = len(digits.lstrip("-"))
+        if count > max_digits:
+            raise JsonLimitError(f"a number has {count:,} digits, more than the {max_digits:,} allowed")
+        return int(digits)
+    return parse
 
 
 def _finite_float(text: str) -> float:
@@ -63,10 +65,10 @@ def _no_constant(name: str) -> Any:
     raise JsonLimitError(f"{name} is not JSON")
 
 
-def loads(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
+def loads(text: str | bytes, max_depth: int = MAX_DEPTH, max_int_digits: int = MAX_INT_DIGITS) -> Any:
     """`json.loads` with bounds. Raises json.JSONDecodeError for text that is not JSON and
     JsonLimitError (both ValueErrors) for JSON nested deeper than `max_depth`, with an integer
-    longer than MAX_INT_DIGITS digits, or with NaN/Infinity."""
+    longer than `max_int_digits` digits, or with NaN/Infinity."""
     if isinstance(text, (bytes, bytearray)):
         text = text.decode("utf-8")
     if not isinstance(text, str):
@@ -74,7 +76,7 @@ def loads(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     if nesting_depth(text, max_depth) > max_depth:
         raise JsonLimitError(f"the JSON nests deeper than {max_depth} levels")
     try:
-        return json.loads(text, parse_int=_bounded_int, parse_float=_finite_float,
+        return json.loads(text, parse_int=_int_parser(max_int_digits), parse_float=_finite_float,
                           parse_constant=_no_constant)
     except RecursionError:  # not reachable after the depth check; kept as a last guard
         raise JsonLimitError(f"the JSON nests deeper than {max_depth} levels") from None

@@ -74,8 +74,9 @@ class JsonOnlyDisk(diskcache.Disk):
                 "inspect it",
             )
         try:
-            # A record holds a result that holds a reply's JSON: room for both, still bounded.
-            return bounded_json.loads(value, max_depth=4 * bounded_json.MAX_DEPTH)
+            # A record holds a result that holds a reply's JSON: room for both, still bounded;
+            # any integer the store could write (Python prints at most 4,300 digits) reads back.
+            return bounded_json.loads(value, max_depth=4 * bounded_json.MAX_DEPTH, max_int_digits=4300)
         except ValueError:
             raise StoreError(
                 "the run store holds a value that is not valid JSON",

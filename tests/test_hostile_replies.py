@@ -137,3 +137,20 @@ def test_a_set_value_too_big_to_print_fails_the_state_not_the_run(tmp_path: Path
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
     assert "internal error" not in proc.stderr and "a power" in proc.stderr
+
+
+def test_a_long_integer_input_is_stored_and_shown(tmp_path: Path) -> None:
+    """What the store can write (an int of up to 4,300 digits) it reads back for `show`."""
+    loop = tmp_path / "longint.yaml"
+    loop.write_text("loopdsl: 1\nname: longint\ninputs:\n  n: {type: integer}\nstart: done\nstates:\n"
+                    "  done:\n    end: completed\n")
+    store = str(tmp_path / "store")
+    env = {k: v for k, v in os.environ.items() if k != "LOOPDSL_STORE"}
+    run = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--input", "n=" + "7" * 4000,
+                          "--store", store, "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    run_id = json.loads(run.stdout.splitlines()[-1])["run_id"]
+    shown = subprocess.run([sys.executable, "-m", "loopdsl", "show", run_id, "--store", store, "--json"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert json.loads(shown.stdout)["run"]["inputs"]["n"] == int("7" * 4000)
