@@ -4,8 +4,10 @@
 Generates mutated loop files (from tests/data/dsl_example.yaml and an embedded loop:
 lines deleted / duplicated / swapped / re-indented, characters flipped, YAML special
 characters, tags, anchors and aliases, deep nesting, random bytes, truncation, values
-and keys swapped for other types or names, data-level edits dumped back to YAML) plus
-random files, runs each through the whole lint pipeline in-process, and counts failures:
+and keys swapped for other types or names, data-level edits dumped back to YAML, and
+hostile structure: Jinja nested or chained around and far past the parser's recursion
+limit, deep YAML in flow, block-sequence and indented styles, hundreds of chained states,
+names ending in control characters, huge integers) plus random files, runs each through the whole lint pipeline in-process, and counts failures:
 an exception escaping, a case running over --timeout, or a diagnostic that breaks the
 contract (no rule id, negative line, output that cannot be printed as UTF-8).
 
@@ -119,7 +121,7 @@ KEYS = [
     "inputs", "feedback", "run", "error", "item", "index", "history", "<<", "", "1", "true",
     "Bad-Name", "x.y", "a b", "__class__",
 ]
-DEEP_FLOW = ["[" * n + "]" * n for n in (10, 63, 64, 65, 200)] + ["{a: " * 70 + "}" * 70]
+DEEP_FLOW = ["[" * n + "]" * n for n in (10, 63, 64, 65, 200, 5000)] + ["{a: " * 70 + "}" * 70]
 
 
 # ------------------------------------------------------------------ inputs
@@ -267,6 +269,102 @@ def deep_nesting(rng: random.Random, text: str) -> str:
     return text + "\n" + block
 
 
+# Where templates and expressions live (block, quoted, plain or inside a flow mapping).
+_TEMPLATE_SITE = re.compile(
+    r"""\b(?:prompt|when|shell|cmd|expr|message|system|for_each): (?P<value>"(?:[^"\\]|\\.)*"|'[^']*'|[|>][-+]?[ \t]*$|[^,}\n]+)""",
+    re.MULTILINE)
+
+
+def _replace_template(rng: random.Random, text: str, new: str) -> str | None:
+    """`text` with one template or expression value replaced by `new` (None: none found)."""
+    sites = list(_TEMPLATE_SITE.finditer(text))
+    if not sites:
+        return None
+    site = rng.choice(sites)
+    start, end = site.span("value")
+    if site.group("value")[0] in "|>":  # a block scalar: drop its more-indented lines too
+        line_start = text.rfind("\n", 0, start) + 1
+        indent = len(text[line_start:start]) - len(text[line_start:start].lstrip())
+        rest = text[end:].split("\n")[1:]
+        kept = 0
+        while kept < len(rest) and (not rest[kept].strip() or len(rest[kept]) - len(rest[kept].lstrip()) > indent):
+            kept += 1
+        end += sum(len(line) + 1 for line in rest[:kept])
+    return text[:start] + json.dumps(new) + text[end:]
+
+
+def _deep_jinja(rng: random.Random, huge: bool) -> str:
+    """A template or expression nesting (or chaining) around the limits and far past them."""
+    n = rng.choice((16, 17, 21, 31, 32, 33, 70, 99, 101, 2000, 100_000 if huge and rng.random() < 0.1 else 5000))
+    kind = rng.randrange(9)
+    if kind == 0:
+        return "(" * n + "x" + ")" * n
+    if kind == 1:
+        return "{% if x %}" * n + "y" + "{% endif %}" * n
+    if kind == 2:
+        return "not " * n + "x"
+    if kind == 3:
+        return " + ".join(["1"] * n)
+    if kind == 4:
+        return "{{ x" + " | upper" * n + " }}"
+    if kind == 5:
+        return "x" + ".a" * n
+    if kind == 6:
+        return "[" * n + "]" * n
+    if kind == 7:
+        return "{% for i in x %}" * n + "{% endfor %}" * n
+    return "{{ " + "-" * n + "1 }}"
+
+
+def _many_states(rng: random.Random) -> str:
+    count = rng.choice((50, 200, 600))
+    lines = ["loopdsl: 1", "name: many", "start: s0", "states:"]
+    for i in range(count):
+        nxt = f"s{i + 1}" if i + 1 < count else rng.choice(("done", "s0", "nowhere"))
+        if rng.random() < 0.2:
+            lines += [f"  s{i}:", f"    shell: echo {{{{ s{max(i - 1, 0)}.stdout }}}}", "    transitions:",
+                      f"      - {{to: {nxt}, when: \"s{rng.randrange(count)}.exit_code == 0\"}}",
+                      f"      - {{to: s{rng.randrange(count)}}}"]
+        else:
+            lines += [f"  s{i}:", f"    shell: echo {i}", f"    next: {nxt}"]
+    lines += ["  done:", "    end: completed"]
+    return "\n".join(lines) + "\n"
+
+
+def hostile_structure(rng: random.Random, text: str, huge: bool = True) -> str:
+    """Deep nesting and hostile structure: Jinja nesting past the parser's recursion, deep
+    YAML of every style, long chains of states, names ending in a newline, huge numbers.
+    `huge`: sometimes 100,000 levels (seconds to lint; the unit test leaves them out)."""
+    choice = rng.randrange(8)
+    spans = _value_spans(text)
+    lines = _lines(text)
+    if choice <= 2:  # hostile Jinja where a template or expression is read
+        replaced = _replace_template(rng, text, _deep_jinja(rng, huge))
+        if replaced is not None:
+            return replaced
+    if choice == 3:
+        return _many_states(rng)
+    n = rng.choice((65, 1000, 20_000 if huge else 2000))
+    value = rng.choice((
+        "[" * n + "]" * n, "{a: " * n + "1" + "}" * n, "- " * n + "x",
+        "\n" + "".join(" " * i + f"k{i}:\n" for i in range(min(n, 3000))),
+        "9" * rng.choice((4301, 5000, 100_000 if huge else 6000)), '"x\\n"', '"\\x1b]52;c;aGk=\\x07"',
+        "[" + ", ".join(["[1, [2, [3]]]"] * 2000) + "]",
+    ))
+    if choice == 4 and spans:
+        start, end = rng.choice(spans)
+        return text[:start] + value + text[end:]
+    if choice == 5:  # a name (state, input) ending in a newline, or other odd keys
+        keyed = [i for i, line in enumerate(lines) if re.match(r"^  [a-z_]+:", line)]
+        if keyed:
+            index = rng.choice(keyed)
+            name = lines[index].split(":")[0].strip()
+            lines[index] = "  " + rng.choice((f'"{name}\\n"', f'"{name}\\r"', f'"{name}\\u0000"', f'"{name} "')) + \
+                lines[index][lines[index].index(":"):]
+            return "\n".join(lines)
+    return text + "\nhostile: " + value + "\n"
+
+
 def truncate(rng: random.Random, text: str) -> str:
     return text[:rng.randrange(len(text) + 1)]
 
@@ -330,6 +428,7 @@ def _dump_yaml(data: Any) -> str:
 TEXT_MUTATORS: list[Callable[[random.Random, str], str]] = [
     delete_lines, duplicate_line, swap_lines, reindent, flip_chars, insert_special,
     add_tag, swap_value, swap_key, anchors_aliases, deep_nesting, truncate, data_level_edit,
+    hostile_structure, hostile_structure,
 ]
 
 

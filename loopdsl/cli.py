@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import click
 
+from .terminal import visible, visible_json
+
 if TYPE_CHECKING:
     from .durable import RunConflict
 
@@ -107,9 +109,9 @@ def validate(paths: Sequence[str], fmt: str, strict: bool) -> None:
 def _fail(message: str, hint: str = "", code: int = EXIT_USAGE) -> None:
     from .secrets import redact_printed
 
-    click.echo(redact_printed(f"loopdsl: error: {message}"), err=True)
+    click.echo(visible(redact_printed(f"loopdsl: error: {message}")), err=True)
     if hint:
-        click.echo(redact_printed(f"  hint: {hint}"), err=True)
+        click.echo(visible(redact_printed(f"  hint: {hint}")), err=True)
     sys.exit(code)
 
 
@@ -160,17 +162,22 @@ def _parse_input_pairs(pairs: Sequence[str]) -> dict[str, str]:
 def _read_inputs_file(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
-    from ruamel.yaml import YAML, YAMLError
+    from .loader import load_text
 
     try:
-        data = YAML(typ="safe", pure=True).load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, YAMLError, UnicodeDecodeError) as exc:
-        _fail(f"cannot read --inputs file {path}: {exc}")
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        _fail(f"--inputs file {path} must hold a mapping of input names to values")
-    return data
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        _fail(f"cannot read --inputs file {path}: {exc.strerror or exc}")
+    # The loop files' own reader: its bounds (nesting, aliases, size, tags) hold for inputs too.
+    doc, problems = load_text(raw, path)
+    if doc is None:
+        first = problems[0]
+        if first.rule == "yaml-empty":
+            return {}
+        if first.rule == "yaml-not-mapping":
+            _fail(f"--inputs file {path} must hold a mapping of input names to values")
+        _fail(f"cannot read --inputs file {path}:{first.line}:{first.col}: {first.message}", first.hint)
+    return dict(doc.data)
 
 
 def _listeners(as_json: bool, quiet: bool, budget: dict[str, Any]) -> list[Callable[[dict[str, Any]], None]]:
@@ -178,7 +185,7 @@ def _listeners(as_json: bool, quiet: bool, budget: dict[str, Any]) -> list[Calla
 
     out: list[Callable[[dict[str, Any]], None]] = []
     if as_json:
-        out.append(lambda e: click.echo(json.dumps(e, ensure_ascii=False, default=str)))
+        out.append(lambda e: click.echo(visible_json(json.dumps(e, ensure_ascii=False, default=str))))
     if not quiet:
         out.append(Progress(budget))
     return out
@@ -188,11 +195,11 @@ def _finish(result: Any, as_json: bool, quiet: bool) -> None:
     from .report import summary
 
     if as_json:
-        click.echo(json.dumps({"type": "summary", "run_id": result.run_id, "status": result.status,
-                               "path": result.path, "outputs": result.outputs, "usage": result.usage,
-                               "spent": result.state.ledger}, ensure_ascii=False, default=str))
+        click.echo(visible_json(json.dumps({"type": "summary", "run_id": result.run_id, "status": result.status,
+                                            "path": result.path, "outputs": result.outputs, "usage": result.usage,
+                                            "spent": result.state.ledger}, ensure_ascii=False, default=str)))
     elif not quiet or result.status == "waiting":
-        click.echo(summary(result.state, result.store_dir), err=as_json)
+        click.echo(visible(summary(result.state, result.store_dir)), err=as_json)
     sys.exit(result.exit_code)
 
 
@@ -234,7 +241,7 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
                          human=None if script else _terminal_human(), cache=cache,
                          listeners=_listeners(as_json, quiet, budget), input_strings=_parse_input_pairs(input_pairs))
     except _conflict() as exc:
-        click.echo(f"loopdsl: {exc.message}", err=True)
+        click.echo(visible(f"loopdsl: {exc.message}"), err=True)
         sys.exit(EXIT_OK if exc.skipped else EXIT_FINDINGS)
     _finish(result, as_json, quiet)
 
@@ -338,14 +345,14 @@ def runs(store: str | None, as_json: bool) -> None:
     # No store yet simply means no runs yet (and listing must not create one).
     records = [r for r in open_store(where, Path.cwd()).list_runs(check=True) if not r.get("parent")] if where.exists() else []
     if as_json:
-        click.echo(json.dumps([{**{k: r.get(k) for k in ("run_id", "loop", "status", "started_at", "ended_at", "ledger")},
-                                 "interrupted": bool(r.get("interrupted")),
-                                 **({"damaged": r["damaged"]} if "damaged" in r else {})} for r in records], indent=2))
+        click.echo(visible_json(json.dumps([{**{k: r.get(k) for k in ("run_id", "loop", "status", "started_at", "ended_at", "ledger")},
+                                             "interrupted": bool(r.get("interrupted")),
+                                             **({"damaged": r["damaged"]} if "damaged" in r else {})} for r in records], indent=2)))
     else:
-        click.echo(runs_table(records))
+        click.echo(visible(runs_table(records)))
     for r in records:
         if r.get("status") == "damaged":
-            click.echo(f"loopdsl: warning: run {r['run_id']} in {where} is damaged: {r['damaged']}", err=True)
+            click.echo(visible(f"loopdsl: warning: run {r['run_id']} in {where} is damaged: {r['damaged']}"), err=True)
 
 
 @cli.command()
@@ -365,9 +372,10 @@ def show(run_id: str, store: str | None, as_json: bool) -> None:
     events = st.events(full)
     children = [r for r in st.list_runs(check=True) if r.get("parent") == full and r.get("status") != "damaged"]
     if as_json:
-        click.echo(json.dumps({"run": record, "events": events, "children": children}, indent=2, ensure_ascii=False, default=str))
+        click.echo(visible_json(json.dumps({"run": record, "events": events, "children": children}, indent=2,
+                                          ensure_ascii=False, default=str)))
     else:
-        click.echo(show_text(RunState.from_json(record), events, [RunState.from_json(c) for c in children]))
+        click.echo(visible(show_text(RunState.from_json(record), events, [RunState.from_json(c) for c in children])))
 
 
 @cli.command()
@@ -454,7 +462,7 @@ def main() -> None:
 
         from .secrets import redact_printed
 
-        click.echo(redact_printed(f"loopdsl: internal error: {type(exc).__name__}: {exc}"), err=True)
+        click.echo(visible(redact_printed(f"loopdsl: internal error: {type(exc).__name__}: {exc}")), err=True)
         if os.environ.get("LOOPDSL_DEBUG"):
             click.echo(redact_printed(traceback.format_exc()), err=True, nl=False)
         else:

@@ -11,13 +11,15 @@ from typing import Any
 
 import click
 
+from .terminal import visible
+
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
 def _fail(message: str, hint: str = "", code: int = EXIT_USAGE) -> None:
-    click.echo(f"loopdsl: error: {message}", err=True)
+    click.echo(visible(f"loopdsl: error: {message}"), err=True)
     if hint:
-        click.echo(f"  hint: {hint}", err=True)
+        click.echo(visible(f"  hint: {hint}"), err=True)
     sys.exit(code)
 
 
@@ -72,7 +74,7 @@ def test_command(paths: Sequence[str], fmt: str, output: str | None, keep: bool)
 
     def show(outcome: Any) -> None:
         for line in result_lines(outcome):
-            click.echo(line, err=to_stderr)
+            click.echo(visible(line), err=to_stderr)
 
     for outcome in broken:
         show(outcome)

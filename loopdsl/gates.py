@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 
 from . import templates
-from .jsonschema_check import InvalidSchema, schema_errors
+from .jsonschema_check import VALIDATION_TIMEOUT_S, InvalidSchema, SchemaTimeout, schema_errors
 from .model import BUILTIN_GATES, Gate
 from .secrets import Redactor, find_secrets
 from .shell import CwdOutsideWorkspace, ShellResult, confined_cwd
@@ -253,6 +253,10 @@ class GateRunner:
             problems = schema_errors(gate.schema or {}, document)
         except InvalidSchema as exc:
             raise _GateFailed(f"json_schema gate '{label}' has an invalid schema: {exc}") from None
+        except SchemaTimeout as exc:
+            raise _GateFailed(
+                f"json_schema gate '{label}' gave up after {VALIDATION_TIMEOUT_S:g}s: its pattern "
+                f"{str(exc)[:80]!r} backtracks on this value; simplify the pattern") from None
         if problems:
             lines = problems[:_MAX_SCHEMA_ERRORS]
             more = len(problems) - _MAX_SCHEMA_ERRORS

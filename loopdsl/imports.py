@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .diagnostics import Diagnostic, Severity
-from .loader import Document, load_document
+from .loader import Document, is_file, load_document
 from .model import (
     Gate,
     ModelAlias,
@@ -104,7 +104,7 @@ def resolve_imports(
                 "imports must form a tree: move the shared gates/models into a file both import",
                 related))
             continue
-        if not file.is_file():
+        if not is_file(file):
             result.diagnostics.append(_err(
                 doc.path, item_at, "missing-file", f'imported file "{relative}" does not exist',
                 "the path is relative to the importing file's folder"))
@@ -184,8 +184,7 @@ _LIBRARY_HINT = (
 @lru_cache(maxsize=1)
 def _library_validator() -> Any:
     """The loop schema's own definitions of gates and models, applied to a library file."""
-    from jsonschema import Draft7Validator
-
+    from .jsonschema_check import validator_class
     from .schema import load_schema
 
     loop_schema = load_schema()
@@ -195,7 +194,7 @@ def _library_validator() -> Any:
         additionalProperties=False,
         properties={k: loop_schema["properties"][k] for k in LIBRARY_KEYS if k in loop_schema["properties"]},
     )
-    return Draft7Validator(library)
+    return validator_class()(library)
 
 
 def _schema_problems(doc: Document) -> tuple[list[Diagnostic], set[YamlPath]]:

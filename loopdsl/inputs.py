@@ -1,9 +1,9 @@
 """Checking run inputs against a loop's `inputs:` declarations before anything runs."""
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping
 
+from . import bounded_json
 from .model import InputSpec, Loop
 
 
@@ -41,7 +41,7 @@ def parse_text(spec: InputSpec, text: str) -> Any:
             if lowered in ("false", "no", "0", "off"):
                 return False
             raise ValueError(text)
-        value = json.loads(text)
+        value = bounded_json.loads(text)
         return value
     except ValueError:
         raise InputError(

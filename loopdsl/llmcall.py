@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from . import bounded_json
 from .budget import Ledger, Reservation, cost_changing_params, cost_for, reservation_for
 from .gates import strip_code_fence
 from .model import EvaluateAction, LlmAction, Loop, ModelAlias, Price
@@ -40,13 +41,15 @@ EVALUATOR_INSTRUCTIONS = (
 )
 def parse_json_reply(text: str) -> Any:
     try:
-        return json.loads(strip_code_fence(text))
+        return bounded_json.loads(strip_code_fence(text))
     except json.JSONDecodeError as exc:
         raise StepFailure(
             "parse",
             f"the reply is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
             "reply with JSON only",
         ) from None
+    except bounded_json.JsonLimitError as exc:
+        raise StepFailure("parse", f"the reply is not usable JSON: {exc}; reply with plain, shallow JSON") from None
 
 
 def request_key(run_id: str, state: str, visit: int, attempt: int, chain_index: int, model: str) -> str:
@@ -246,7 +249,7 @@ class LlmCaller:
 
 def llm_result(action: LlmAction, reply: dict[str, Any]) -> dict[str, Any]:
     """Shape an llm reply into the state's result; json output is parsed and checked."""
-    from .jsonschema_check import InvalidSchema, schema_errors
+    from .jsonschema_check import VALIDATION_TIMEOUT_S, InvalidSchema, SchemaTimeout, schema_errors
 
     result = {k: reply[k] for k in ("text", "usage", "cost_usd", "model")}
     result["json"] = None
@@ -257,6 +260,10 @@ def llm_result(action: LlmAction, reply: dict[str, Any]) -> dict[str, Any]:
                 problems = schema_errors(action.schema, data)
             except InvalidSchema as exc:
                 raise StepFailure("parse", f"the state's `schema` is not a valid JSON Schema: {exc}", result=result) from None
+            except SchemaTimeout as exc:
+                raise StepFailure("parse", f"checking the JSON against the schema took over {VALIDATION_TIMEOUT_S:g}s: "
+                                  f"its pattern {str(exc)[:80]!r} backtracks on this value; simplify the pattern",
+                                  result=result) from None
             if problems:
                 raise StepFailure("parse", "the JSON does not match the schema: " + "; ".join(problems[:5]), result=result)
         result["json"] = data

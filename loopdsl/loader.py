@@ -25,6 +25,8 @@ import os
 import re
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
+from functools import cached_property
 from typing import Any
 
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -36,7 +38,7 @@ from .yaml_events import FAST_PARSER_AVAILABLE, fast_events, reference_events
 from .yaml_walk import MAX_DEPTH, MAX_NODES, ResolvePlain, Stop, Walker, mark_position
 from .yaml_walk import diagnostic as _error
 
-__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_NODES", "Document", "load_document",
+__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_NODES", "Document", "is_file", "load_document",
            "load_text", "parse_text"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -68,7 +70,7 @@ class Document:
             p = p[:-1]
         return (1, 1)
 
-    @property
+    @cached_property
     def lines(self) -> list[str]:
         return self.text.splitlines()
 
@@ -235,3 +237,12 @@ def load_document(path: str | os.PathLike[str],
 def load_text(text: str | bytes, path: str = "<string>") -> tuple[Document | None, list[Diagnostic]]:
     """`load_document` for text that is not (or not yet) in a file."""
     return load_document(path, text)
+
+
+def is_file(path: Path) -> bool:
+    """Whether `path` names a readable-looking file. A path from a loop file is hostile: one
+    too long for the system (ENAMETOOLONG) or otherwise unusable is simply not a file."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False

@@ -25,10 +25,10 @@ RESERVED_NAMES = frozenset(
     {"inputs", "secrets", "feedback", "run", "budget", "history", "item", "index", "error"}
 )
 BUILTIN_GATES = ("python_syntax", "no_secrets")
-NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-LOOP_NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
+NAME_RE = re.compile(r"\A[a-z][a-z0-9_]*\Z")  # \Z: `$` would accept a final newline
+LOOP_NAME_RE = re.compile(r"\A[a-z][a-z0-9-]*\Z")
 # Named gates never appear inside templates, so they may use '-' as in DSL.md's example.
-GATE_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+GATE_NAME_RE = re.compile(r"\A[a-z][a-z0-9_-]*\Z")
 DEFAULT_CHOICES = ("approve", "reject")
 # A template that is one secret passed whole: `{{ secrets.NAME }}` or `{{ secrets['NAME'] }}`.
 WHOLE_SECRET_RE = re.compile(

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from .terminal import visible
+
 
 def who() -> str:
     """Who is deciding: LOOPDSL_USER, else git's user.name <user.email>, else the login name."""
@@ -64,7 +66,7 @@ class TerminalHuman:
             return None
         import click
 
-        click.echo(f"\n[{state}] {message}", err=True)
+        click.echo(visible(f"\n[{state}] {message}"), err=True)
         with _interruptible():
             try:
                 choice = click.prompt("decision", type=click.Choice([*choices, "later"]), default="later", err=True)

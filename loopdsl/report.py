@@ -6,6 +6,7 @@ import sys
 from typing import IO, Any, Mapping
 
 from .runstate import RunState
+from .terminal import visible
 
 
 def _money(value: Any) -> str:
@@ -79,7 +80,7 @@ class Progress:
             if inner.get("type") == "end":
                 line = f"  sub-loop {event['run_id']} ended {inner.get('status')}"
         if line:
-            print(line, file=self.stream, flush=True)
+            print(visible(line), file=self.stream, flush=True)
 
 
 def _some_lines(text: str, count: int = 6, limit: int = 160) -> str:

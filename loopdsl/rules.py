@@ -9,6 +9,7 @@ and rules_calls.py hold the rest (importing them registers their rules).
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .diagnostics import Diagnostic, Severity
+from .dominators import DominatorTree
 from .model import NAME_RE, RESERVED_NAMES, Loop, State, YamlPath
 
 if TYPE_CHECKING:
@@ -170,30 +172,10 @@ class LintContext:
         return preds
 
     @cached_property
-    def dominators(self) -> dict[str, set[str]]:
-        """For each reachable state, the states every path from `start` to it passes through
-        (itself included). The classic iterative data-flow solution: loops are small.
-        Empty when the graph is incomplete: no state is then known to have run before another."""
-        if not self.graph_complete:
-            return {}
-        order = [n for n in self.states if n in self.reachable]
-        everything = set(order)
-        dom: dict[str, set[str]] = {n: set(everything) for n in order}
-        if self.loop.start in dom:
-            dom[self.loop.start] = {self.loop.start}
-        changed = True
-        while changed:
-            changed = False
-            for n in order:
-                if n == self.loop.start:
-                    continue
-                preds = [p for p in self.predecessors[n] if p in dom]
-                new = set.intersection(*(dom[p] for p in preds)) if preds else set()
-                new = new | {n}
-                if new != dom[n]:
-                    dom[n] = new
-                    changed = True
-        return dom
+    def dominators(self) -> DominatorTree:
+        """Which states every path from `start` to a state passes through. Empty when the graph
+        is incomplete: no state is then known to have run before another."""
+        return DominatorTree(self.loop.start, self.edges if self.graph_complete else {})
 
     @cached_property
     def local_models(self) -> list[str]:
@@ -243,7 +225,7 @@ def bad_name(ctx: LintContext) -> Iterator[Diagnostic]:
         if not NAME_RE.match(str(name)):
             yield ctx.diag(
                 "bad-name",
-                f'{kind} name "{name}" must match ^[a-z][a-z0-9_]*$',
+                f"{kind} name {json.dumps(str(name), ensure_ascii=False)} must match ^[a-z][a-z0-9_]*$",
                 path,
                 hint="use lower-case letters, digits and underscores, starting with a letter "
                 f'(e.g. "{_suggest_name(str(name))}"), so templates can write it as a variable',

@@ -7,6 +7,7 @@ from typing import Any
 
 from .budget import cost_changing_params
 from .diagnostics import Diagnostic, Severity, format_plain
+from .loader import is_file
 from .model import (
     BUILTIN_GATES,
     EvaluateAction,
@@ -243,7 +244,7 @@ def skill_files(ctx: LintContext) -> Iterator[Diagnostic]:
             continue
         path = state.path + ("llm", "skill")
         file = ctx.source.parent / call.skill
-        if not file.is_file():
+        if not is_file(file):
             yield ctx.diag(
                 "missing-file",
                 f'skill file "{call.skill}" does not exist',
@@ -332,7 +333,7 @@ def _check_sub_loop(ctx: LintContext, state: State, action: LoopAction) -> Itera
     else:
         file = ctx.source.parent / action.path
         shown = ctx.child_display(action.path)
-    if not file.is_file():
+    if not is_file(file):
         yield ctx.diag(
             "missing-file",
             f'sub-loop file "{action.path}" does not exist',

@@ -50,13 +50,13 @@ def no_path_to_end(ctx: LintContext) -> Iterator[Diagnostic]:
         n for n, s in ctx.states.items()
         if s.is_end or any(dest not in ctx.states for _, dest, _ in s.targets())
     }
-    changed = True
-    while changed:
-        changed = False
-        for name, dests in ctx.edges.items():
-            if name not in can_end and any(d in can_end for d in dests):
-                can_end.add(name)
-                changed = True
+    # Backwards from the states that can end: whatever leads to one can end too.
+    frontier = list(can_end)
+    while frontier:
+        for pred in ctx.predecessors[frontier.pop()]:
+            if pred not in can_end:
+                can_end.add(pred)
+                frontier.append(pred)
     stuck = [n for n in ctx.states if n not in can_end and n in ctx.reachable]
     stuck_set = set(stuck)
     sub_edges = {n: [d for d in ctx.edges[n] if d in stuck_set] for n in stuck}

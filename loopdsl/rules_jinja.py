@@ -15,6 +15,8 @@ import jinja2
 from jinja2 import nodes
 from jinja2.parser import Parser
 
+from .jinja_depth import check_nesting, check_tree_depth
+
 _ENV = jinja2.Environment()
 
 
@@ -53,6 +55,7 @@ def scan(source: str, expression: bool = False) -> Scan:
     for the short templates loops carry.
     """
     try:
+        check_nesting(_ENV, source, expression=expression)
         if expression:
             parser = Parser(_ENV, source, state="variable")
             expr = parser.parse_expression()
@@ -64,6 +67,7 @@ def scan(source: str, expression: bool = False) -> Scan:
             tree: nodes.Node = nodes.Template([nodes.Output([expr])], lineno=1)
         else:
             tree = _ENV.parse(source)
+        check_tree_depth(tree, len(source))
     except jinja2.TemplateSyntaxError as exc:
         raise ScanError(exc.message or str(exc), exc.lineno or 1) from None
     pairs: list[tuple[nodes.Node, nodes.Node | None]] = []

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from .diagnostics import Diagnostic, Severity
+from .dominators import DominatorTree
 from .model import RESERVED_NAMES, WHOLE_SECRET_RE, Gate, ShellSpec, State, YamlPath
 from .rules import LintContext, did_you_mean, quoted_list, rule
 from .rules_jinja import NameUse, ScanError, scan, use_offset
@@ -188,21 +189,34 @@ def _syntax_diagnostics(ctx: LintContext, site: Site) -> list[Diagnostic]:
 # ---------------------------------------------------------------- names
 
 
-def _available(ctx: LintContext, site: Site) -> set[str] | None:
+@dataclass(frozen=True)
+class _Dominating:
+    """The states that dominate `target`, less `excluded`: results surely set there."""
+
+    tree: DominatorTree
+    target: str
+    excluded: frozenset[str]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name not in self.excluded and self.tree.dominates(name, self.target)
+
+
+def _available(ctx: LintContext, site: Site) -> _Dominating | None:
     """States whose results are surely set when `site` is evaluated; None: do not check."""
     if site.phase == "definition":
         return None
+    tree = ctx.dominators
     if site.phase == "outputs":
-        ends = [n for n, s in ctx.states.items() if s.is_end and n in ctx.dominators]
+        ends = [n for n, s in ctx.states.items() if s.is_end and n in tree]
         completed = [n for n in ends if ctx.states[n].end == "completed"] or ends
-        if not completed:
+        target = tree.common_dominator(completed)
+        if target is None:
             return None
-        return set.intersection(*(ctx.dominators[n] for n in completed)) - set(completed)
+        return _Dominating(tree, target, frozenset(completed))
     assert site.state is not None
-    dom = ctx.dominators.get(site.state)
-    if dom is None:
+    if site.state not in tree:
         return None  # unreachable: reported on its own
-    return set(dom) if site.phase == "post" else dom - {site.state}
+    return _Dominating(tree, site.state, frozenset() if site.phase == "post" else frozenset({site.state}))
 
 
 def _state_hint(site: Site, used: str) -> str:
@@ -212,15 +226,17 @@ def _state_hint(site: Site, used: str) -> str:
     )
 
 
-def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[str] | None) -> Diagnostic | None:
+def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: _Dominating | None) -> Diagnostic | None:
     loop = ctx.loop
-    position = ctx.at_offset(site.path, site.source, use_offset(site.source, use))
+    def position() -> tuple[int, int]:  # only for a finding: locating costs more than the checks
+        return ctx.at_offset(site.path, site.source, use_offset(site.source, use))
+
     if use.root == "inputs":
         if use.attr is not None and use.attr not in loop.inputs:
             return ctx.diag(
                 "unknown-input",
                 f'unknown input "{use.attr}"{did_you_mean(use.attr, loop.inputs)}',
-                position=position,
+                position=position(),
                 hint=f"declare it under `inputs:` (declared: {quoted_list(loop.inputs)})",
             )
         return None
@@ -229,7 +245,7 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[
             return ctx.diag(
                 "unknown-secret",
                 f'unknown secret "{use.attr}"{did_you_mean(use.attr, loop.secrets)}',
-                position=position,
+                position=position(),
                 hint=f"list it under `secrets:` (declared: {quoted_list(loop.secrets)})",
             )
         return None
@@ -238,7 +254,7 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[
             return ctx.diag(
                 "undefined-variable",
                 f'history.{use.attr}: there is no state "{use.attr}"{did_you_mean(use.attr, ctx.states)}',
-                position=position,
+                position=position(),
                 hint="`history.<state>` lists the attempts of a state of this loop",
             )
         if (use.attr is not None and site.state is not None and use.attr != site.state
@@ -247,7 +263,7 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[
                 "undefined-variable",
                 f'history.{use.attr}: state "{use.attr}" cannot have run before "{site.state}" '
                 "(no path leads from it here), so this is always []",
-                position=position,
+                position=position(),
                 hint=f'read the history of a state that runs before "{site.state}", or move this to a state after "{use.attr}"',
             )
         return None
@@ -260,7 +276,7 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[
             return ctx.diag(
                 "undefined-variable",
                 f'"{use.root}" reads this state\'s own result, which does not exist before its first attempt',
-                position=position,
+                position=position(),
                 hint="read it in an after-gate, a transition guard or a later state; "
                 "`feedback` carries the previous attempt's failure",
             )
@@ -269,7 +285,7 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[
             "undefined-variable",
             f'{where} "{use.root}", which may not have run yet: a path from start '
             f'"{loop.start}" avoids it',
-            position=position,
+            position=position(),
             hint=_state_hint(site, use.root) if site.state else
             'read only states that every path to a `completed` end passes through, or set the value in that end\'s `output`',
         )
@@ -277,7 +293,7 @@ def _use_diagnostics(ctx: LintContext, site: Site, use: NameUse, available: set[
     return ctx.diag(
         "undefined-variable",
         f'undefined variable "{use.root}"{did_you_mean(use.root, candidates)}',
-        position=position,
+        position=position(),
         hint="templates can read inputs, secrets, feedback, run, budget, history, error, item, index "
         "and the results of states by name",
     )

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from jinja2 import StrictUndefined, Undefined, nodes
+from jinja2.utils import Namespace
 from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
+from . import bounded_json
 from .model import DEFAULT_OUTPUT_CAP
 
 # Rule ids carried by TemplateError (lint reports them as `[rule-id]`); the shell ones are in
@@ -30,9 +32,15 @@ from .model import DEFAULT_OUTPUT_CAP
 RULE_SYNTAX = "template-syntax"
 
 MAX_SEQUENCE = DEFAULT_OUTPUT_CAP          # chars of one string / items of one list built in a template
-MAX_INT_BITS = 65_536                      # Python refuses to print ints past ~14k bits anyway
+# ~1,000 decimal digits, as for a reply's JSON: Python refuses to print an int past 4,300
+# digits, so a bigger one would break the store's JSON encoding.
+MAX_INT_BITS = 3_300
 MAX_STEPS = 1_000_000                      # loop iterations + calls per render
 MAX_WORK = 128 * DEFAULT_OUTPUT_CAP        # chars/items produced, summed over one render
+# A list, tuple or dict a template builds, measured as printed in full: a part repeated by
+# reference (`[x] * 10`) prints once per reference, so `[[[x] * 10] * 10] * 10` is 1,000 x's.
+MAX_BUILT = 16 * DEFAULT_OUTPUT_CAP
+MAX_BUILT_DEPTH = 2 * bounded_json.MAX_DEPTH  # deep enough to wrap a reply's JSON, far from recursion limits
 
 
 class TemplateError(Exception):
@@ -91,6 +99,28 @@ def _too_big(what: str, size: int, limit: int = MAX_SEQUENCE, unit: str = "chara
                           f"{limit:,}; work on smaller data")
 
 
+def _check_built(value: Any, what: str, times: int = 1) -> Any:
+    """Refuse a container that would print past MAX_BUILT characters (`times` copies of it)
+    or nest past MAX_BUILT_DEPTH; charge its printed size to the render's work."""
+    if isinstance(value, (list, tuple, dict, Namespace)):
+        size, depth, walked = bounded_json.measure(value, MAX_BUILT // max(times, 1), MAX_BUILT_DEPTH,
+                                                   _namespace_attrs)
+        _charge(steps=walked)
+        if depth > MAX_BUILT_DEPTH:
+            raise RenderError(f"{what} would nest more than {MAX_BUILT_DEPTH} levels deep; "
+                              "build flatter values")
+        _too_big(what, size * times, MAX_BUILT, "characters when printed")
+        _charge(work=size * times)
+    return value
+
+
+def _namespace_attrs(value: Any) -> Any:
+    """A namespace prints as the dict of its attributes: measure that."""
+    if isinstance(value, Namespace):
+        return object.__getattribute__(value, "_Namespace__attrs")
+    return value
+
+
 def _width(value: Any, what: str) -> None:
     if isinstance(value, int) and not isinstance(value, bool):
         _too_big(what, value)
@@ -104,11 +134,14 @@ def _check_binop(operator: str, left: Any, right: Any) -> None:
                 _too_big("repeating a sequence", len(seq) * max(times, 0))
                 if isinstance(seq, (list, tuple)):  # repeated references still render in full
                     _too_big("repeating a list", _shallow_text_size(seq) * max(times, 0))
+                    _check_built(seq, "repeating a list", max(times, 0))
         if isinstance(left, int) and isinstance(right, int):
             _too_big("an integer product", left.bit_length() + right.bit_length(),
                      MAX_INT_BITS, "bits")
     elif operator == "+" and isinstance(left, sized) and isinstance(right, sized):
         _too_big("a concatenation", len(left) + len(right))
+        if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+            _check_built([left, right], "a concatenation")
     elif operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0:
         _too_big("a power", max(abs(left).bit_length() - 1, 0) * right, MAX_INT_BITS, "bits")
     elif operator == "%" and isinstance(left, str):
@@ -233,6 +266,20 @@ def _check_tojson(value: Any, indent: Any = None) -> None:
     _width(indent, "tojson indent")
     if isinstance(indent, int) and indent > 64:
         raise RenderError("tojson indent above 64 is not allowed")
+    if isinstance(indent, int) and indent > 0:
+        _check_indented(value, indent, "tojson with indent")
+
+
+def _check_pprint(value: Any, *args: Any, **kwargs: Any) -> None:
+    _check_indented(value, 1, "pprint")
+
+
+def _check_indented(value: Any, indent: int, what: str) -> None:
+    """Indented output repeats `indent` spaces per nesting level on every line: up to one
+    line per item, and an item takes at least ~3 printed characters."""
+    size, depth, walked = bounded_json.measure(value, MAX_BUILT, MAX_BUILT_DEPTH, _namespace_attrs)
+    _charge(steps=walked)
+    _too_big(what, size + (size // 3 + 1) * indent * depth, MAX_BUILT, "characters when printed")
 
 
 def _check_sum(iterable: Any, attribute: Any = None, start: Any = 0) -> None:
@@ -242,7 +289,7 @@ def _check_sum(iterable: Any, attribute: Any = None, start: Any = 0) -> None:
 
 def _fromjson(value: Any) -> Any:
     try:
-        return json.loads(value)
+        return bounded_json.loads(value)
     except (TypeError, ValueError) as exc:
         raise RenderError(f"fromjson: not valid JSON ({exc}): {str(value)[:80]!r}") from None
 
@@ -255,7 +302,7 @@ def _unsafe_raw(value: Any) -> Any:
 _FILTER_CHECKS: dict[str, Callable[..., None]] = {
     "center": _check_center, "indent": _check_indent, "batch": _check_batch,
     "slice": _check_slice, "format": _check_format, "replace": _check_replace,
-    "join": _check_join, "tojson": _check_tojson, "sum": _check_sum,
+    "join": _check_join, "tojson": _check_tojson, "sum": _check_sum, "pprint": _check_pprint,
 }
 
 
@@ -285,6 +332,8 @@ class _LoopSandbox(ImmutableSandboxedEnvironment):
         args = _check_method_call(obj, args, kwargs)
         result = super().call(context, obj, *args, **kwargs)
         _charge_size(result)
+        # dict(a=x, b=x) and namespace(a=x, b=x) share parts like [x] * 2 does.
+        _check_built(result, "a call's result")
         return result
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
@@ -303,6 +352,9 @@ class _LoopSandbox(ImmutableSandboxedEnvironment):
         for item in iterable:
             _charge(steps=1)
             yield item
+
+    def loopdsl_built(self, value: Any) -> Any:
+        return _check_built(value, "a list or dict literal")
 
     def loopdsl_concat(self, *parts: Any) -> str:
         texts = [str(part) for part in parts]
@@ -334,11 +386,32 @@ def _environment() -> _LoopSandbox:
 
 
 class _BoundLoops(NodeTransformer):
-    """Route every for-loop iterable and every `~` through the budgeted helpers."""
+    """Route every for-loop iterable, every `~` and every list, tuple and dict literal through
+    the budgeted helpers."""
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
         self.generic_visit(node)
         node.iter = _env_call("loopdsl_iter", [cast(nodes.Expr, node.iter)], node.lineno)
+        return node
+
+    def visit_List(self, node: nodes.List) -> nodes.Node:
+        self.generic_visit(node)
+        return _env_call("loopdsl_built", [node], node.lineno)
+
+    def visit_Dict(self, node: nodes.Dict) -> nodes.Node:
+        self.generic_visit(node)
+        return _env_call("loopdsl_built", [node], node.lineno)
+
+    def visit_Tuple(self, node: nodes.Tuple) -> nodes.Node:
+        self.generic_visit(node)
+        if node.ctx != "load":  # an assignment target (`{% set a, b = ... %}`), not a value
+            return node
+        return _env_call("loopdsl_built", [node], node.lineno)
+
+    def visit_Assign(self, node: nodes.Assign) -> nodes.Node:
+        self.generic_visit(node)
+        if isinstance(node.target, nodes.NSRef):  # `{% set ns.a = x %}` grows a namespace in place
+            node.node = _env_call("loopdsl_built", [node.node], node.lineno)
         return node
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Node:

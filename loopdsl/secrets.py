@@ -156,20 +156,41 @@ class Redactor:
 
     def redact_obj(self, obj: Any) -> Any:
         """A copy of `obj` with secrets redacted in every string, mapping key included,
-        inside dicts, lists and tuples. Other values are returned as they are."""
+        inside dicts, lists and tuples. Other values are returned as they are. Walks without
+        recursion: a hostile value's nesting depth cannot crash the redactor."""
         if self._pattern is None:
             return obj
-        if isinstance(obj, str):
-            return self(obj)
-        if isinstance(obj, dict):
-            return {
-                (self(k) if isinstance(k, str) else k): self.redact_obj(v) for k, v in obj.items()
-            }
-        if isinstance(obj, list):
-            return [self.redact_obj(v) for v in obj]
-        if isinstance(obj, tuple):
-            return tuple(self.redact_obj(v) for v in obj)
-        return obj
+        return _map_strings(obj, self)
+
+
+def _map_strings(value: Any, change: Any) -> Any:
+    """A copy of `value` with `change` applied to every string (keys too), iteratively."""
+    containers = (dict, list, tuple)
+    if not isinstance(value, containers):
+        return change(value) if isinstance(value, str) else value
+    # Each frame: the container, an iterator over its children, the converted children so far.
+    stack: list[tuple[Any, Any, list[Any]]] = [(value, iter(_items(value)), [])]
+    while True:
+        original, children, converted = stack[-1]
+        for child in children:
+            if isinstance(child, containers):
+                stack.append((child, iter(_items(child)), []))
+                break
+            converted.append(change(child) if isinstance(child, str) else child)
+        else:
+            stack.pop()
+            if isinstance(original, dict):
+                built: Any = {(change(k) if isinstance(k, str) else k): v
+                              for k, v in zip(original.keys(), converted)}
+            else:
+                built = type(original)(converted) if isinstance(original, tuple) else converted
+            if not stack:
+                return built
+            stack[-1][2].append(built)
+
+
+def _items(container: Any) -> Any:
+    return container.values() if isinstance(container, dict) else container
 
 
 # Every secret value this process has read (api.secret_values): the last line of defence

@@ -16,6 +16,8 @@ from typing import Any
 import diskcache
 from diskcache.core import MODE_RAW, UNKNOWN
 
+from . import bounded_json
+
 FORMAT_VERSION = 1
 MARKER_NAME = "loopdsl-store.json"
 DB_NAME = diskcache.core.DBNAME  # "cache.db"
@@ -72,7 +74,9 @@ class JsonOnlyDisk(diskcache.Disk):
                 "inspect it",
             )
         try:
-            return json.loads(value)
+            # A record holds a result that holds a reply's JSON: room for both, still bounded;
+            # any integer the store could write (Python prints at most 4,300 digits) reads back.
+            return bounded_json.loads(value, max_depth=4 * bounded_json.MAX_DEPTH, max_int_digits=4300)
         except ValueError:
             raise StoreError(
                 "the run store holds a value that is not valid JSON",

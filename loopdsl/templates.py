@@ -17,6 +17,7 @@ from jinja2.environment import Template as JinjaTemplate
 from jinja2.exceptions import TemplateSyntaxError
 from jinja2.parser import Parser
 
+from .jinja_depth import check_nesting, check_tree_depth
 from .model import DEFAULT_OUTPUT_CAP
 from .sandbox import (
     MAX_INT_BITS,
@@ -118,14 +119,27 @@ def _json_default(value: Any) -> Any:
 def _parse_expression(source: str) -> nodes.Expr:
     env = _environment()
     try:
+        check_nesting(env, source, expression=True)
         parser = Parser(env, source, state="variable")
         expr = parser.parse_expression()
         if not parser.stream.eos:
             raise TemplateSyntaxError(f"unexpected {parser.stream.current.value!r} after the "
                                       "expression", parser.stream.current.lineno)
+        check_tree_depth(expr, len(source))
     except TemplateSyntaxError as exc:
         raise _syntax_error(exc, source) from None
     return expr
+
+
+def _parse_template(source: str) -> nodes.Template:
+    env = _environment()
+    try:
+        check_nesting(env, source)
+        tree = env.parse(source)
+        check_tree_depth(tree, len(source))
+    except TemplateSyntaxError as exc:
+        raise _syntax_error(exc, source) from None
+    return tree
 
 
 def _compile_tree(tree: nodes.Template, source: str) -> JinjaTemplate:
@@ -198,12 +212,7 @@ class Template:
 
     def __init__(self, source: str) -> None:
         self.source = source
-        env = _environment()
-        try:
-            tree = env.parse(source)
-        except TemplateSyntaxError as exc:
-            raise _syntax_error(exc, source) from None
-        self._template = _compile_tree(tree, source)
+        self._template = _compile_tree(_parse_template(source), source)
 
     def render(self, context: Mapping[str, Any], cap: int = DEFAULT_OUTPUT_CAP) -> str:
         def run() -> str:
@@ -235,9 +244,6 @@ def variables(source: str, *, expression: bool = False) -> set[str]:
     if expression:
         tree = nodes.Template([nodes.Output([_parse_expression(source)], lineno=1)], lineno=1)
     else:
-        try:
-            tree = _environment().parse(source)
-        except TemplateSyntaxError as exc:
-            raise _syntax_error(exc, source) from None
+        tree = _parse_template(source)
     tree.set_environment(_environment())
     return set(jinja_meta.find_undeclared_variables(tree))

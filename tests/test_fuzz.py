@@ -144,6 +144,13 @@ def test_lint_pipeline_survives_dsl_shaped_noise(source: str) -> None:
     check_pipeline(source)
 
 
+@examples(60)
+@given(st.integers(min_value=0, max_value=2**32), st.sampled_from(range(len(SEEDS))))
+def test_lint_pipeline_survives_hostile_structure(case: int, seed: int) -> None:
+    """Jinja nested past the parser's recursion, deep YAML, many states, odd names."""
+    check_pipeline(fuzz.hostile_structure(random.Random(case), SEEDS[seed], huge=False))
+
+
 def test_fuzz_script_finds_nothing_on_a_short_run(tmp_path: Path) -> None:
     """The script itself runs end to end and reports zero failures on 40 cases."""
     code = fuzz.main(["--cases", "40", "--seed", "7", "--out", str(tmp_path)])
