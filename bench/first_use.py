@@ -111,8 +111,13 @@ def main() -> int:
             folder = scratch / f"work-{len(work)}"
             folder.mkdir()
             (folder / "loop.yaml").write_text(REAL_LOOP)
-            subprocess.run([sys.executable, "-m", "loopdsl", "init", "scaffold", "--pattern", "daily-triage"],
-                           cwd=folder, env=env_for(tree), check=True, capture_output=True)
+            init = [sys.executable, "-m", "loopdsl", "init", "scaffold", "--pattern", "daily-triage"]
+            # A source checkout must say what the scaffold's hooks install; older trees lack the flag.
+            made = subprocess.run([*init, "--pip-spec", "loopdsl==0.1.0"], cwd=folder, env=env_for(tree),
+                                  capture_output=True, text=True)
+            if made.returncode != 0 and "no such option" in made.stderr.lower():
+                made = subprocess.run(init, cwd=folder, env=env_for(tree), capture_output=True, text=True)
+            made.check_returncode()
             work[label] = folder
         stub.enqueue(*[StubReply(text="hi", prompt_tokens=9, completion_tokens=2) for _ in range(2 * args.runs)])
         measures: dict[str, Callable[[str, Path], tuple[float, ...]]] = {

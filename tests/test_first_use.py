@@ -75,7 +75,7 @@ def scaffold(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`loopdsl init --pattern daily-triage`, committed to a fresh git repository."""
     base = tmp_path_factory.mktemp("first-use")
     env = bare_env(base, **GIT_IDENTITY)
-    subprocess.run([sys.executable, "-m", "loopdsl", "init", "proj", "--pattern", "daily-triage"], cwd=base,
+    subprocess.run([sys.executable, "-m", "loopdsl", "init", "proj", "--pattern", "daily-triage", "--pip-spec", "loopdsl==0.1.0"], cwd=base,
                    env=env, check=True, capture_output=True, timeout=120)
     project = base / "proj"
     for command in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "scaffold"]):
