@@ -1,9 +1,10 @@
-"""Injection-proof shell commands: the shell lexer and placeholder analysis behind ShellCommand.
+"""Injection-proof shell commands: placeholders become quoted environment variables.
 
 Every `{{ }}` in a shell command becomes an environment variable (`"$LOOPDSL_1"` outside quotes,
-`${LOOPDSL_1}` inside double quotes), so a value is never parsed as shell code. A small shell
-lexer finds where each placeholder stands and refuses the places where that cannot work
-(single quotes, here-documents, backticks, arithmetic).
+`${LOOPDSL_1}` inside double quotes), so a value is never parsed as shell code. Where bash
+would still evaluate the value (arithmetic, variable names, `eval`, `bash -c`), quoting is not
+enough: shell_parse.py reads the command with a real bash parser and only the places on its
+allow-list are accepted. Lint and the engine both compile commands here, so they agree.
 """
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ RULE_STATEMENT = "shell-statement"
 RULE_UNSAFE_RAW = "shell-unsafe-raw"
 RULE_ARITHMETIC = "shell-arithmetic"
 RULE_ESCAPED = "shell-escaped-placeholder"
+RULE_NAME = "shell-name"
+RULE_CODE = "shell-code"
+RULE_COMMAND = "shell-command-name"
+RULE_PLACE = "shell-place"
+RULE_OPTION = "shell-option"
+RULE_SHELL_SYNTAX = "shell-syntax"
 
 # Linux refuses (E2BIG) one environment string longer than 32 pages, "NAME=value\0" included.
 MAX_ENV_STRING = 131_072
@@ -38,7 +45,7 @@ ENV_CHUNK_BYTES = 120_000
 
 _RAW_BEGIN = re.compile(r"\{%[-+]?\s*raw\s*[-+]?%\}")
 _RAW_END = re.compile(r"\{%[-+]?\s*endraw\s*[-+]?%\}")
-_META = set(" \t\n;&|()<>")
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,30}")
 
 
 @dataclass(frozen=True)
@@ -119,262 +126,68 @@ def _with_hint(message: str, rule: str, offset: int, hint: str) -> TemplateError
     return TemplateError(f"{message}; {hint}", rule, offset, hint)
 
 
-@dataclass
-class _Frame:
-    kind: str            # top cmd dq sq ansi bq param arith
-    depth: int = 0
-    in_dq: bool = False
+# The word each placeholder becomes while the command is parsed: a name no script uses, which
+# bash reads as one word anywhere (and as a variable name where it wants a name).
+_SENTINEL = "_LoopdslValue{}_"
 
 
-class _ShellScanner:
-    """Walks the command like bash's lexer does, far enough to know each placeholder's quoting."""
-
-    def __init__(self, items: list[tuple[int, Any]], source: str) -> None:
-        self.items, self.source = items, source
-        self.out: list[str] = []
-        self.errors: list[TemplateError] = []
-        self.expressions: list[str] = []
-        self.stack = [_Frame("top")]
-        self.heredocs: list[tuple[str, bool, int]] = []   # delimiter, strip tabs, offset
-        self.k = 0
-        self.escaped = False
-
-    def char(self, j: int) -> str | None:
-        if j < len(self.items) and isinstance(self.items[j][1], str):
-            return self.items[j][1]
-        return None
-
-    def emit(self, count: int) -> None:
-        for _ in range(count):
-            item = self.items[self.k][1]
-            self.out.append(item if isinstance(item, str) else "")
-            self.k += 1
-
-    def run(self) -> None:
-        while self.k < len(self.items):
-            item = self.items[self.k][1]
-            if isinstance(item, _Placeholder):
-                self.placeholder(item)
-                self.k += 1
-            else:
-                self.step(item)
-            self.escaped = False if not isinstance(item, str) or item != "\\" else self.escaped
-
-    def error(self, rule: str, placeholder: _Placeholder, what: str, hint: str) -> None:
-        shown = f"{{{{ {placeholder.expression.strip()} }}}}"
-        self.errors.append(TemplateError(f"{shown} {what}; {hint.format(p=shown)}", rule,
-                                         placeholder.offset, hint.format(p=shown)))
-
-    def placeholder(self, p: _Placeholder, in_heredoc: bool = False) -> None:
-        kinds = [frame.kind for frame in self.stack]
-        before = self.char(self.k - 1)
-        if in_heredoc:
-            self.error(RULE_HEREDOC, p, "is inside a here-document, where a value is spliced into "
-                       "the text", "pipe it in instead: printf '%s\\n' \"{p}\" | cmd, or use a "
-                       "here-string: cmd <<< \"{p}\"")
-        elif self.escaped:
-            self.error(RULE_ESCAPED, p, "follows a backslash, which would escape the quoting "
-                       "loopdsl puts around the value", "remove the backslash")
-        elif before == "$" and self.char(self.k - 2) != "\\":
-            self.error(RULE_ESCAPED, p, "follows a '$'", "remove the '$': the placeholder "
-                       "already stands for the value")
-        elif kinds[-1] in ("sq", "ansi"):
-            self.error(RULE_SINGLE_QUOTE, p, "is inside single quotes, where the shell never "
-                       "expands anything", "move it outside the single quotes: printf %s \"{p}\"")
-        elif "bq" in kinds:
-            self.error(RULE_BACKTICK, p, "is inside backticks", "use $( ) instead of "
-                       "backticks: $(cmd \"{p}\")")
-        elif "arith" in kinds:
-            self.error(RULE_ARITHMETIC, p, "is inside an arithmetic expression, where bash "
-                       "evaluates the value as code (a[$(cmd)] runs cmd)", "do the arithmetic "
-                       "in the template: {{{{ (n | int) + 1 }}}}")
-        self.expressions.append(p.expression)
-        number = len(self.expressions)
-        top = self.stack[-1]
-        if top.kind == "dq" or (top.kind == "param" and top.in_dq):
-            self.out.append(f"${{LOOPDSL_{number}}}")
+def _sentinel_script(items: list[tuple[int, Any]]) -> tuple[bytes, list[tuple[int, int]], list[int]]:
+    """The command with a sentinel for each placeholder: (UTF-8 bytes, the byte span of each
+    sentinel, the source offset of each byte)."""
+    chunks: list[bytes] = []
+    spans: list[tuple[int, int]] = []
+    origin: list[int] = []
+    size = 0
+    for offset, item in items:
+        if isinstance(item, _Placeholder):
+            data = _SENTINEL.format(len(spans) + 1).encode()
+            spans.append((size, size + len(data)))
         else:
-            self.out.append(f'"$LOOPDSL_{number}"')
+            data = item.encode("utf-8", "surrogateescape")
+        chunks.append(data)
+        origin.extend([offset] * len(data))
+        size += len(data)
+    origin.append(items[-1][0] + 1 if items else 0)
+    return b"".join(chunks), spans, origin
 
-    def push(self, frame: _Frame, width: int) -> None:
-        self.stack.append(frame)
-        self.emit(width)
 
-    def pop(self, width: int = 1) -> None:
-        if len(self.stack) > 1:
-            self.stack.pop()
-        self.emit(width)
-
-    def expansion(self, in_dq: bool) -> bool:
-        """At a '$': enter $( ), $(( )), ${ }, $' ' or $" " if one starts here."""
-        after, third = self.char(self.k + 1), self.char(self.k + 2)
-        if after == "(" and third == "(":
-            self.push(_Frame("arith"), 3)
-        elif after == "(":
-            self.push(_Frame("cmd"), 2)
-        elif after == "{":
-            self.push(_Frame("param", in_dq=in_dq), 2)
-        elif after == "'" and not in_dq:
-            self.push(_Frame("ansi"), 2)
-        elif after == '"' and not in_dq:
-            self.push(_Frame("dq"), 2)
-        else:
-            return False
-        return True
-
-    def backslash(self, escapable: str | None) -> None:
-        nxt = self.char(self.k + 1)
-        if nxt is None and self.k + 1 < len(self.items):
-            self.emit(1)
-            self.escaped = True      # the placeholder handler reads this on the next item
-            return
-        self.emit(2 if nxt is not None and (escapable is None or nxt in escapable) else 1)
-
-    def step(self, c: str) -> None:
-        frame = self.stack[-1]
-        kind = frame.kind
-        if kind in ("sq", "ansi"):
-            if c == "\\" and kind == "ansi":
-                self.backslash(None)
-            else:
-                self.pop() if c == "'" else self.emit(1)
-        elif kind == "bq":
-            if c == "\\":
-                self.backslash(None)
-            else:
-                self.pop() if c == "`" else self.emit(1)
-        elif kind == "dq":
-            if c == "\\":
-                self.backslash('$`"\\\n')
-            elif c == '"':
-                self.pop()
-            elif c == "`":
-                self.push(_Frame("bq"), 1)
-            elif not (c == "$" and self.expansion(in_dq=True)):
-                self.emit(1)
-        else:
-            self.unquoted(c, frame)
-
-    def unquoted(self, c: str, frame: _Frame) -> None:
-        """top level, $( ), ${ } and $(( )): quotes open here, words and comments start here."""
-        before = self.char(self.k - 1)
-        word_start = self.k == 0 or (before is not None and before in _META)
-        if c == "\\":
-            self.backslash(None)
-        elif c == "'" and not (frame.kind == "param" and frame.in_dq):
-            self.push(_Frame("sq"), 1)
-        elif c == '"':
-            self.push(_Frame("dq"), 1)
-        elif c == "`":
-            self.push(_Frame("bq"), 1)
-        elif c == "$" and self.expansion(in_dq=frame.kind == "param" and frame.in_dq):
-            pass
-        elif frame.kind == "param" and c in "{}":
-            if c == "}" and frame.depth == 0:
-                self.pop()
-            else:
-                frame.depth += 1 if c == "{" else -1
-                self.emit(1)
-        elif frame.kind in ("cmd", "arith") and c == ")":
-            if frame.depth > 0:
-                frame.depth -= 1
-                self.emit(1)
-            elif frame.kind == "arith" and self.char(self.k + 1) == ")":
-                self.pop(2)
-            else:
-                self.pop()
-        elif c == "(":
-            if frame.kind == "top" and word_start and self.char(self.k + 1) == "(":
-                self.push(_Frame("arith"), 2)
-            else:
-                frame.depth += frame.kind in ("cmd", "arith")
-                self.emit(1)
-        elif frame.kind == "arith" or frame.kind == "param":
-            self.emit(1)
-        elif c == "#" and word_start:
-            while self.k < len(self.items) and self.items[self.k][1] != "\n":
-                item = self.items[self.k][1]
-                if isinstance(item, _Placeholder):
-                    self.placeholder(item)
-                    self.k += 1
-                else:
-                    self.emit(1)
-        elif c == "<" and self.char(self.k + 1) == "<":
-            if self.char(self.k + 2) == "<":
-                self.emit(3)
-            else:
-                self.heredoc_operator()
-        elif c == "\n" and self.heredocs:
-            self.emit(1)
-            self.heredoc_bodies()
-        else:
-            self.emit(1)
-
-    def heredoc_operator(self) -> None:
-        start = self.items[self.k][0]
-        self.emit(2)
-        strip_tabs = self.char(self.k) == "-"
-        if strip_tabs:
-            self.emit(1)
-        while self.char(self.k) in (" ", "\t"):
-            self.emit(1)
-        word: list[str] = []
-        quote: str | None = None
-        while self.k < len(self.items):
-            item = self.items[self.k][1]
-            if isinstance(item, _Placeholder):
-                self.placeholder(item, in_heredoc=True)
-                self.k += 1
-                continue
-            if quote is None and (item in _META):
-                break
-            if quote is None and item in ("'", '"'):
-                quote = item
-            elif item == quote:
-                quote = None
-            elif item == "\\" and quote != "'" and self.char(self.k + 1) is not None:
-                self.emit(1)
-                word.append(self.items[self.k][1])
-            else:
-                word.append(item)
-            self.emit(1)
-        self.heredocs.append(("".join(word), strip_tabs, start))
-
-    def heredoc_bodies(self) -> None:
-        for delimiter, strip_tabs, _start in self.heredocs:
-            while self.k < len(self.items):
-                line: list[str] = []
-                while self.k < len(self.items) and self.items[self.k][1] != "\n":
-                    item = self.items[self.k][1]
-                    if isinstance(item, _Placeholder):
-                        self.placeholder(item, in_heredoc=True)
-                        line.append("\0")      # a line holding a placeholder never ends the body
-                        self.k += 1
-                    else:
-                        line.append(item)
-                        self.emit(1)
-                if self.k < len(self.items):
-                    self.emit(1)                # the newline
-                text = "".join(line)
-                if (text.lstrip("\t") if strip_tabs else text) == delimiter:
-                    break
-        self.heredocs = []
+def _escape_errors(items: list[tuple[int, Any]]) -> list[tuple[int, str, str, str]]:
+    """A placeholder right after an unescaped backslash or `$` would change its own quoting."""
+    found = []
+    for k, (_offset, item) in enumerate(items):
+        if not isinstance(item, _Placeholder):
+            continue
+        backslashes = 0
+        while k - backslashes - 1 >= 0 and items[k - backslashes - 1][1] == "\\":
+            backslashes += 1
+        before = items[k - 1][1] if k else None
+        if backslashes % 2:
+            found.append((k, RULE_ESCAPED, "follows a backslash, which would escape the quoting "
+                          "loopdsl puts around the value", "remove the backslash"))
+        elif before == "$" and not (k >= 2 and items[k - 2][1] == "\\"):
+            found.append((k, RULE_ESCAPED, "follows a '$'",
+                          "remove the '$': the placeholder already stands for the value"))
+    return found
 
 
 class ShellCommand:
     """A shell command whose placeholders reach bash only as environment variables."""
 
-    def __init__(self, source: str, script: str, placeholders: tuple[Expression, ...]) -> None:
+    def __init__(self, source: str, script: str, placeholders: tuple[Expression, ...],
+                 integer_slots: tuple[bool, ...] = ()) -> None:
         self.source = source
         self.script = script
         self.placeholders = placeholders
+        # Placeholders standing where bash evaluates arithmetic: lint proved each renders an
+        # integer, and the value is checked again before it reaches bash.
+        self.integer_slots = integer_slots
 
     def _values(self, context: Mapping[str, Any]) -> list[str]:
         # Imported here: templates.py imports this module, so a module-level import would cycle.
         from .templates import to_text, truncate_text
 
         values = []
-        for expression in self.placeholders:
+        for number, expression in enumerate(self.placeholders):
             shown = f"{{{{ {expression.source.strip()} }}}}"
             try:
                 text = truncate_text(to_text(expression(context)))
@@ -391,6 +204,10 @@ class ShellCommand:
             except UnicodeEncodeError:
                 raise RenderError(f"the value of {shown} contains a lone UTF-16 surrogate, "
                                   "which cannot be passed to a command") from None
+            if number < len(self.integer_slots) and self.integer_slots[number] and \
+                    _INTEGER_TEXT.fullmatch(text) is None:
+                raise RenderError(f"the value of {shown} stands where bash evaluates arithmetic, "
+                                  f"but it is not an integer: {text[:40]!r}")
             values.append(text)
         return values
 
@@ -431,45 +248,169 @@ class ShellCommand:
         return f"ShellCommand({self.source!r})"
 
 
-def check_shell(source: str) -> tuple[ShellCommand | None, list[TemplateError]]:
-    """Compile a shell command, collecting every problem (for lint) instead of the first."""
-    # Imported here: templates.py imports this module, so a module-level import would cycle.
-    from .templates import _parse_expression, compile_expression
+# How each place a value must not stand is reported: (rule, what happens there, how to fix).
+_PLACE_RULES: dict[str, tuple[str, str, str]] = {
+    "single": (RULE_SINGLE_QUOTE, "is inside single quotes, where the shell never expands anything",
+               "move it outside the single quotes: printf %s \"{p}\""),
+    "heredoc": (RULE_HEREDOC, "is inside a here-document, where a value is spliced into the text",
+                "pipe it in instead: printf '%s\\n' \"{p}\" | cmd, or use a here-string: "
+                "cmd <<< \"{p}\""),
+    "backtick": (RULE_BACKTICK, "is inside backticks", "use $( ) instead of backticks: $(cmd \"{p}\")"),
+    "integer": (RULE_ARITHMETIC, "stands in {context}: a value like a[$(cmd)] runs cmd",
+                "declare the input `type: integer` in `inputs`, or convert it: {{{{ ({e}) | int }}}}; "
+                "to compare text use [[ {p} == 1 ]]"),
+    "name": (RULE_NAME, "stands in {context}: bash evaluates a name like a[$(cmd)] and runs cmd",
+             "keep variable names literal and pass the value as data, e.g. name={p}"),
+    "code": (RULE_CODE, "stands in {context}: the value would run as shell code",
+             "keep the code literal and pass the value as data after it: "
+             "bash -c 'cmd \"$1\"' _ {p}, or use `argv:`"),
+    "command": (RULE_COMMAND, "is {context}: the value would choose the program",
+                "name the program literally; choose between fixed programs with `case`"),
+    "place": (RULE_PLACE, "stands in {context}, which is not a place for a value",
+              "pass it as a plain argument or assign it first: x={p}; then use \"$x\""),
+    "option": (RULE_OPTION, "is {context}: a value starting with '-' would be read as an option",
+               "put `--` before it (`git log --end-of-options {p}` for a git revision), or "
+               "prefix a path with ./"),
+}
 
+
+def _proven_integer(expression: str, integers: frozenset[str]) -> bool:
+    """An expression lint can prove renders an integer: an integer input, run.attempt, a
+    literal integer, or anything ending in `| int`."""
+    from .templates import _parse_expression
+
+    try:
+        tree = _parse_expression(expression)
+    except TemplateError:
+        return False
+    if isinstance(tree, nodes.Filter):
+        return tree.name == "int"
+    if isinstance(tree, nodes.Const):
+        return isinstance(tree.value, int) and not isinstance(tree.value, bool)
+    if isinstance(tree, nodes.Getattr) and isinstance(tree.node, nodes.Name):
+        return (tree.node.name, tree.attr) == ("run", "attempt") or (
+            tree.node.name == "inputs" and tree.attr in integers)
+    return False
+
+
+def _placement_problems(items: list[tuple[int, Any]], placeholders: list[_Placeholder],
+                        integers: frozenset[str]) -> tuple[list[Any], list[TemplateError],
+                                                           list[TemplateError]]:
+    """Each placeholder's Place (None when refused), the errors and the warnings."""
+    from .shell_parse import analyze
+
+    data, spans, origin = _sentinel_script(items)
+    analysis = analyze(data, spans)
+    errors: list[TemplateError] = []
+    warnings: list[TemplateError] = []
+    escaped = {k for k, *_ in _escape_errors(items)}
+    for k, rule, what, hint in _escape_errors(items):
+        errors.append(_problem(items[k][1], rule, what, hint))
+    places: list[Any] = []
+    positions = [k for k, (_o, item) in enumerate(items) if isinstance(item, _Placeholder)]
+    for k, placeholder, place in zip(positions, placeholders, analysis.places):
+        kind = place.kind
+        if kind == "integer" and _proven_integer(placeholder.expression, integers):
+            kind = "ok"
+        places.append(place)
+        if kind == "ok" or k in escaped:
+            continue
+        rule, what, hint = _PLACE_RULES.get(kind, _PLACE_RULES["place"])
+        problem = _problem(placeholder, rule, what.format(context=place.context), hint)
+        (warnings if kind == "option" else errors).append(problem)
+    for byte, kind, context, variable in analysis.carried:
+        rule, _what, _hint = _PLACE_RULES.get(kind, _PLACE_RULES["place"])
+        errors.append(_with_hint(
+            f"variable ${variable} carries a placeholder's value into {context}, where bash "
+            "evaluates it (a value like a[$(cmd)] runs cmd)", rule, origin[byte],
+            "keep the value out of arithmetic, names and code: validate it as `type: integer` in "
+            "`inputs` and use the placeholder there directly, or pass it with `argv:`"))
+    for byte, context in analysis.hazards:
+        errors.append(_with_hint(f"{context}, in a command that holds a value", RULE_CODE,
+                                 origin[byte], "pass the value as an argument after a literal "
+                                 "script: bash -c 'cmd \"$1\"' _ \"$value\""))
+    if analysis.syntax_error is not None:
+        errors.append(_with_hint("bash cannot parse this command here", RULE_SHELL_SYNTAX,
+                                 origin[min(analysis.syntax_error, len(origin) - 1)],
+                                 "fix the shell syntax (check quotes, brackets and `done`/`fi`); "
+                                 "a here-string `<<<` goes before other redirections"))
+    return places, errors, warnings
+
+
+def _problem(placeholder: _Placeholder, rule: str, what: str, hint: str) -> TemplateError:
+    shown = f"{{{{ {placeholder.expression.strip()} }}}}"
+    fix = hint.format(p=shown, e=placeholder.expression.strip())
+    return TemplateError(f"{shown} {what}; {fix}", rule, placeholder.offset, fix)
+
+
+def _script(items: list[tuple[int, Any]], places: list[Any]) -> str:
+    out: list[str] = []
+    number = 0
+    for _offset, item in items:
+        if not isinstance(item, _Placeholder):
+            out.append(item)
+            continue
+        number += 1
+        quoted = number <= len(places) and places[number - 1].in_double_quotes
+        out.append(f"${{LOOPDSL_{number}}}" if quoted else f'"$LOOPDSL_{number}"')
+    return "".join(out)
+
+
+def analyze_shell(source: str, integers: frozenset[str] = frozenset()
+                  ) -> tuple[ShellCommand | None, list[TemplateError], list[TemplateError]]:
+    """Compile a shell command: (command or None, every error, every warning). `integers`
+    names the loop's integer inputs, the values that may stand where bash wants a number."""
     errors: list[TemplateError] = []
     try:
         items = _split_jinja(source, errors)
     except TemplateError as exc:
-        return None, [*errors, exc]
-    scanner = _ShellScanner(items, source)
-    scanner.run()
-    errors.extend(scanner.errors)
+        return None, [*errors, exc], []
     placeholders = [item for _, item in items if isinstance(item, _Placeholder)]
+    places, placement_errors, warnings = _placement_problems(items, placeholders, integers)
+    errors.extend(placement_errors)
     expressions = []
     for placeholder in placeholders:
-        try:
-            expression = compile_expression(placeholder.expression)
-        except TemplateError as exc:
-            errors.append(TemplateError(exc.message, exc.rule, placeholder.offset))
-            continue
-        tree = _parse_expression(placeholder.expression)
-        filters = [tree, *tree.find_all(nodes.Filter)]   # find_all skips the root itself
-        if any(isinstance(f, nodes.Filter) and f.name == "unsafe_raw" for f in filters):
-            at = placeholder.expression.find("unsafe_raw")
-            errors.append(_with_hint(
-                "unsafe_raw is not allowed in a shell command: every placeholder reaches the "
-                "command as one quoted value, never as shell code", RULE_UNSAFE_RAW,
-                placeholder.expression_offset + max(at, 0),
-                "to run generated code, write it to a file in an earlier step and run the file"))
-        expressions.append(expression)
+        compiled = _compile_placeholder(placeholder, errors)
+        if compiled is not None:
+            expressions.append(compiled)
     errors.sort(key=lambda e: (e.offset is None, e.offset or 0))
     if errors:
-        return None, errors
-    return ShellCommand(source, "".join(scanner.out), tuple(expressions)), []
+        return None, errors, warnings
+    integer_slots = tuple(p.kind == "integer" for p in places)
+    command = ShellCommand(source, _script(items, places), tuple(expressions), integer_slots)
+    return command, [], warnings
 
 
-def compile_shell(source: str) -> ShellCommand:
-    command, errors = check_shell(source)
+def _compile_placeholder(placeholder: _Placeholder, errors: list[TemplateError]) -> Expression | None:
+    # Imported here: templates.py imports this module, so a module-level import would cycle.
+    from .templates import _parse_expression, compile_expression
+
+    try:
+        expression = compile_expression(placeholder.expression)
+    except TemplateError as exc:
+        errors.append(TemplateError(exc.message, exc.rule, placeholder.offset))
+        return None
+    tree = _parse_expression(placeholder.expression)
+    filters = [tree, *tree.find_all(nodes.Filter)]   # find_all skips the root itself
+    if any(isinstance(f, nodes.Filter) and f.name == "unsafe_raw" for f in filters):
+        at = placeholder.expression.find("unsafe_raw")
+        errors.append(_with_hint(
+            "unsafe_raw is not allowed in a shell command: every placeholder reaches the "
+            "command as one quoted value, never as shell code", RULE_UNSAFE_RAW,
+            placeholder.expression_offset + max(at, 0),
+            "to run generated code, write it to a file in an earlier step and run the file"))
+    return expression
+
+
+def check_shell(source: str, integers: frozenset[str] = frozenset()
+                ) -> tuple[ShellCommand | None, list[TemplateError]]:
+    """Compile a shell command, collecting every problem (for lint) instead of the first."""
+    command, errors, _warnings = analyze_shell(source, integers)
+    return command, errors
+
+
+def compile_shell(source: str, integers: frozenset[str] = frozenset()) -> ShellCommand:
+    command, errors = check_shell(source, integers)
     if errors:
         raise errors[0]
     assert command is not None

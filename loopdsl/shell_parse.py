@@ -1,0 +1,406 @@
+"""Where each value stands in a shell command, read by a real bash parser (tree-sitter-bash).
+
+shell_template.py replaces every `{{ }}` with a sentinel word and hands the script here. The
+rule is an allow-list: a value may stand only where bash uses it as plain data (an argument
+of a simple command that does not run or evaluate it, an assignment's value, a file name of
+a redirection, a string operand of `[[ == != =~ -z -n ]]`, a `case` subject or pattern). In an
+arithmetic or name context only a value proven to be an integer may stand. Anything else is
+refused with the context named. Variables that carry a value (`x={{ v }}`) are followed
+through the script, because `x={{ v }}; (( x ))` evaluates the value just the same.
+
+tree-sitter is imported on first use, so only the paths that compile a command pay for it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Iterator
+
+from .shell_commands import Judgement, Word, command_hazards, judge_argument
+
+# Variables whose value bash later runs or uses to choose what runs.
+DANGEROUS_VARIABLES = frozenset({
+    "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND", "BASH_ENV", "ENV", "PATH", "LD_PRELOAD",
+    "LD_LIBRARY_PATH", "SHELLOPTS", "BASHOPTS", "BASH_LOADABLES_PATH", "GIT_SSH_COMMAND",
+    "GIT_EXTERNAL_DIFF", "PAGER", "GIT_PAGER", "EDITOR", "VISUAL", "IFS",
+})
+_VALUE_OPS = frozenset({":-", "-", ":=", "=", ":+", "+", ":?", "?"})
+_PATTERN_OPS = frozenset({"#", "##", "%", "%%", "/", "//", "/#", "/%", "^", "^^", ",", ",,"})
+_STRING_TEST_OPS = frozenset({"==", "=", "!=", "=~", "<", ">", "-nt", "-ot", "-ef", "&&", "||",
+                              "-a", "-o"})
+_INTEGER_TEST_OPS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+_EXPRESSIONS = frozenset({"binary_expression", "unary_expression", "parenthesized_expression",
+                          "ternary_expression", "postfix_expression", "negated_expression"})
+_HEREDOC = frozenset({"heredoc_body", "heredoc_content", "heredoc_start", "heredoc_end",
+                      "heredoc_redirect"})
+_REDIRECTS = frozenset({"file_redirect", "herestring_redirect", "heredoc_redirect"})
+_READERS = frozenset({"read", "mapfile", "readarray", "printf", "getopts", "wait"})
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one value stands: a verdict from the allow-list and how to quote it."""
+
+    kind: str            # ok integer name code command option single heredoc backtick place
+    context: str
+    in_double_quotes: bool = False
+
+
+@dataclass
+class Analysis:
+    places: list[Place] = field(default_factory=list)
+    # (byte offset, kind, context, variable) for variables that carry a value into a bad place
+    carried: list[tuple[int, str, str, str]] = field(default_factory=list)
+    syntax_error: int | None = None          # byte offset of the first thing bash cannot parse
+    hazards: list[tuple[int, str]] = field(default_factory=list)
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Any:
+    import tree_sitter
+    import tree_sitter_bash
+
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+
+
+def _walk(node: Any) -> Iterator[Any]:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(current.children))
+
+
+class _Script:
+    def __init__(self, data: bytes, spans: list[tuple[int, int]]) -> None:
+        self.data = data
+        self.spans = spans
+        self.tree = _parser().parse(data)
+        self.root = self.tree.root_node
+        self.integer_names: set[str] = set()
+        self.nameref_names: set[str] = set()
+        self.tainted: set[str] = set()
+
+    def text(self, node: Any) -> str:
+        return self.data[node.start_byte:node.end_byte].decode("utf-8", "surrogateescape")
+
+    def holds_sentinel(self, node: Any) -> bool:
+        return any(node.start_byte <= s and e <= node.end_byte for s, e in self.spans)
+
+    def references(self, node: Any) -> set[str]:
+        """Variables an expansion inside `node` reads (`$x`, `${x...}`, `${!x}`)."""
+        names = set()
+        for sub in _walk(node):
+            if sub.type in ("simple_expansion", "expansion"):
+                for child in sub.children:
+                    if child.type in ("variable_name", "special_variable_name"):
+                        names.add(self.text(child))
+                    elif child.type == "subscript" and child.children:
+                        names.add(self.text(child.children[0]))
+        return names
+
+    def carries(self, node: Any) -> bool:
+        return self.holds_sentinel(node) or bool(self.references(node) & self.tainted)
+
+
+def _flags(script: _Script, declaration: Any) -> str:
+    return "".join(script.text(c)[1:] for c in declaration.children
+                   if c.type == "word" and script.text(c).startswith("-"))
+
+
+def _collect_declarations(script: _Script) -> None:
+    for node in _walk(script.root):
+        if node.type != "declaration_command":
+            continue
+        flags = _flags(script, node)
+        for child in node.children:
+            name = None
+            if child.type == "variable_assignment" and child.children:
+                name = script.text(child.children[0])
+            elif child.type in ("word", "variable_name") and _IDENTIFIER.match(script.text(child)):
+                name = script.text(child)
+            if name is not None and "i" in flags:
+                script.integer_names.add(name)
+            if name is not None and "n" in flags:
+                script.nameref_names.add(name)
+
+
+def _collect_taint(script: _Script) -> None:
+    """Variables that carry a value: assigned from one, read into, looped over (fixpoint)."""
+    tainted = script.tainted
+    # Positional parameters may hold a value passed to a function; REPLY/MAPFILE one read in.
+    tainted.update({"@", "*", "1", "2", "3", "4", "5", "6", "7", "8", "9", "REPLY", "MAPFILE"})
+    changed = True
+    while changed:
+        changed = False
+        for node in _walk(script.root):
+            names: list[str] = []
+            if node.type == "variable_assignment" and node.children:
+                target = node.children[0]
+                if target.type == "subscript" and target.children:
+                    target = target.children[0]
+                if any(script.carries(c) for c in node.children[1:]):
+                    names.append(script.text(target))
+            elif node.type == "for_statement":
+                variable = node.child_by_field_name("variable")
+                if variable is not None and any(script.carries(c) for c in node.children):
+                    names.append(script.text(variable))
+            elif node.type == "command":
+                command_name = node.child_by_field_name("name")
+                if command_name is not None and script.text(command_name) in _READERS:
+                    names.extend(script.text(c) for c in node.children
+                                 if c.id != command_name.id and _IDENTIFIER.match(script.text(c)))
+            elif node.type == "variable_name" and script.text(node).startswith("LOOPDSL_"):
+                names.append(script.text(node))
+            for name in names:
+                if name not in tainted:
+                    tainted.add(name)
+                    changed = True
+
+
+def analyze(data: bytes, spans: list[tuple[int, int]]) -> Analysis:
+    """The place of each sentinel (byte spans in `data`) and every hazard in the script."""
+    script = _Script(data, spans)
+    analysis = Analysis()
+    if script.root.has_error:
+        analysis.syntax_error = _first_error(script.root)
+    if not spans:
+        return analysis
+    _collect_declarations(script)
+    _collect_taint(script)
+    for start, end in spans:
+        node = script.root.descendant_for_byte_range(start, end)
+        analysis.places.append(_classify(script, node, start))
+    for node in _walk(script.root):
+        _check_carried(script, node, analysis)
+    return analysis
+
+
+def _check_carried(script: _Script, node: Any, analysis: Analysis) -> None:
+    """Variables that carry a value into a place where bash evaluates it, and commands that
+    turn their input into code."""
+    if node.type in ("simple_expansion", "expansion"):
+        carried = script.references(node) & script.tainted
+        if carried:
+            place = _classify(script, node, node.start_byte)
+            if place.kind not in ("ok", "option", "single", "heredoc", "backtick"):
+                named = sorted(n for n in carried if not n.isdigit() and n not in ("@", "*"))
+                shown = (named or sorted(carried))[0]
+                analysis.carried.append((node.start_byte, place.kind, place.context, shown))
+    elif node.type in ("variable_name", "word") and _IDENTIFIER.match(script.text(node)):
+        name = script.text(node)
+        if name in script.tainted and _in_arithmetic(node):
+            analysis.carried.append((node.start_byte, "integer", "an arithmetic expression", name))
+    elif node.type == "command":
+        hazard = command_hazards(_words(script, node)[0])
+        if hazard is not None:
+            analysis.hazards.append((node.start_byte, hazard.context))
+    elif node.type == "declaration_command":
+        flags = _flags(script, node)
+        if "i" in flags or "n" in flags:
+            for child in node.children:
+                if child.type in ("word", "variable_name") and script.text(child) in script.tainted:
+                    analysis.carried.append((child.start_byte, "name", "`declare -i` or `-n` of "
+                                             "a variable", script.text(child)))
+
+
+def _first_error(root: Any) -> int:
+    for node in _walk(root):
+        if node.is_error or node.is_missing:
+            return int(node.start_byte)
+    return int(root.start_byte)
+
+
+def _in_arithmetic(node: Any) -> bool:
+    """A bare name inside `$(( ))`, `(( ))`, `for ((;;))` or `[[ n -eq 1 ]]`."""
+    parent = node.parent
+    if parent is None or parent.type not in _EXPRESSIONS | {"arithmetic_expansion", "compound_statement",
+                                                            "c_style_for_statement"}:
+        return False
+    container = _expression_container(node)
+    if container is None:
+        return False
+    if container.type == "test_command":
+        operator = parent.child_by_field_name("operator")
+        return operator is not None and operator.type == "test_operator" and \
+            container.children[0].type == "[[" and _operator_text(operator) in _INTEGER_TEST_OPS
+    return True
+
+
+def _operator_text(node: Any) -> str:
+    return node.text.decode("utf-8", "replace") if node is not None and node.text else ""
+
+
+def _expression_container(node: Any) -> Any:
+    current = node.parent
+    while current is not None and current.type in _EXPRESSIONS:
+        current = current.parent
+    if current is None:
+        return None
+    if current.type in ("test_command", "arithmetic_expansion", "c_style_for_statement", "subscript"):
+        return current
+    if current.type == "compound_statement" and current.children and current.children[0].type == "((":
+        return current
+    if current.type == "variable_assignment" and current.parent is not None and \
+            current.parent.type == "c_style_for_statement":
+        return current.parent
+    return None
+
+
+def _words(script: _Script, command: Any) -> tuple[list[Word], list[Any]]:
+    nodes = [c for c in command.children
+             if c.type not in _REDIRECTS and c.type not in ("variable_assignment", "comment")
+             and c.is_named]
+    if nodes and nodes[0].type == "command_name":
+        nodes[0] = nodes[0].children[0] if nodes[0].children else nodes[0]
+    return [Word(_literal(script, n), script.carries(n)) for n in nodes], nodes
+
+
+def _literal(script: _Script, node: Any) -> str | None:
+    if script.holds_sentinel(node):
+        return None
+    if node.type in ("word", "number"):
+        return re.sub(r"\\(.)", r"\1", script.text(node))
+    if node.type == "raw_string":
+        return script.text(node)[1:-1]
+    if node.type == "string" and all(c.type == "string_content" or not c.is_named for c in node.children):
+        return script.text(node)[1:-1]
+    if node.type == "concatenation":
+        parts = [_literal(script, c) for c in node.children]
+        return None if any(p is None for p in parts) else "".join(p or "" for p in parts)
+    return None
+
+
+def _classify(script: _Script, node: Any, value_start: int) -> Place:
+    """Walk up from where a value stands to the construct that decides what bash does with it."""
+    in_dq = False
+    current = node
+    while True:
+        kind = current.type
+        if kind in ("raw_string", "ansi_c_string"):
+            return Place("single", "inside single quotes")
+        if kind in _HEREDOC:
+            return Place("heredoc", "inside a here-document")
+        if kind == "comment":
+            return Place("ok", "a comment")
+        if kind == "command_substitution" and current.children and current.children[0].type == "`":
+            return Place("backtick", "inside backticks")
+        parent = current.parent
+        if parent is None or kind == "ERROR":
+            return Place("place", "a part of the command bash cannot parse")
+        ptype = parent.type
+        if ptype in ("concatenation", "string", "string_content"):
+            in_dq = in_dq or ptype == "string"
+            current = parent
+            continue
+        if ptype == "expansion":
+            role = _expansion_role(script, parent, current)
+            if role in ("value", "pattern"):
+                in_dq = in_dq and role == "value"
+                current = parent
+                continue
+            return Place(role, "the name, index, offset or length of ${...}")
+        if ptype == "array":
+            element = script.text(current)
+            if element.startswith("[") and current.start_byte + max(element.find("]="), 0) > value_start:
+                return Place("integer", "an array index, which bash evaluates as arithmetic")
+            current = parent
+            continue
+        return _decide(script, parent, current, value_start, in_dq)
+
+
+def _expansion_role(script: _Script, expansion: Any, child: Any) -> str:
+    operator = None
+    for sibling in expansion.children:
+        if sibling.start_byte >= child.start_byte:
+            break
+        if not sibling.is_named and sibling.type not in ("${", "!", "#"):
+            operator = sibling.type
+    if operator in _VALUE_OPS:
+        return "value"
+    if operator in _PATTERN_OPS:
+        return "pattern"
+    if operator == ":":
+        return "integer"
+    return "name"
+
+
+def _decide(script: _Script, parent: Any, current: Any, value_start: int, in_dq: bool) -> Place:
+    ptype = parent.type
+    if ptype == "command_name":
+        return Place("command", "the name of the command to run")
+    if ptype == "command":
+        words, nodes = _words(script, parent)
+        index = next((i for i, n in enumerate(nodes) if n.id == current.id), None)
+        if index is None:
+            return Place("ok", "an environment assignment", in_dq)
+        judged: Judgement = judge_argument(words, index)
+        starts_word = value_start <= current.start_byte + 1
+        if judged.verdict == "option" and not starts_word:
+            return Place("ok", judged.context, in_dq)
+        return Place(judged.verdict, judged.context, in_dq)
+    if ptype in ("file_redirect", "herestring_redirect"):
+        return Place("ok", "a redirection", in_dq)
+    if ptype == "variable_assignment":
+        if parent.children and parent.children[0].id == current.id:
+            return Place("name", "the name of a variable being assigned")
+        return _assignment(script, parent, in_dq)
+    if ptype == "subscript":
+        return Place("integer", "an array index, which bash evaluates as arithmetic")
+    if ptype in ("declaration_command", "unset_command"):
+        return Place("name", f"a name given to `{script.text(parent).split()[0]}`")
+    if ptype == "test_command":
+        return Place("ok", "an operand of [[ ]]", in_dq)
+    if ptype in _EXPRESSIONS or ptype in ("arithmetic_expansion", "c_style_for_statement") or (
+            ptype == "compound_statement" and parent.children[0].type == "(("):
+        return _expression(script, parent, in_dq)
+    if ptype == "for_statement":
+        if parent.child_by_field_name("variable") is not None and \
+                parent.child_by_field_name("variable").id == current.id:
+            return Place("name", "the variable of a `for` loop")
+        return Place("ok", "a word of a `for` list", in_dq)
+    if ptype in ("case_statement", "case_item"):
+        return Place("ok", "a `case` word", in_dq)
+    return Place("place", f"a {ptype.replace('_', ' ')}")
+
+
+def _assignment(script: _Script, assignment: Any, in_dq: bool) -> Place:
+    target = assignment.children[0]
+    if target.type == "subscript" and target.children:
+        target = target.children[0]
+    name = script.text(target)
+    flags = _flags(script, assignment.parent) if assignment.parent.type == "declaration_command" else ""
+    if "n" in flags or name in script.nameref_names:
+        return Place("name", f"the value of nameref `{name}`, a variable name")
+    if "i" in flags or name in script.integer_names:
+        return Place("integer", f"the value of integer variable `{name}`, which bash evaluates")
+    if name in DANGEROUS_VARIABLES:
+        return Place("code", f"the value of `{name}`, which decides what bash runs")
+    if assignment.parent.type == "c_style_for_statement":
+        return Place("integer", "an arithmetic `for` loop")
+    return Place("ok", "the value of an assignment", in_dq)
+
+
+def _expression(script: _Script, expression: Any, in_dq: bool) -> Place:
+    container = _expression_container(expression.children[0]) if expression.type in _EXPRESSIONS \
+        else expression
+    if container is None or container.type != "test_command":
+        return Place("integer", "an arithmetic expression, which bash evaluates as code")
+    double = container.children[0].type == "[["
+    if expression.type == "binary_expression":
+        operator = _operator_text(expression.child_by_field_name("operator"))
+        if operator in _INTEGER_TEST_OPS:
+            if double:
+                return Place("integer", f"an operand of [[ {operator} ]], which bash evaluates as arithmetic")
+            return Place("ok", f"an operand of [ {operator} ]", in_dq)
+        if operator in _STRING_TEST_OPS:
+            return Place("ok", f"an operand of [[ {operator} ]]", in_dq)
+        return Place("place", f"an operand of `{operator}` in a test")
+    if expression.type == "unary_expression":
+        operator = _operator_text(expression.children[0])
+        if operator in ("-v", "-R"):
+            return Place("name", f"the operand of `{operator}`, a variable name bash evaluates")
+        return Place("ok", f"an operand of `{operator}`", in_dq)
+    return Place("ok", "an operand of a test", in_dq)
