@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .model import EvaluateAction, LlmAction, Loop, LoopAction, SetAction, ShellSpec, State
-from .templates import Expression, ShellCommand, Template, compile_expression, compile_shell, compile_template
+from .templates import (
+    Expression,
+    ShellCommand,
+    Template,
+    check_argv,
+    compile_expression,
+    compile_shell,
+    compile_template,
+)
 
 # Triggers, one per kind of edge; see State.targets().
 NEXT, ROUTE, FAIL, EXHAUST, TIME_OUT = "next", "route", "fail", "exhaust", "time_out"
@@ -109,21 +117,28 @@ def _template_or_literal(value: Any) -> Template | Expression | Any:
     return compile_template(value)
 
 
-def _compile_shell(spec: ShellSpec) -> CompiledShell:
+def integer_inputs(loop: Loop) -> frozenset[str]:
+    """Inputs validated as integers: the only values that may stand where bash wants a number."""
+    return frozenset(name for name, spec in loop.inputs.items() if spec.type == "integer")
+
+
+def _compile_shell(spec: ShellSpec, integers: frozenset[str]) -> CompiledShell:
+    if spec.argv is not None:
+        check_argv(spec.argv)
     return CompiledShell(
         spec=spec,
-        command=compile_shell(spec.cmd) if spec.cmd is not None else None,
+        command=compile_shell(spec.cmd, integers) if spec.cmd is not None else None,
         argv=tuple(compile_template(a) for a in spec.argv) if spec.argv is not None else None,
         cwd=compile_template(spec.cwd) if spec.cwd else None,
         env={k: compile_template(v) for k, v in spec.env.items()},
     )
 
 
-def compile_state(state: State) -> CompiledState:
+def compile_state(state: State, integers: frozenset[str] = frozenset()) -> CompiledState:
     action = state.action
     parts: dict[str, Any] = {}
     if isinstance(action, ShellSpec):
-        parts["shell"] = _compile_shell(action)
+        parts["shell"] = _compile_shell(action, integers)
     elif isinstance(action, (LlmAction, EvaluateAction)):
         parts["prompt"] = compile_template(action.prompt)
         if action.system:
@@ -171,6 +186,6 @@ def compile_loop(loop: Loop) -> CompiledLoop:
     return CompiledLoop(
         loop=loop,
         config=machine_config(loop),
-        states={name: compile_state(state) for name, state in loop.states.items()},
+        states={name: compile_state(state, integer_inputs(loop)) for name, state in loop.states.items()},
         outputs={k: _template_or_literal(v) for k, v in loop.outputs.items()},
     )

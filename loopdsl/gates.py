@@ -84,6 +84,7 @@ class GateRunner:
         cwd: Path,
         redactor: Redactor,
         secret_values: Sequence[str],
+        integer_inputs: frozenset[str] = frozenset(),
     ):
         self._named = dict(named)
         self._run_shell = run_shell
@@ -91,6 +92,7 @@ class GateRunner:
         self._cwd = Path(cwd)
         self._redactor = redactor
         self._secret_values = tuple(v for v in secret_values if v)
+        self._integer_inputs = integer_inputs
         # (id(owner), role) -> (owner, compiled). Holding the owner keeps its id unique.
         self._compiled: dict[tuple[int, str], tuple[object, Any]] = {}
 
@@ -191,11 +193,12 @@ class GateRunner:
         argv: list[str] | None = None
         if spec.cmd is not None:
             source = spec.cmd
-            command = self._cached(spec, "cmd", lambda: templates.compile_shell(source))
+            command = self._cached(spec, "cmd", lambda: templates.compile_shell(source, self._integer_inputs))
             # prepare() also carries values too big for one environment variable.
             script, placeholders = command.prepare(context)
             env.update(placeholders)
         else:
+            self._cached(spec, "argv", lambda: templates.check_argv(spec.argv or ()))
             argv = [
                 self._template(spec, f"argv{i}", arg).render(context) for i, arg in enumerate(spec.argv or ())
             ]

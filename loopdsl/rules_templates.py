@@ -133,24 +133,27 @@ def sites(ctx: LintContext) -> list[Site]:
 # ---------------------------------------------------------------- syntax
 
 
-Problem = tuple[str, str, int, str]  # message, rule id, offset in the source, hint
+Problem = tuple[str, str, int, str, Severity]  # message, rule id, offset in the source, hint
 
 
 @lru_cache(maxsize=4096)
-def _compile_problems(source: str, mode: Mode) -> tuple[Problem, ...]:
+def _compile_problems(source: str, mode: Mode, integers: frozenset[str] = frozenset()) -> tuple[Problem, ...]:
     """Syntax and quoting problems of one site, as templates.py (the engine's own
     compiler) sees them. Cached: loops repeat the same commands and guards."""
     from . import templates
 
+    warnings: list[templates.TemplateError] = []
     try:
         if mode == "shell":
-            _, errors = templates.check_shell(source)
+            _, errors, warnings = templates.analyze_shell(source, integers)
         else:
             (templates.compile_expression if mode == "expr" else templates.compile_template)(source)
             errors = []
     except templates.TemplateError as exc:
         errors = [exc]
-    return tuple((e.message, e.rule, int(e.offset or 0), e.hint) for e in errors)
+    return tuple((e.message, e.rule, int(e.offset or 0), e.hint, severity)
+                 for group, severity in ((errors, Severity.ERROR), (warnings, Severity.WARNING))
+                 for e in group)
 
 
 _SYNTAX_HINTS = {
@@ -162,14 +165,20 @@ _SYNTAX_HINTS = {
     "`env:` and read it as \"$NAME\"",
     "shell-quote-backtick": "use `$( ... )` instead of backticks, with the placeholder outside any quotes",
     "shell-statement": "commands allow only `{{ value }}` placeholders; compute values in a `set` state first",
+    "shell-syntax": "fix the shell syntax; loopdsl reads each command with a bash parser to find where values stand",
     "shell-unsafe-raw": "drop `unsafe_raw` so the value is passed as one quoted argument; if you need shell "
     "syntax from a value, write it in the command itself",
 }
 
 
+def _integer_inputs(ctx: LintContext) -> frozenset[str]:
+    return frozenset(n for n, spec in ctx.loop.inputs.items() if spec.type == "integer")
+
+
 def _syntax_diagnostics(ctx: LintContext, site: Site) -> list[Diagnostic]:
     out = []
-    for message, rule_id, offset, hint in _compile_problems(site.source, site.mode):
+    integers = _integer_inputs(ctx) if site.mode == "shell" else frozenset()
+    for message, rule_id, offset, hint, severity in _compile_problems(site.source, site.mode, integers):
         if site.mode == "expr" and rule_id == "template-syntax":
             rule_id = "expr-syntax"
             message = message.replace("template syntax error", "expression syntax error")
@@ -180,8 +189,32 @@ def _syntax_diagnostics(ctx: LintContext, site: Site) -> list[Diagnostic]:
             message,
             position=ctx.at_offset(site.path, site.source, offset),
             hint=hint or _SYNTAX_HINTS.get(rule_id, ""),
+            severity=severity,
         ))
     return out
+
+
+def _argv_diagnostics(ctx: LintContext, all_sites: list[Site]) -> Iterator[Diagnostic]:
+    """`argv:` lists whose program runs an element as code (`[sh, -c, "... {{ v }}"]`)."""
+    from . import templates
+
+    seen: set[YamlPath] = set()
+    for site in all_sites:
+        if len(site.path) < 2 or site.path[-2] != "argv" or site.path[:-1] in seen:
+            continue
+        seen.add(site.path[:-1])
+        argv = _raw(ctx, site.path[:-1])
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            continue
+        errors, warnings = templates.argv_problems(tuple(argv))
+        for group, severity in ((errors, Severity.ERROR), (warnings, Severity.WARNING)):
+            for index, problem in group:
+                message = problem.message
+                if problem.hint and message.endswith(problem.hint):
+                    message = message[: -len(problem.hint)].rstrip(" ;:,")
+                path = site.path[:-1] + (index,)
+                yield ctx.diag(problem.rule, message, severity=severity, hint=problem.hint,
+                               position=ctx.at_offset(path, argv[index], int(problem.offset or 0)))
 
 
 # ---------------------------------------------------------------- names
@@ -298,7 +331,9 @@ def _secret_diagnostic(ctx: LintContext, site: Site, use: NameUse) -> Diagnostic
 
 @rule
 def template_rules(ctx: LintContext) -> Iterator[Diagnostic]:
-    for site in sites(ctx):
+    all_sites = sites(ctx)
+    yield from _argv_diagnostics(ctx, all_sites)
+    for site in all_sites:
         syntax = _syntax_diagnostics(ctx, site)
         yield from syntax
         if any(d.rule in ("template-syntax", "expr-syntax") for d in syntax):

@@ -275,6 +275,14 @@ def _literal(script: _Script, node: Any) -> str | None:
 
 def _classify(script: _Script, node: Any, value_start: int) -> Place:
     """Walk up from where a value stands to the construct that decides what bash does with it."""
+    ancestor = node
+    while ancestor is not None:    # quoting that holds the whole value, however deep
+        if ancestor.type == "command_substitution" and ancestor.children and \
+                ancestor.children[0].type == "`":
+            return Place("backtick", "inside backticks")
+        if ancestor.type in _HEREDOC:
+            return Place("heredoc", "inside a here-document")
+        ancestor = ancestor.parent
     in_dq = False
     current = node
     while True:

@@ -9,7 +9,7 @@ allow-list are accepted. Lint and the engine both compile commands here, so they
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -415,3 +415,39 @@ def compile_shell(source: str, integers: frozenset[str] = frozenset()) -> ShellC
         raise errors[0]
     assert command is not None
     return command
+
+
+def argv_problems(argv: Sequence[str]) -> tuple[list[tuple[int, TemplateError]], list[tuple[int, TemplateError]]]:
+    """`argv:` runs without a shell, but its program may be one: `[sh, -c, "... {{ v }}"]`
+    runs the value as code. (errors, warnings) as (element index, problem)."""
+    from .shell_commands import Word, judge_argument
+
+    def holds_template(text: str) -> bool:
+        return "{{" in text or "{%" in text
+
+    words = [Word(None if holds_template(a) else a, holds_template(a)) for a in argv]
+    errors: list[tuple[int, TemplateError]] = []
+    warnings: list[tuple[int, TemplateError]] = []
+    for index, element in enumerate(argv):
+        if not holds_template(element):
+            continue
+        judged = judge_argument(words, index)
+        if judged.verdict not in ("code", "command", "option"):
+            continue
+        kind = judged.verdict
+        rule, what, hint = _PLACE_RULES[kind]
+        if kind == "code":
+            hint = "keep the script literal and pass the value after it: [sh, -c, 'cmd \"$1\"', _, \"{p}\"]"
+        shown = element.strip()[:60]
+        fix = hint.format(p=shown, e=shown)
+        problem = TemplateError(f"argv element {index} ({shown}) {what.format(context=judged.context)}; "
+                                f"{fix}", rule, max(element.find("{"), 0), fix)
+        (warnings if kind == "option" else errors).append((index, problem))
+    return errors, warnings
+
+
+def check_argv(argv: Sequence[str]) -> None:
+    """Raise the first problem argv_problems finds (the engine's check before running it)."""
+    errors, _warnings = argv_problems(argv)
+    if errors:
+        raise errors[0][1]
