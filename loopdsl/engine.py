@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from .budget import BudgetExceeded, Ledger
-from .compile import EXHAUST, FAIL, NEXT, ROUTE, CompiledLoop, CompiledState, integer_inputs
+from .compile import EXHAUST, FAIL, NEXT, ROUTE, CompiledLoop, CompiledState, input_facts
 from .gates import GateRunner
 from .llmcall import CallContext, LlmCaller, StepFailure, evaluate_result, llm_result, render_or_fail
 from .model import EvaluateAction, LlmAction, State
@@ -67,7 +67,7 @@ class Engine:
             cwd=ports.workdir,
             redactor=self.redact,
             secret_values=list(ports.secret_values.values()),
-            integer_inputs=integer_inputs(self.loop),
+            input_facts=input_facts(self.loop),
         )
         self.llm = LlmCaller(
             self.loop, self.ledger, self._get_provider, ports.recorder, self._commit_pending, ports.env, ports.use_cache,

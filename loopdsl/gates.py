@@ -84,7 +84,7 @@ class GateRunner:
         cwd: Path,
         redactor: Redactor,
         secret_values: Sequence[str],
-        integer_inputs: frozenset[str] = frozenset(),
+        input_facts: templates.InputFacts = templates.NO_FACTS,
     ):
         self._named = dict(named)
         self._run_shell = run_shell
@@ -92,7 +92,7 @@ class GateRunner:
         self._cwd = Path(cwd)
         self._redactor = redactor
         self._secret_values = tuple(v for v in secret_values if v)
-        self._integer_inputs = integer_inputs
+        self._input_facts = input_facts
         # (id(owner), role) -> (owner, compiled). Holding the owner keeps its id unique.
         self._compiled: dict[tuple[int, str], tuple[object, Any]] = {}
 
@@ -193,7 +193,7 @@ class GateRunner:
         argv: list[str] | None = None
         if spec.cmd is not None:
             source = spec.cmd
-            command = self._cached(spec, "cmd", lambda: templates.compile_shell(source, self._integer_inputs))
+            command = self._cached(spec, "cmd", lambda: templates.compile_shell(source, self._input_facts))
             # prepare() also carries values too big for one environment variable.
             script, placeholders = command.prepare(context)
             env.update(placeholders)

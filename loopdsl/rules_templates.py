@@ -137,7 +137,7 @@ Problem = tuple[str, str, int, str, Severity]  # message, rule id, offset in the
 
 
 @lru_cache(maxsize=4096)
-def _compile_problems(source: str, mode: Mode, integers: frozenset[str] = frozenset()) -> tuple[Problem, ...]:
+def _compile_problems(source: str, mode: Mode, facts: Any = None) -> tuple[Problem, ...]:
     """Syntax and quoting problems of one site, as templates.py (the engine's own
     compiler) sees them. Cached: loops repeat the same commands and guards."""
     from . import templates
@@ -145,7 +145,7 @@ def _compile_problems(source: str, mode: Mode, integers: frozenset[str] = frozen
     warnings: list[templates.TemplateError] = []
     try:
         if mode == "shell":
-            _, errors, warnings = templates.analyze_shell(source, integers)
+            _, errors, warnings = templates.analyze_shell(source, facts or templates.NO_FACTS)
         else:
             (templates.compile_expression if mode == "expr" else templates.compile_template)(source)
             errors = []
@@ -171,14 +171,16 @@ _SYNTAX_HINTS = {
 }
 
 
-def _integer_inputs(ctx: LintContext) -> frozenset[str]:
-    return frozenset(n for n, spec in ctx.loop.inputs.items() if spec.type == "integer")
+def _input_facts(ctx: LintContext) -> Any:
+    from .compile import input_facts
+
+    return input_facts(ctx.loop)
 
 
 def _syntax_diagnostics(ctx: LintContext, site: Site) -> list[Diagnostic]:
     out = []
-    integers = _integer_inputs(ctx) if site.mode == "shell" else frozenset()
-    for message, rule_id, offset, hint, severity in _compile_problems(site.source, site.mode, integers):
+    facts = _input_facts(ctx) if site.mode == "shell" else None
+    for message, rule_id, offset, hint, severity in _compile_problems(site.source, site.mode, facts):
         if site.mode == "expr" and rule_id == "template-syntax":
             rule_id = "expr-syntax"
             message = message.replace("template syntax error", "expression syntax error")

@@ -35,7 +35,7 @@ WRAPPERS: dict[str, frozenset[str]] = {
     "nohup": frozenset(), "time": frozenset({"-f", "-o"}), "setsid": frozenset(),
     "env": frozenset({"-u", "-C", "--unset", "--chdir"}), "nice": frozenset({"-n"}),
     "stdbuf": frozenset({"-i", "-o", "-e"}), "sudo": frozenset({"-u", "-g", "-C", "-h", "-p"}),
-    "doas": frozenset({"-u"}), "chroot": frozenset(), "flock": frozenset({"-w", "-E"}),
+    "doas": frozenset({"-u"}), "coproc": frozenset(), "chroot": frozenset(), "flock": frozenset({"-w", "-E"}),
     "ionice": frozenset({"-c", "-n"}), "taskset": frozenset(), "unbuffer": frozenset(),
     "xargs": frozenset({"-I", "-i", "-n", "-L", "-l", "-P", "-s", "-d", "-E", "-a", "--replace",
                        "--max-args", "--max-procs", "--delimiter", "--arg-file"}),
@@ -55,13 +55,34 @@ INTERPRETERS: dict[str, frozenset[str]] = {
     "jq": frozenset(), "awk": frozenset(), "gawk": frozenset(), "mawk": frozenset(),
     "nawk": frozenset(), "sed": frozenset({"-e", "--expression"}), "gsed": frozenset({"-e"}),
 }
+# Options of shells and interpreters that take the next word as a plain value.
+_INTERPRETER_VALUES: dict[str, frozenset[str]] = {
+    "awk": frozenset({"-v", "-F"}), "gawk": frozenset({"-v", "-F"}), "mawk": frozenset({"-v", "-F"}),
+    "nawk": frozenset({"-v", "-F"}), "sed": frozenset({"-l"}), "jq": frozenset({"--indent"}),
+    "bash": frozenset({"-o", "-O", "+o", "+O"}), "sh": frozenset({"-o", "+o"}),
+    "python3": frozenset({"-W", "-X"}), "python": frozenset({"-W", "-X"}),
+}
+# Options whose next two words are a name and a plain value.
+_PAIR_VALUES = frozenset({"--arg", "--argjson", "--slurpfile", "--rawfile"})
 # Interpreters whose first operand is the program text itself when no file option is given.
 _PROGRAM_OPERAND = {"awk": "-f", "gawk": "-f", "mawk": "-f", "nawk": "-f", "sed": "-f",
                     "gsed": "-f", "jq": "--from-file"}
 
 # Builtins that run their arguments as code, or evaluate them as arithmetic.
 CODE_BUILTINS = frozenset({"eval", "trap", "source", ".", "compgen", "complete", "alias",
-                           "fc", "bind", "enable", "watch", "ssh", "su", "script", "parallel"})
+                           "fc", "bind", "enable", "hash", "watch", "su", "script", "parallel"})
+# Options of ordinary programs whose value is a command, a config that can name one, or a
+# file of code: `git -c core.pager=CMD`, `ssh -o ProxyCommand=CMD`, `rsync -e CMD`.
+_CODE_OPTIONS: dict[str, frozenset[str]] = {
+    "git": frozenset({"-c", "--config-env", "--upload-pack", "-u", "--receive-pack", "--exec",
+                      "--extcmd", "-x", "--exec-path"}),
+    "ssh": frozenset({"-o", "-F", "-S", "-J"}), "scp": frozenset({"-o", "-F", "-S", "-J"}),
+    "tar": frozenset({"-I", "--use-compress-program", "--to-command", "--checkpoint-action",
+                      "--info-script", "-F", "--new-volume-script", "--rsh-command"}),
+    "rsync": frozenset({"-e", "--rsh", "--rsync-path"}), "sort": frozenset({"--compress-program"}),
+    "zip": frozenset({"-TT", "--unzip-command"}), "curl": frozenset({"-K", "--config"}),
+    "wget": frozenset({"-e", "--execute"}), "make": frozenset({"-f", "--file", "--makefile"}),
+}
 ARITHMETIC_BUILTINS = frozenset({"let"})
 # Builtins whose operands (or some options' arguments) are variable names.
 NAME_BUILTINS = frozenset({"read", "mapfile", "readarray", "getopts", "unset", "declare",
@@ -99,7 +120,8 @@ _VALUE_OPTIONS: dict[str, frozenset[str]] = {
     "docker": frozenset({"-t", "-f", "-e", "-v", "-w", "--name", "--tag", "--file", "-p"}),
     "npm": frozenset({"--prefix", "-w", "--workspace"}), "make": frozenset({"-C", "-f", "-j"}),
     "jq": frozenset({"--arg", "--argjson", "-r"}), "chmod": frozenset(), "mkdir": frozenset({"-m"}),
-    "pytest": frozenset({"-k", "-m", "--rootdir"}), "gh": frozenset({"-R", "--repo", "-t", "-b"}),
+    "pytest": frozenset({"-k", "-m", "--rootdir"}),
+    "gh": frozenset({"-R", "--repo", "-t", "-b", "--title", "--body", "--token", "-L", "--limit"}),
 }
 _END_OF_OPTIONS = frozenset({"--", "--end-of-options"})
 
@@ -160,6 +182,10 @@ def judge_argument(words: list[Word], index: int) -> Judgement:
         if segment is not None:
             first, words_of_segment = segment
             return judge_argument(words_of_segment, at - first)
+    if at > 0 and args[at - 1].literal in _CODE_OPTIONS.get(name, frozenset()):
+        return Judgement("code", f"the value of `{name} {args[at - 1].literal}`, which can run a command")
+    if name == "ssh" and _ssh_remote_command(args, at):
+        return Judgement("code", "the remote command of `ssh`, which the remote shell runs")
     if name in SHELLS or name in INTERPRETERS:
         return _interpreter_argument(name, args, at)
     if name in NAME_BUILTINS:
@@ -167,6 +193,14 @@ def judge_argument(words: list[Word], index: int) -> Judgement:
     if name in OPTION_COMMANDS and not _after_end_of_options(name, args, at):
         return Judgement("option", f"an operand of `{name}`, which may read it as an option")
     return OK
+
+
+def _ssh_remote_command(args: list[Word], at: int) -> bool:
+    """ssh joins every word after the destination into one command line for the remote shell."""
+    i = 0
+    while i < len(args) and _is_option(args[i]):
+        i += 2 if args[i].literal in ("-p", "-i", "-l", "-o", "-F", "-J", "-L", "-R", "-D", "-S") else 1
+    return at > i
 
 
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
@@ -220,6 +254,17 @@ def _interpreter_argument(name: str, args: list[Word], at: int) -> Judgement:
             has_code_flag = True
             continue
         has_code_flag = has_code_flag or takes_code
+        if literal in _INTERPRETER_VALUES.get(name, frozenset()) or literal in _PAIR_VALUES:
+            width = 3 if literal in _PAIR_VALUES else 2
+            if i < at < i + width:
+                return OK
+            i += width
+            continue
+        if literal in ("-m", "-M") and name.startswith(("python", "pypy", "perl")):
+            if i + 1 == at:
+                return Judgement("code", f"the module `{name} {literal}` runs")
+            i += 2
+            continue
         if program_file_flag is not None and literal == program_file_flag:
             has_code_flag = True
             if i + 1 == at:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterator
 
-from .shell_commands import Judgement, Word, command_hazards, judge_argument
+from .shell_commands import SHELLS, Judgement, Word, command_hazards, judge_argument
 
 # Variables whose value bash later runs or uses to choose what runs.
 DANGEROUS_VARIABLES = frozenset({
@@ -35,6 +35,7 @@ _EXPRESSIONS = frozenset({"binary_expression", "unary_expression", "parenthesize
 _HEREDOC = frozenset({"heredoc_body", "heredoc_content", "heredoc_start", "heredoc_end",
                       "heredoc_redirect"})
 _REDIRECTS = frozenset({"file_redirect", "herestring_redirect", "heredoc_redirect"})
+_POSITIONAL = ("@", "*", "1", "2", "3", "4", "5", "6", "7", "8", "9")
 _READERS = frozenset({"read", "mapfile", "readarray", "printf", "getopts", "wait"})
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -74,9 +75,14 @@ def _walk(node: Any) -> Iterator[Any]:
 
 
 class _Script:
-    def __init__(self, data: bytes, spans: list[tuple[int, int]]) -> None:
+    def __init__(self, data: bytes, spans: list[tuple[int, int]],
+                 carrying: list[tuple[int, int]] | None = None, positional: bool = False) -> None:
         self.data = data
         self.spans = spans
+        # Spans of the values that carry taint (a proven integer cannot smuggle code).
+        self.carrying = spans if carrying is None else carrying
+        self.positional = positional     # $1, $@ ... hold values (the script of `bash -c`)
+        self.functions: set[str] = set()
         self.tree = _parser().parse(data)
         self.root = self.tree.root_node
         self.integer_names: set[str] = set()
@@ -102,7 +108,8 @@ class _Script:
         return names
 
     def carries(self, node: Any) -> bool:
-        return self.holds_sentinel(node) or bool(self.references(node) & self.tainted)
+        holds = any(node.start_byte <= s and e <= node.end_byte for s, e in self.carrying)
+        return holds or bool(self.references(node) & self.tainted)
 
 
 def _flags(script: _Script, declaration: Any) -> str:
@@ -130,8 +137,10 @@ def _collect_declarations(script: _Script) -> None:
 def _collect_taint(script: _Script) -> None:
     """Variables that carry a value: assigned from one, read into, looped over (fixpoint)."""
     tainted = script.tainted
-    # Positional parameters may hold a value passed to a function; REPLY/MAPFILE one read in.
-    tainted.update({"@", "*", "1", "2", "3", "4", "5", "6", "7", "8", "9", "REPLY", "MAPFILE"})
+    script.functions = {script.text(n.child_by_field_name("name")) for n in _walk(script.root)
+                        if n.type == "function_definition" and n.child_by_field_name("name")}
+    if script.positional:
+        tainted.update(_POSITIONAL)
     changed = True
     while changed:
         changed = False
@@ -148,10 +157,7 @@ def _collect_taint(script: _Script) -> None:
                 if variable is not None and any(script.carries(c) for c in node.children):
                     names.append(script.text(variable))
             elif node.type == "command":
-                command_name = node.child_by_field_name("name")
-                if command_name is not None and script.text(command_name) in _READERS:
-                    names.extend(script.text(c) for c in node.children
-                                 if c.id != command_name.id and _IDENTIFIER.match(script.text(c)))
+                names.extend(_command_taints(script, node))
             elif node.type == "variable_name" and script.text(node).startswith("LOOPDSL_"):
                 names.append(script.text(node))
             for name in names:
@@ -160,13 +166,37 @@ def _collect_taint(script: _Script) -> None:
                     changed = True
 
 
-def analyze(data: bytes, spans: list[tuple[int, int]]) -> Analysis:
-    """The place of each sentinel (byte spans in `data`) and every hazard in the script."""
-    script = _Script(data, spans)
+def _command_taints(script: _Script, command: Any) -> list[str]:
+    """Names a command fills with a value: `read x` fed by one, `f "$v"` (f's $1), `set -- "$v"`."""
+    name_node = command.child_by_field_name("name")
+    if name_node is None:
+        return []
+    name = script.text(name_node)
+    arguments = [c for c in command.children if c.id != name_node.id]
+    if name in _READERS and script.carries(_statement(command)):
+        return [script.text(c) for c in arguments if _IDENTIFIER.match(script.text(c))] + ["REPLY", "MAPFILE"]
+    if (name in script.functions or name == "set") and any(script.carries(c) for c in arguments):
+        return list(_POSITIONAL)
+    return []
+
+
+def _statement(node: Any) -> Any:
+    """The top-level statement holding `node` (a pipeline, a loop with its redirections)."""
+    while node.parent is not None and node.parent.type != "program":
+        node = node.parent
+    return node
+
+
+def analyze(data: bytes, spans: list[tuple[int, int]], integer: list[bool] | None = None,
+            positional: bool = False) -> Analysis:
+    """The place of each sentinel (byte spans in `data`) and every hazard in the script.
+    `integer[i]`: value i is proven an integer; `positional`: $1... carry values."""
+    carrying = [span for i, span in enumerate(spans) if not (integer and integer[i])]
+    script = _Script(data, spans, carrying, positional)
     analysis = Analysis()
     if script.root.has_error:
         analysis.syntax_error = _first_error(script.root)
-    if not spans:
+    if not spans and not positional:
         return analysis
     _collect_declarations(script)
     _collect_taint(script)
@@ -194,9 +224,11 @@ def _check_carried(script: _Script, node: Any, analysis: Analysis) -> None:
         if name in script.tainted and _in_arithmetic(node):
             analysis.carried.append((node.start_byte, "integer", "an arithmetic expression", name))
     elif node.type == "command":
-        hazard = command_hazards(_words(script, node)[0])
-        if hazard is not None:
+        words, nodes = _words(script, node)
+        hazard = command_hazards(words)
+        if hazard is not None and (script.carrying or script.positional):
             analysis.hazards.append((node.start_byte, hazard.context))
+        _check_inner_script(script, node, words, nodes, analysis)
     elif node.type == "declaration_command":
         flags = _flags(script, node)
         if "i" in flags or "n" in flags:
@@ -204,6 +236,28 @@ def _check_carried(script: _Script, node: Any, analysis: Analysis) -> None:
                 if child.type in ("word", "variable_name") and script.text(child) in script.tainted:
                     analysis.carried.append((child.start_byte, "name", "`declare -i` or `-n` of "
                                              "a variable", script.text(child)))
+
+
+def _check_inner_script(script: _Script, command: Any, words: list[Word], nodes: list[Any],
+                        analysis: Analysis) -> None:
+    """`bash -c 'echo $(( $1 ))' _ "$v"`: the literal script gets the values as $1...; read it
+    with those positional parameters tainted."""
+    if len(words) < 3 or words[0].literal not in SHELLS:
+        return
+    flags = [w.literal or "" for w in words[1:] if (w.literal or "").startswith("-")]
+    if not any(f.startswith("-") and not f.startswith("--") and "c" in f for f in flags):
+        return
+    operands = [i for i, w in enumerate(words) if i > 0 and not (w.literal or "").startswith("-")]
+    if not operands or words[operands[0]].literal is None:
+        return
+    if not any(w.tainted for w in words[operands[0] + 1:]):
+        return
+    inner = analyze(words[operands[0]].literal.encode("utf-8", "surrogateescape"), [], positional=True)
+    at = nodes[operands[0]].start_byte
+    for _byte, kind, context, variable in inner.carried:
+        analysis.carried.append((at, kind, f"{context} of the script of `{words[0].literal} -c`", variable))
+    for _byte, context in inner.hazards:
+        analysis.hazards.append((at, context))
 
 
 def _first_error(root: Any) -> int:

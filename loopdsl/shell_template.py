@@ -170,17 +170,24 @@ def _escape_errors(items: list[tuple[int, Any]]) -> list[tuple[int, str, str, st
     return found
 
 
+def _passes(check: tuple[str, tuple[str, ...]], text: str) -> bool:
+    kind, values = check
+    if kind == "int":
+        return _INTEGER_TEXT.fullmatch(text) is not None
+    return text in values
+
+
 class ShellCommand:
     """A shell command whose placeholders reach bash only as environment variables."""
 
     def __init__(self, source: str, script: str, placeholders: tuple[Expression, ...],
-                 integer_slots: tuple[bool, ...] = ()) -> None:
+                 checks: tuple[tuple[str, tuple[str, ...]] | None, ...] = ()) -> None:
         self.source = source
         self.script = script
         self.placeholders = placeholders
-        # Placeholders standing where bash evaluates arithmetic: lint proved each renders an
-        # integer, and the value is checked again before it reaches bash.
-        self.integer_slots = integer_slots
+        # For a placeholder where bash evaluates the value, what lint proved it to be
+        # (("int", ()) or ("choice", values)); checked again before the value reaches bash.
+        self.checks = checks
 
     def _values(self, context: Mapping[str, Any]) -> list[str]:
         # Imported here: templates.py imports this module, so a module-level import would cycle.
@@ -204,10 +211,11 @@ class ShellCommand:
             except UnicodeEncodeError:
                 raise RenderError(f"the value of {shown} contains a lone UTF-16 surrogate, "
                                   "which cannot be passed to a command") from None
-            if number < len(self.integer_slots) and self.integer_slots[number] and \
-                    _INTEGER_TEXT.fullmatch(text) is None:
-                raise RenderError(f"the value of {shown} stands where bash evaluates arithmetic, "
-                                  f"but it is not an integer: {text[:40]!r}")
+            check = self.checks[number] if number < len(self.checks) else None
+            if check is not None and not _passes(check, text):
+                raise RenderError(f"the value of {shown} stands where bash evaluates it, but it "
+                                  f"is not {'an integer' if check[0] == 'int' else 'one of its enum values'}: "
+                                  f"{text[:40]!r}")
             values.append(text)
         return values
 
@@ -248,6 +256,21 @@ class ShellCommand:
         return f"ShellCommand({self.source!r})"
 
 
+@dataclass(frozen=True)
+class InputFacts:
+    """What the loop's `inputs` prove about a value: integer inputs, and inputs whose `enum`
+    lists every value they may take (text the loop's author wrote, so it may even be code)."""
+
+    integers: frozenset[str] = frozenset()
+    choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def choice(self, name: str) -> tuple[str, ...] | None:
+        return next((values for input_name, values in self.choices if input_name == name), None)
+
+
+NO_FACTS = InputFacts()
+
+
 # How each place a value must not stand is reported: (rule, what happens there, how to fix).
 _PLACE_RULES: dict[str, tuple[str, str, str]] = {
     "single": (RULE_SINGLE_QUOTE, "is inside single quotes, where the shell never expands anything",
@@ -274,45 +297,58 @@ _PLACE_RULES: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _proven_integer(expression: str, integers: frozenset[str]) -> bool:
-    """An expression lint can prove renders an integer: an integer input, run.attempt, a
-    literal integer, or anything ending in `| int`."""
+def _proven(expression: str, facts: InputFacts) -> tuple[str, tuple[str, ...]] | None:
+    """What lint can prove an expression renders: ("int", ()) for an integer input,
+    run.attempt, a literal integer or anything ending in `| int`; ("choice", values) for an
+    input with an `enum`; None when it could be anything."""
     from .templates import _parse_expression
 
     try:
         tree = _parse_expression(expression)
     except TemplateError:
-        return False
+        return None
+    integer = ("int", ())
     if isinstance(tree, nodes.Filter):
-        return tree.name == "int"
+        return integer if tree.name == "int" else None
     if isinstance(tree, nodes.Const):
-        return isinstance(tree.value, int) and not isinstance(tree.value, bool)
+        return integer if isinstance(tree.value, int) and not isinstance(tree.value, bool) else None
     if isinstance(tree, nodes.Getattr) and isinstance(tree.node, nodes.Name):
-        return (tree.node.name, tree.attr) == ("run", "attempt") or (
-            tree.node.name == "inputs" and tree.attr in integers)
-    return False
+        if (tree.node.name, tree.attr) == ("run", "attempt"):
+            return integer
+        if tree.node.name == "inputs" and tree.attr in facts.integers:
+            return integer
+        values = facts.choice(tree.attr) if tree.node.name == "inputs" else None
+        if values is not None:
+            return ("choice", values)
+    return None
 
 
 def _placement_problems(items: list[tuple[int, Any]], placeholders: list[_Placeholder],
-                        integers: frozenset[str]) -> tuple[list[Any], list[TemplateError],
-                                                           list[TemplateError]]:
-    """Each placeholder's Place (None when refused), the errors and the warnings."""
+                        facts: InputFacts) -> tuple[list[Any], list[TemplateError],
+                                                    list[TemplateError]]:
+    """Each placeholder's runtime check (None, or what its value must be), the errors and the
+    warnings."""
     from .shell_parse import analyze
 
     data, spans, origin = _sentinel_script(items)
-    analysis = analyze(data, spans)
+    proven = [_proven(p.expression, facts) for p in placeholders]
+    analysis = analyze(data, spans, [p is not None for p in proven])
     errors: list[TemplateError] = []
     warnings: list[TemplateError] = []
     escaped = {k for k, *_ in _escape_errors(items)}
     for k, rule, what, hint in _escape_errors(items):
         errors.append(_problem(items[k][1], rule, what, hint))
-    places: list[Any] = []
+    checks: list[tuple[str, tuple[str, ...]] | None] = []
     positions = [k for k, (_o, item) in enumerate(items) if isinstance(item, _Placeholder)]
-    for k, placeholder, place in zip(positions, placeholders, analysis.places):
+    for k, placeholder, place, known in zip(positions, placeholders, analysis.places, proven):
         kind = place.kind
-        if kind == "integer" and _proven_integer(placeholder.expression, integers):
+        evaluated = kind in ("integer", "name", "code", "command")
+        # Every proven value is checked again at run time: it also keeps variables it is
+        # assigned to free of taint (shell_parse.py), which holds only while it is true.
+        checks.append(known)
+        if known is not None and (kind == "option" or (kind == "integer" and known[0] == "int")
+                                  or (evaluated and known[0] == "choice")):
             kind = "ok"
-        places.append(place)
         if kind == "ok" or k in escaped:
             continue
         rule, what, hint = _PLACE_RULES.get(kind, _PLACE_RULES["place"])
@@ -334,7 +370,7 @@ def _placement_problems(items: list[tuple[int, Any]], placeholders: list[_Placeh
                                  origin[min(analysis.syntax_error, len(origin) - 1)],
                                  "fix the shell syntax (check quotes, brackets and `done`/`fi`); "
                                  "a here-string `<<<` goes before other redirections"))
-    return places, errors, warnings
+    return list(zip(analysis.places, checks)), errors, warnings
 
 
 def _problem(placeholder: _Placeholder, rule: str, what: str, hint: str) -> TemplateError:
@@ -351,22 +387,22 @@ def _script(items: list[tuple[int, Any]], places: list[Any]) -> str:
             out.append(item)
             continue
         number += 1
-        quoted = number <= len(places) and places[number - 1].in_double_quotes
+        quoted = number <= len(places) and places[number - 1][0].in_double_quotes
         out.append(f"${{LOOPDSL_{number}}}" if quoted else f'"$LOOPDSL_{number}"')
     return "".join(out)
 
 
-def analyze_shell(source: str, integers: frozenset[str] = frozenset()
+def analyze_shell(source: str, facts: InputFacts = NO_FACTS
                   ) -> tuple[ShellCommand | None, list[TemplateError], list[TemplateError]]:
-    """Compile a shell command: (command or None, every error, every warning). `integers`
-    names the loop's integer inputs, the values that may stand where bash wants a number."""
+    """Compile a shell command: (command or None, every error, every warning). `facts` says
+    which inputs are integers or fixed choices, the only values bash may evaluate."""
     errors: list[TemplateError] = []
     try:
         items = _split_jinja(source, errors)
     except TemplateError as exc:
         return None, [*errors, exc], []
     placeholders = [item for _, item in items if isinstance(item, _Placeholder)]
-    places, placement_errors, warnings = _placement_problems(items, placeholders, integers)
+    places, placement_errors, warnings = _placement_problems(items, placeholders, facts)
     errors.extend(placement_errors)
     expressions = []
     for placeholder in placeholders:
@@ -376,8 +412,8 @@ def analyze_shell(source: str, integers: frozenset[str] = frozenset()
     errors.sort(key=lambda e: (e.offset is None, e.offset or 0))
     if errors:
         return None, errors, warnings
-    integer_slots = tuple(p.kind == "integer" for p in places)
-    command = ShellCommand(source, _script(items, places), tuple(expressions), integer_slots)
+    command = ShellCommand(source, _script(items, places), tuple(expressions),
+                           tuple(check for _place, check in places))
     return command, [], warnings
 
 
@@ -402,15 +438,15 @@ def _compile_placeholder(placeholder: _Placeholder, errors: list[TemplateError])
     return expression
 
 
-def check_shell(source: str, integers: frozenset[str] = frozenset()
+def check_shell(source: str, facts: InputFacts = NO_FACTS
                 ) -> tuple[ShellCommand | None, list[TemplateError]]:
     """Compile a shell command, collecting every problem (for lint) instead of the first."""
-    command, errors, _warnings = analyze_shell(source, integers)
+    command, errors, _warnings = analyze_shell(source, facts)
     return command, errors
 
 
-def compile_shell(source: str, integers: frozenset[str] = frozenset()) -> ShellCommand:
-    command, errors = check_shell(source, integers)
+def compile_shell(source: str, facts: InputFacts = NO_FACTS) -> ShellCommand:
+    command, errors = check_shell(source, facts)
     if errors:
         raise errors[0]
     assert command is not None
