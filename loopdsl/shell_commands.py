@@ -303,6 +303,8 @@ def _name_builtin_argument(name: str, args: list[Word], at: int) -> Judgement:
         if at < i or (at == i and not any(a.literal == "--" for a in args[:at])):
             return Judgement("name", "an option of `printf`, where `-vNAME` names a variable")
         return OK
+    if name in ("mapfile", "readarray") and previous == "-C":
+        return Judgement("code", f"the callback of `{name} -C`, which bash runs as code")
     if name == "wait":
         return Judgement("name", "an argument of `wait`, whose `-p` names a variable")
     return Judgement("name", f"an argument of `{name}`, which bash reads as a variable name")

@@ -213,7 +213,10 @@ def _check_carried(script: _Script, node: Any, analysis: Analysis) -> None:
     turn their input into code."""
     if node.type in ("simple_expansion", "expansion"):
         carried = script.references(node) & script.tainted
-        if carried:
+        if carried and node.type == "expansion" and any(c.type == "!" for c in node.children[:2]):
+            analysis.carried.append((node.start_byte, "name", "${!name}, which reads the variable "
+                                     "the value names", sorted(carried)[0]))
+        elif carried:
             place = _classify(script, node, node.start_byte)
             if place.kind not in ("ok", "option", "single", "heredoc", "backtick"):
                 named = sorted(n for n in carried if not n.isdigit() and n not in ("@", "*"))
@@ -268,8 +271,13 @@ def _first_error(root: Any) -> int:
 
 
 def _in_arithmetic(node: Any) -> bool:
-    """A bare name inside `$(( ))`, `(( ))`, `for ((;;))` or `[[ n -eq 1 ]]`."""
+    """A bare name inside `$(( ))`, `(( ))`, `for ((;;))`, `[[ n -eq 1 ]]`, an array index or
+    the offset of `${s:n}`."""
     parent = node.parent
+    if parent is not None and parent.type == "subscript":
+        return parent.children[0].id != node.id
+    if parent is not None and parent.type == "expansion":
+        return _expansion_role(parent, node) == "integer"
     if parent is None or parent.type not in _EXPRESSIONS | {"arithmetic_expansion", "compound_statement",
                                                             "c_style_for_statement"}:
         return False
@@ -358,7 +366,7 @@ def _classify(script: _Script, node: Any, value_start: int) -> Place:
             current = parent
             continue
         if ptype == "expansion":
-            role = _expansion_role(script, parent, current)
+            role = _expansion_role(parent, current)
             if role in ("value", "pattern"):
                 in_dq = in_dq and role == "value"
                 current = parent
@@ -373,7 +381,7 @@ def _classify(script: _Script, node: Any, value_start: int) -> Place:
         return _decide(script, parent, current, value_start, in_dq)
 
 
-def _expansion_role(script: _Script, expansion: Any, child: Any) -> str:
+def _expansion_role(expansion: Any, child: Any) -> str:
     operator = None
     for sibling in expansion.children:
         if sibling.start_byte >= child.start_byte:
