@@ -35,6 +35,9 @@ _EXPRESSIONS = frozenset({"binary_expression", "unary_expression", "parenthesize
 _HEREDOC = frozenset({"heredoc_body", "heredoc_content", "heredoc_start", "heredoc_end",
                       "heredoc_redirect"})
 _REDIRECTS = frozenset({"file_redirect", "herestring_redirect", "heredoc_redirect"})
+_RESERVED_WORDS = frozenset({"if", "then", "else", "elif", "fi", "case", "esac", "for", "select",
+                             "while", "until", "do", "done", "in", "function", "{", "}", "!",
+                             "[[", "]]"})
 _POSITIONAL = ("@", "*", "1", "2", "3", "4", "5", "6", "7", "8", "9")
 _READERS = frozenset({"read", "mapfile", "readarray", "printf", "getopts", "wait"})
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -194,8 +197,7 @@ def analyze(data: bytes, spans: list[tuple[int, int]], integer: list[bool] | Non
     carrying = [span for i, span in enumerate(spans) if not (integer and integer[i])]
     script = _Script(data, spans, carrying, positional)
     analysis = Analysis()
-    if script.root.has_error:
-        analysis.syntax_error = _first_error(script.root)
+    analysis.syntax_error = _first_error(script)
     if not spans and not positional:
         return analysis
     _collect_declarations(script)
@@ -263,11 +265,16 @@ def _check_inner_script(script: _Script, command: Any, words: list[Word], nodes:
         analysis.hazards.append((at, context))
 
 
-def _first_error(root: Any) -> int:
-    for node in _walk(root):
+def _first_error(script: _Script) -> int | None:
+    """Where the parser failed, or misread the script: tree-sitter-bash reads `! for ...` as a
+    command named `for`, which bash never runs (an unquoted reserved word there is syntax).
+    Either way the places it found cannot be trusted, so the command is refused."""
+    for node in _walk(script.root):
         if node.is_error or node.is_missing:
             return int(node.start_byte)
-    return int(root.start_byte)
+        if node.type == "command_name" and script.text(node) in _RESERVED_WORDS:
+            return int(node.start_byte)
+    return None
 
 
 def _in_arithmetic(node: Any) -> bool:
@@ -275,7 +282,7 @@ def _in_arithmetic(node: Any) -> bool:
     the offset of `${s:n}`."""
     parent = node.parent
     if parent is not None and parent.type == "subscript":
-        return parent.children[0].id != node.id
+        return parent.children[0].id != node.id or _in_arithmetic(parent)
     if parent is not None and parent.type == "expansion":
         return _expansion_role(parent, node) == "integer"
     if parent is None or parent.type not in _EXPRESSIONS | {"arithmetic_expansion", "compound_statement",

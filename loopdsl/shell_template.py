@@ -366,7 +366,7 @@ def _placement_problems(items: list[tuple[int, Any]], placeholders: list[_Placeh
                                  origin[byte], "pass the value as an argument after a literal "
                                  "script: bash -c 'cmd \"$1\"' _ \"$value\""))
     if analysis.syntax_error is not None:
-        errors.append(_with_hint("bash cannot parse this command here", RULE_SHELL_SYNTAX,
+        errors.append(_with_hint("the bash parser cannot read this command here", RULE_SHELL_SYNTAX,
                                  origin[min(analysis.syntax_error, len(origin) - 1)],
                                  "fix the shell syntax (check quotes, brackets and `done`/`fi`); "
                                  "a here-string `<<<` goes before other redirections"))
