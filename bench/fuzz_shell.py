@@ -80,6 +80,13 @@ WRAPPERS = [
     "{{ {C}; }}", "for i in 1; do {C}; done", "true && {C}", "{C} | cat", "y=$( case a in a) {C} ;; esac )",
     "while false; do :; done; {C}", "! {C} || true",
 ]
+# Ways a value gets into a variable ({USE} is the context, reading $x or $1).
+CARRIERS = [
+    "x={P}; {USE}", "x=$(printf %s {P}); {USE}", "read -r x <<< {P}; {USE}",
+    "printf '%s\n' {P} | while read -r x; do {USE}; done", "for x in {P}; do {USE}; done",
+    "f() {{ {USE}; }}; f {P}", "set -- {P}; {USE}", "declare x={P}; {USE}", "y={P}; x=$y; {USE}",
+    "x=({P}); {USE}", "printf -v x %s {P}; {USE}", "bash -c '{USE}' _ {P}", "export x={P}; {USE}",
+]
 VALUES = [
     "a[$(touch MARKER)]", "x[`touch MARKER`]", "$(touch MARKER)", "`touch MARKER`", "; touch MARKER",
     "& touch MARKER", "| touch MARKER", "\ntouch MARKER\n", "touch MARKER", "'touch MARKER'",
@@ -87,7 +94,7 @@ VALUES = [
     "core.pager=touch MARKER", 'BEGIN{system("touch MARKER")}', "1e", "e touch MARKER", "*", "?",
     "[a-z]*", "{a,b}", "~", "-rf", "--help", "$((1+1))", "${x:-$(touch MARKER)}", "1; touch MARKER",
     "1)); touch MARKER; ((1", "0 ]] || touch MARKER; [[ 0", "') ; touch MARKER ; ('", '"; touch MARKER; "',
-    "\\$(touch MARKER)", "import os; os.system('touch MARKER')", "1", "0", "-1", "x", "MARKER",
+    "\\$(touch MARKER)", "import os; os.system('touch MARKER')", "1", "0", "-1", "x", "MARK",
     "$(touch MARKER)\n", "a[$(touch${IFS}MARKER)]", "a[`touch MARKER`]+1", "-e", "-c", "1 -o MARKER",
 ]
 EXPRESSIONS = ["inputs.v"] * 8 + ["inputs.n", "inputs.c", "inputs.v | int"]
@@ -96,6 +103,10 @@ EXPRESSIONS = ["inputs.v"] * 8 + ["inputs.n", "inputs.c", "inputs.v | int"]
 def make_case(rng: random.Random) -> tuple[str, str, str]:
     """(command, expression, value)."""
     context = rng.choice(CONTEXTS)
+    if rng.random() < 0.3:   # the value reaches the context through a variable
+        carrier = rng.choice(CARRIERS)
+        context = carrier.replace("{P}", "{P}", 1).replace("{USE}", context.replace(
+            "{P}", rng.choice(("$x", '"$x"', "${x}", "x", "$1", '"$@"'))))
     for _ in range(rng.choice((0, 0, 1, 1, 2))):
         context = rng.choice(WRAPPERS).format(C=context)
     expression = rng.choice(EXPRESSIONS)
@@ -107,7 +118,8 @@ def context_for(value: str) -> dict[str, Any]:
 
 
 def marker_created(root: Path) -> bool:
-    return any(True for _ in root.rglob(MARKER + "*"))
+    """Only an injected payload makes a file named exactly MARKER (no value is "MARKER")."""
+    return any(True for _ in root.rglob(MARKER))
 
 
 async def run_case(command: str, value: str, root: Path, index: int) -> tuple[str, str]:
@@ -130,7 +142,7 @@ async def run_case(command: str, value: str, root: Path, index: int) -> tuple[st
     await run_command(script=script, cwd=work, env=env, timeout=10)
     created = marker_created(root)
     shutil.rmtree(work, ignore_errors=True)
-    for leftover in root.rglob(MARKER + "*"):
+    for leftover in root.rglob(MARKER):
         leftover.unlink()
     if not created:
         return "clean", ""

@@ -40,6 +40,7 @@ _RESERVED_WORDS = frozenset({"if", "then", "else", "elif", "fi", "case", "esac",
                              "[[", "]]"})
 _POSITIONAL = ("@", "*", "1", "2", "3", "4", "5", "6", "7", "8", "9")
 _READERS = frozenset({"read", "mapfile", "readarray", "printf", "getopts", "wait"})
+_IDENTIFIER_IN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -59,6 +60,8 @@ class Analysis:
     carried: list[tuple[int, str, str, str]] = field(default_factory=list)
     syntax_error: int | None = None          # byte offset of the first thing bash cannot parse
     hazards: list[tuple[int, str]] = field(default_factory=list)
+    # (byte offset, context, variable): a carried value a program may read as an option
+    carried_options: list[tuple[int, str, str]] = field(default_factory=list)
 
 
 @lru_cache(maxsize=1)
@@ -220,7 +223,9 @@ def _check_carried(script: _Script, node: Any, analysis: Analysis) -> None:
                                      "the value names", sorted(carried)[0]))
         elif carried:
             place = _classify(script, node, node.start_byte)
-            if place.kind not in ("ok", "option", "single", "heredoc", "backtick"):
+            if place.kind == "option":
+                analysis.carried_options.append((node.start_byte, place.context, sorted(carried)[0]))
+            elif place.kind not in ("ok", "single", "heredoc", "backtick"):
                 named = sorted(n for n in carried if not n.isdigit() and n not in ("@", "*"))
                 shown = (named or sorted(carried))[0]
                 analysis.carried.append((node.start_byte, place.kind, place.context, shown))
@@ -228,6 +233,14 @@ def _check_carried(script: _Script, node: Any, analysis: Analysis) -> None:
         name = script.text(node)
         if name in script.tainted and _in_arithmetic(node):
             analysis.carried.append((node.start_byte, "integer", "an arithmetic expression", name))
+    elif node.type == "array":
+        for element in node.children:
+            text = script.text(element)
+            if text.startswith("[") and "]=" in text:
+                names = set(_IDENTIFIER_IN.findall(text[1:text.index("]=")])) & script.tainted
+                if names:
+                    analysis.carried.append((element.start_byte, "integer", "an array index, "
+                                             "which bash evaluates as arithmetic", sorted(names)[0]))
     elif node.type == "command":
         words, nodes = _words(script, node)
         hazard = command_hazards(words)

@@ -361,6 +361,11 @@ def _placement_problems(items: list[tuple[int, Any]], placeholders: list[_Placeh
             "evaluates it (a value like a[$(cmd)] runs cmd)", rule, origin[byte],
             "keep the value out of arithmetic, names and code: validate it as `type: integer` in "
             "`inputs` and use the placeholder there directly, or pass it with `argv:`"))
+    for byte, context, variable in analysis.carried_options:
+        rule, what, hint = _PLACE_RULES["option"]
+        warnings.append(_with_hint(f"variable ${variable} carries a placeholder's value into "
+                                   f"{context}: a value starting with '-' would be read as an "
+                                   "option", rule, origin[byte], hint.format(p=f'"${variable}"')))
     for byte, context in analysis.hazards:
         errors.append(_with_hint(f"{context}, in a command that holds a value", RULE_CODE,
                                  origin[byte], "pass the value as an argument after a literal "
