@@ -121,7 +121,9 @@ _VALUE_OPTIONS: dict[str, frozenset[str]] = {
     "npm": frozenset({"--prefix", "-w", "--workspace"}), "make": frozenset({"-C", "-f", "-j"}),
     "jq": frozenset({"--arg", "--argjson", "-r"}), "chmod": frozenset(), "mkdir": frozenset({"-m"}),
     "pytest": frozenset({"-k", "-m", "--rootdir"}),
-    "gh": frozenset({"-R", "--repo", "-t", "-b", "--title", "--body", "--token", "-L", "--limit"}),
+    "gh": frozenset({"-R", "--repo", "-t", "-b", "--title", "--body", "--token", "-L", "--limit",
+                     "--base", "-B", "--head", "-H", "--state", "-s", "--json", "--jq", "-q",
+                     "--search", "-S", "--label", "-l"}),
 }
 _END_OF_OPTIONS = frozenset({"--", "--end-of-options"})
 

@@ -40,6 +40,10 @@ _RESERVED_WORDS = frozenset({"if", "then", "else", "elif", "fi", "case", "esac",
                              "[[", "]]"})
 _POSITIONAL = ("@", "*", "1", "2", "3", "4", "5", "6", "7", "8", "9")
 _READERS = frozenset({"read", "mapfile", "readarray", "printf", "getopts", "wait"})
+# Nodes that end the search for an enclosing arithmetic context (a name inside them is text).
+_ARITHMETIC_STOPS = frozenset({"command", "do_group", "string", "command_substitution",
+                               "process_substitution", "program", "test_command", "expansion",
+                               "declaration_command", "heredoc_body", "raw_string", "array"})
 _IDENTIFIER_IN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -292,23 +296,36 @@ def _first_error(script: _Script) -> int | None:
 
 def _in_arithmetic(node: Any) -> bool:
     """A bare name inside `$(( ))`, `(( ))`, `for ((;;))`, `[[ n -eq 1 ]]`, an array index or
-    the offset of `${s:n}`."""
+    the offset of `${s:n}`: bash reads the variable's value as an arithmetic expression."""
     parent = node.parent
-    if parent is not None and parent.type == "subscript":
+    if parent is None:
+        return False
+    if parent.type == "subscript":
         return parent.children[0].id != node.id or _in_arithmetic(parent)
-    if parent is not None and parent.type == "expansion":
+    if parent.type == "expansion":
         return _expansion_role(parent, node) == "integer"
-    if parent is None or parent.type not in _EXPRESSIONS | {"arithmetic_expansion", "compound_statement",
-                                                            "c_style_for_statement"}:
-        return False
-    container = _expression_container(node)
-    if container is None:
-        return False
-    if container.type == "test_command":
+    if parent.type == "variable_assignment" and parent.children[0].id != node.id and \
+            script_flags_integer(parent):
+        return True
+    if parent.type in _EXPRESSIONS and _expression_container(node) is not None and \
+            _expression_container(node).type == "test_command":
+        container = _expression_container(node)
         operator = parent.child_by_field_name("operator")
-        return operator is not None and operator.type == "test_operator" and \
-            container.children[0].type == "[[" and _operator_text(operator) in _INTEGER_TEST_OPS
-    return True
+        return operator is not None and container.children[0].type == "[[" and \
+            _operator_text(operator) in _INTEGER_TEST_OPS
+    current = parent
+    while current is not None and current.type not in _ARITHMETIC_STOPS:
+        if current.type in ("arithmetic_expansion", "c_style_for_statement") or (
+                current.type == "compound_statement" and current.children and
+                current.children[0].type == "(("):
+            return True
+        current = current.parent
+    return False
+
+
+def script_flags_integer(assignment: Any) -> bool:
+    """An assignment inside `for (( ))` (its value is arithmetic)."""
+    return assignment.parent is not None and assignment.parent.type == "c_style_for_statement"
 
 
 def _operator_text(node: Any) -> str:
