@@ -118,8 +118,13 @@ class _Script:
         return names
 
     def carries(self, node: Any) -> bool:
+        """Holds a value, reads a variable that does, or names one: arithmetic reads a name's
+        value as an expression, so `y=x; (( y ))` evaluates what x holds."""
         holds = any(node.start_byte <= s and e <= node.end_byte for s, e in self.carrying)
-        return holds or bool(self.references(node) & self.tainted)
+        if holds or self.references(node) & self.tainted:
+            return True
+        return any(sub.type in ("word", "variable_name", "raw_string", "string_content")
+                   and self.text(sub).strip("'\"") in self.tainted for sub in _walk(node))
 
 
 def _flags(script: _Script, declaration: Any) -> str:
