@@ -65,7 +65,8 @@ def test_every_rule_has_a_failing_case() -> None:
         "llm-max-tokens", "unknown-price", "checkpoint-unattended", "evaluator-mirrors-generator",
         "with-unknown-input", "with-missing-input", "with-type", "child-invalid", "child-secret",
         "gate-needs-value", "import-cycle", "import-clash", "import-invalid", "loop-recursion",
-        "bad-schedule", "shell-arithmetic", "shell-escaped-placeholder",
+        "bad-schedule", "shell-arithmetic", "shell-escaped-placeholder", "shell-name", "shell-code",
+        "shell-command-name", "shell-place", "shell-syntax", "shell-option",
     }
     loader = {
         "yaml-syntax", "yaml-duplicate-key", "yaml-tag", "yaml-anchor-bomb", "yaml-too-deep",
