@@ -73,6 +73,21 @@ CONTEXTS = [
     "coproc {P}", "alias x={P}", "hash -p {P} x", "exec {P} MARKER", "wait -p {P} 2>/dev/null || true",
     "x=({P}); echo $(( x[0] ))", "ssh {P} true 2>/dev/null || true", "if true; then echo {P}",
     "printf '%s' {P} > {P}.txt 2>/dev/null || true", "echo {P} {P} {P}",
+    "( ( echo {P} ) )", "((echo {P}) )", "x=$( (echo {P}) )", "x={P}; echo \"${x@P}\"",
+    "shopt -s expand_aliases; alias e=eval\ne {P}", "set -o posix; alias e=eval\ne {P}",
+    "printf -v PS4 %s {P}; set -x; :", "for PS4 in {P}; do set -x; :; set +x; done",
+    "a=(1); echo ${a[@]:{P}}", "[[ -R {P} ]] || true", 'a=(1); printf "%s" "${a[{P}]}"',
+    "a=(1); echo ${#a[{P}]}", "unset -v {P}", "getopts ab {P} 2>/dev/null || true",
+    "select {P} in a; do break; done < /dev/null", "{P}=1", "x[{P}]+=1", 'let "x={P}"',
+    "command eval {P}", "builtin eval {P}", "exec bash -c {P}", "nohup sh -c {P} > /dev/null",
+    "timeout 5 bash -c {P}", "printf '%s' {P} | xargs -0 bash -c", "env -i bash -c {P}",
+    "env X=1 bash -c {P}", "bash -ec {P}", "bash -o pipefail -c {P}", "sh -xc {P} 2>/dev/null",
+    "bash --norc -c {P}", "bash -c -- {P}", "printf '%s' {P} > s.sh; bash s.sh 2>/dev/null || true",
+    "declare -A m; m[{P}]=1", "f() {{ eval \"$1\"; }}; f {P}", "printf() {{ eval \"$1\"; }}; printf {P}",
+    "x={P}; y=x; (( y ))", "x={P}; [[ ${x} == 1 ]] && echo same", "IFS={P}; echo a b",
+    "export PS4={P}; bash -xc true 2>/dev/null", "x={P} bash -c 'echo \"$x\"'",
+    "x={P} bash -c 'echo $(( x ))'", "echo {P} | { read -r x; echo $(( x )); }",
+    "mapfile -t arr <<< {P}; echo $(( arr[0] ))", "readarray arr <<< {P}; echo ${arr[0]}",
 ]
 # Statements a context is wrapped in, to move it deeper into the tree.
 WRAPPERS = [

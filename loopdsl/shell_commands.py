@@ -320,8 +320,9 @@ def command_hazards(words: list[Word]) -> Judgement | None:
         return None
     name = base_name(words[start])
     args = words[start + 1:]
-    if name in ("source", "."):
-        return Judgement("code", f"`{name}` runs a file as code; its input may carry a value")
+    if name in ("source", ".") and args and (args[0].literal is None or args[0].literal.startswith(
+            ("/dev/stdin", "/dev/fd/", "/proc/"))):
+        return Judgement("code", f"`{name}` runs a file named by an expansion, or its input, as code")
     if name in SHELLS:
         operands = [a for a in args if not _is_option(a)]
         has_c = any(_short_cluster_has(a.literal or "", "c") for a in args if _is_option(a))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterator
 
-from .shell_commands import SHELLS, Judgement, Word, command_hazards, judge_argument
+from .shell_commands import SHELLS, Judgement, Word, command_hazards, judge_argument, unwrap
 
 # Variables whose value bash later runs or uses to choose what runs.
 DANGEROUS_VARIABLES = frozenset({
@@ -203,14 +203,16 @@ def _statement(node: Any) -> Any:
 
 
 def analyze(data: bytes, spans: list[tuple[int, int]], integer: list[bool] | None = None,
-            positional: bool = False) -> Analysis:
+            positional: bool = False, inherited: frozenset[str] = frozenset()) -> Analysis:
     """The place of each sentinel (byte spans in `data`) and every hazard in the script.
-    `integer[i]`: value i is proven an integer; `positional`: $1... carry values."""
+    `integer[i]`: value i is proven an integer; `positional`: $1... carry values;
+    `inherited`: variables that carry one from an outer script (`x=$v bash -c '...'`)."""
     carrying = [span for i, span in enumerate(spans) if not (integer and integer[i])]
     script = _Script(data, spans, carrying, positional)
+    script.tainted.update(inherited)
     analysis = Analysis()
     analysis.syntax_error = _first_error(script)
-    if not spans and not positional:
+    if not spans and not positional and not inherited:
         return analysis
     _collect_declarations(script)
     _collect_taint(script)
@@ -219,6 +221,7 @@ def analyze(data: bytes, spans: list[tuple[int, int]], integer: list[bool] | Non
         analysis.places.append(_classify(script, node, start))
     for node in _walk(script.root):
         _check_carried(script, node, analysis)
+    _check_script_hazards(script, analysis)
     return analysis
 
 
@@ -230,6 +233,9 @@ def _check_carried(script: _Script, node: Any, analysis: Analysis) -> None:
         if carried and node.type == "expansion" and any(c.type == "!" for c in node.children[:2]):
             analysis.carried.append((node.start_byte, "name", "${!name}, which reads the variable "
                                      "the value names", sorted(carried)[0]))
+        elif carried and node.type == "expansion" and script.text(node).endswith("@P}"):
+            analysis.carried.append((node.start_byte, "code", "${name@P}, which expands the value "
+                                     "as a prompt (running its $( ))", sorted(carried)[0]))
         elif carried:
             place = _classify(script, node, node.start_byte)
             if place.kind == "option":
@@ -265,24 +271,47 @@ def _check_carried(script: _Script, node: Any, analysis: Analysis) -> None:
                                              "a variable", script.text(child)))
 
 
+def _check_script_hazards(script: _Script, analysis: Analysis) -> None:
+    """Whole-script settings that make a value run: a carried value in PS4 or PATH, and alias
+    expansion (off in scripts unless `shopt -s expand_aliases` or `set -o posix` turns it on;
+    then `alias x=eval` makes `x "$v"` run the value)."""
+    for name in sorted(script.tainted & DANGEROUS_VARIABLES):
+        analysis.carried.append((0, "code", f"`{name}`, which decides what bash runs", name))
+    for node in _walk(script.root):
+        if node.type != "command":
+            continue
+        words = [script.text(c) for c in node.children if c.is_named]
+        if words and words[0] in ("shopt", "set") and any(
+                w in ("expand_aliases", "posix") for w in words[1:]):
+            analysis.hazards.append((node.start_byte, f"`{' '.join(words)[:40]}` turns on alias "
+                                     "expansion, which lets an alias run a value as code"))
+        elif any(c.type == "variable_assignment" and script.text(c).startswith("POSIXLY_CORRECT=")
+                 for c in node.children):
+            analysis.hazards.append((node.start_byte, "POSIXLY_CORRECT turns on alias expansion"))
+
+
 def _check_inner_script(script: _Script, command: Any, words: list[Word], nodes: list[Any],
                         analysis: Analysis) -> None:
     """`bash -c 'echo $(( $1 ))' _ "$v"`: the literal script gets the values as $1...; read it
     with those positional parameters tainted."""
-    if len(words) < 3 or words[0].literal not in SHELLS:
+    start, _wrappers = unwrap(words)
+    if len(words) < start + 3 or words[start].literal is None or \
+            words[start].literal.rsplit("/", 1)[-1] not in SHELLS:
         return
+    shell, words = words[start].literal, words[start:]
     flags = [w.literal or "" for w in words[1:] if (w.literal or "").startswith("-")]
     if not any(f.startswith("-") and not f.startswith("--") and "c" in f for f in flags):
         return
     operands = [i for i, w in enumerate(words) if i > 0 and not (w.literal or "").startswith("-")]
     if not operands or words[operands[0]].literal is None:
         return
-    if not any(w.tainted for w in words[operands[0] + 1:]):
-        return
-    inner = analyze(words[operands[0]].literal.encode("utf-8", "surrogateescape"), [], positional=True)
-    at = nodes[operands[0]].start_byte
+    positional = any(w.tainted for w in words[operands[0] + 1:])
+    inherited = frozenset(n for n in script.tainted if not n.isdigit() and n not in ("@", "*"))
+    inner = analyze(words[operands[0]].literal.encode("utf-8", "surrogateescape"), [],
+                    positional=positional, inherited=inherited)
+    at = nodes[start + operands[0]].start_byte
     for _byte, kind, context, variable in inner.carried:
-        analysis.carried.append((at, kind, f"{context} of the script of `{words[0].literal} -c`", variable))
+        analysis.carried.append((at, kind, f"{context} of the script of `{shell} -c`", variable))
     for _byte, context in inner.hazards:
         analysis.hazards.append((at, context))
 
