@@ -256,8 +256,19 @@ def _check_carried(script: _Script, node: Any, analysis: Analysis) -> None:
                 if names:
                     analysis.carried.append((element.start_byte, "integer", "an array index, "
                                              "which bash evaluates as arithmetic", sorted(names)[0]))
+    elif node.type == "variable_assignment" and len(node.children) > 2:
+        place = _assignment(script, node, False)
+        names = set(_IDENTIFIER_IN.findall(script.text(node.children[-1]))) & script.tainted
+        if place.kind in ("integer", "name") and names:
+            analysis.carried.append((node.start_byte, place.kind, place.context, sorted(names)[0]))
     elif node.type == "command":
         words, nodes = _words(script, node)
+        start, _wrappers = unwrap(words)
+        if start < len(words) and words[start].literal == "let":
+            names = {n for w in words[start + 1:] for n in _IDENTIFIER_IN.findall(w.literal or "")}
+            if names & script.tainted:
+                analysis.carried.append((node.start_byte, "integer", "an argument of `let`",
+                                         sorted(names & script.tainted)[0]))
         hazard = command_hazards(words)
         if hazard is not None and (script.carrying or script.positional):
             analysis.hazards.append((node.start_byte, hazard.context))
