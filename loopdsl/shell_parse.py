@@ -5,19 +5,18 @@ rule is an allow-list: a value may stand only where bash uses it as plain data (
 of a simple command that does not run or evaluate it, an assignment's value, a file name of
 a redirection, a string operand of `[[ == != =~ -z -n ]]`, a `case` subject or pattern). In an
 arithmetic or name context only a value proven to be an integer may stand. Anything else is
-refused with the context named. Variables that carry a value (`x={{ v }}`) are followed
-through the script, because `x={{ v }}; (( x ))` evaluates the value just the same.
+refused with the context named. shell_flow.py follows the variables that carry a value.
 
 tree-sitter is imported on first use, so only the paths that compile a command pay for it.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterator
 
-from .shell_commands import SHELLS, Judgement, Word, command_hazards, judge_argument, unwrap
+from .shell_commands import Judgement, Word, judge_argument
 
 # Variables whose value bash later runs or uses to choose what runs.
 DANGEROUS_VARIABLES = frozenset({
@@ -38,14 +37,12 @@ _REDIRECTS = frozenset({"file_redirect", "herestring_redirect", "heredoc_redirec
 _RESERVED_WORDS = frozenset({"if", "then", "else", "elif", "fi", "case", "esac", "for", "select",
                              "while", "until", "do", "done", "in", "function", "{", "}", "!",
                              "[[", "]]"})
-_POSITIONAL = ("@", "*", "1", "2", "3", "4", "5", "6", "7", "8", "9")
-_READERS = frozenset({"read", "mapfile", "readarray", "printf", "getopts", "wait"})
 # Nodes that end the search for an enclosing arithmetic context (a name inside them is text).
 _ARITHMETIC_STOPS = frozenset({"command", "do_group", "string", "command_substitution",
                                "process_substitution", "program", "test_command", "expansion",
                                "declaration_command", "heredoc_body", "raw_string", "array"})
-_IDENTIFIER_IN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+IDENTIFIER_IN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass(frozen=True)
@@ -57,17 +54,6 @@ class Place:
     in_double_quotes: bool = False
 
 
-@dataclass
-class Analysis:
-    places: list[Place] = field(default_factory=list)
-    # (byte offset, kind, context, variable) for variables that carry a value into a bad place
-    carried: list[tuple[int, str, str, str]] = field(default_factory=list)
-    syntax_error: int | None = None          # byte offset of the first thing bash cannot parse
-    hazards: list[tuple[int, str]] = field(default_factory=list)
-    # (byte offset, context, variable): a carried value a program may read as an option
-    carried_options: list[tuple[int, str, str]] = field(default_factory=list)
-
-
 @lru_cache(maxsize=1)
 def _parser() -> Any:
     import tree_sitter
@@ -76,7 +62,7 @@ def _parser() -> Any:
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
 
-def _walk(node: Any) -> Iterator[Any]:
+def walk(node: Any) -> Iterator[Any]:
     stack = [node]
     while stack:
         current = stack.pop()
@@ -84,7 +70,7 @@ def _walk(node: Any) -> Iterator[Any]:
         stack.extend(reversed(current.children))
 
 
-class _Script:
+class Script:
     def __init__(self, data: bytes, spans: list[tuple[int, int]],
                  carrying: list[tuple[int, int]] | None = None, positional: bool = False) -> None:
         self.data = data
@@ -108,7 +94,7 @@ class _Script:
     def references(self, node: Any) -> set[str]:
         """Variables an expansion inside `node` reads (`$x`, `${x...}`, `${!x}`)."""
         names = set()
-        for sub in _walk(node):
+        for sub in walk(node):
             if sub.type in ("simple_expansion", "expansion"):
                 for child in sub.children:
                     if child.type in ("variable_name", "special_variable_name"):
@@ -124,249 +110,19 @@ class _Script:
         if holds or self.references(node) & self.tainted:
             return True
         return any(sub.type in ("word", "variable_name", "raw_string", "string_content")
-                   and self.text(sub).strip("'\"") in self.tainted for sub in _walk(node))
+                   and self.text(sub).strip("'\"") in self.tainted for sub in walk(node))
 
 
-def _flags(script: _Script, declaration: Any) -> str:
+def declaration_flags(script: Script, declaration: Any) -> str:
     return "".join(script.text(c)[1:] for c in declaration.children
                    if c.type == "word" and script.text(c).startswith("-"))
 
 
-def _collect_declarations(script: _Script) -> None:
-    for node in _walk(script.root):
-        if node.type != "declaration_command":
-            continue
-        flags = _flags(script, node)
-        for child in node.children:
-            name = None
-            if child.type == "variable_assignment" and child.children:
-                name = script.text(child.children[0])
-            elif child.type in ("word", "variable_name") and _IDENTIFIER.match(script.text(child)):
-                name = script.text(child)
-            if name is not None and "i" in flags:
-                script.integer_names.add(name)
-            if name is not None and "n" in flags:
-                script.nameref_names.add(name)
-
-
-def _collect_taint(script: _Script) -> None:
-    """Variables that carry a value: assigned from one, read into, looped over (fixpoint)."""
-    tainted = script.tainted
-    script.functions = {script.text(n.child_by_field_name("name")) for n in _walk(script.root)
-                        if n.type == "function_definition" and n.child_by_field_name("name")}
-    if script.positional:
-        tainted.update(_POSITIONAL)
-    changed = True
-    while changed:
-        changed = False
-        for node in _walk(script.root):
-            names: list[str] = []
-            if node.type == "variable_assignment" and node.children:
-                target = node.children[0]
-                if target.type == "subscript" and target.children:
-                    target = target.children[0]
-                if any(script.carries(c) for c in node.children[1:]):
-                    names.append(script.text(target))
-            elif node.type == "for_statement":
-                variable = node.child_by_field_name("variable")
-                if variable is not None and any(script.carries(c) for c in node.children):
-                    names.append(script.text(variable))
-            elif node.type == "command":
-                names.extend(_command_taints(script, node))
-            elif node.type == "variable_name" and script.text(node).startswith("LOOPDSL_"):
-                names.append(script.text(node))
-            for name in names:
-                if name not in tainted:
-                    tainted.add(name)
-                    changed = True
-
-
-def _command_taints(script: _Script, command: Any) -> list[str]:
-    """Names a command fills with a value: `read x` fed by one, `f "$v"` (f's $1), `set -- "$v"`."""
-    name_node = command.child_by_field_name("name")
-    if name_node is None:
-        return []
-    name = script.text(name_node)
-    arguments = [c for c in command.children if c.id != name_node.id]
-    if name in _READERS and script.carries(_statement(command)):
-        return [script.text(c) for c in arguments if _IDENTIFIER.match(script.text(c))] + ["REPLY", "MAPFILE"]
-    if (name in script.functions or name == "set") and any(script.carries(c) for c in arguments):
-        return list(_POSITIONAL)
-    return []
-
-
-def _statement(node: Any) -> Any:
-    """The top-level statement holding `node` (a pipeline, a loop with its redirections)."""
-    while node.parent is not None and node.parent.type != "program":
-        node = node.parent
-    return node
-
-
-def analyze(data: bytes, spans: list[tuple[int, int]], integer: list[bool] | None = None,
-            positional: bool = False, inherited: frozenset[str] = frozenset()) -> Analysis:
-    """The place of each sentinel (byte spans in `data`) and every hazard in the script.
-    `integer[i]`: value i is proven an integer; `positional`: $1... carry values;
-    `inherited`: variables that carry one from an outer script (`x=$v bash -c '...'`)."""
-    carrying = [span for i, span in enumerate(spans) if not (integer and integer[i])]
-    script = _Script(data, spans, carrying, positional)
-    script.tainted.update(inherited)
-    analysis = Analysis()
-    analysis.syntax_error = _first_error(script)
-    if not spans and not positional and not inherited:
-        return analysis
-    _collect_declarations(script)
-    _collect_taint(script)
-    for start, end in spans:
-        node = script.root.descendant_for_byte_range(start, end)
-        analysis.places.append(_classify(script, node, start))
-    for node in _walk(script.root):
-        _check_carried(script, node, analysis)
-    _check_script_hazards(script, analysis)
-    return analysis
-
-
-def _check_carried(script: _Script, node: Any, analysis: Analysis) -> None:
-    """Variables that carry a value into a place where bash evaluates it, and commands that
-    turn their input into code."""
-    if node.type in ("simple_expansion", "expansion"):
-        carried = script.references(node) & script.tainted
-        if carried and node.type == "expansion" and any(c.type == "!" for c in node.children[:2]):
-            analysis.carried.append((node.start_byte, "name", "${!name}, which reads the variable "
-                                     "the value names", sorted(carried)[0]))
-        elif carried and node.type == "expansion" and script.text(node).endswith("@P}"):
-            analysis.carried.append((node.start_byte, "code", "${name@P}, which expands the value "
-                                     "as a prompt (running its $( ))", sorted(carried)[0]))
-        elif carried:
-            place = _classify(script, node, node.start_byte)
-            if place.kind == "option":
-                analysis.carried_options.append((node.start_byte, place.context, sorted(carried)[0]))
-            elif place.kind not in ("ok", "single", "heredoc", "backtick"):
-                named = sorted(n for n in carried if not n.isdigit() and n not in ("@", "*"))
-                shown = (named or sorted(carried))[0]
-                analysis.carried.append((node.start_byte, place.kind, place.context, shown))
-    elif node.type in ("variable_name", "word") and _IDENTIFIER.match(script.text(node)):
-        name = script.text(node)
-        if name in script.tainted and _in_arithmetic(node):
-            analysis.carried.append((node.start_byte, "integer", "an arithmetic expression", name))
-    elif node.type == "array":
-        for element in node.children:
-            text = script.text(element)
-            if text.startswith("[") and "]=" in text:
-                names = set(_IDENTIFIER_IN.findall(text[1:text.index("]=")])) & script.tainted
-                if names:
-                    analysis.carried.append((element.start_byte, "integer", "an array index, "
-                                             "which bash evaluates as arithmetic", sorted(names)[0]))
-    elif node.type == "variable_assignment" and len(node.children) > 2:
-        place = _assignment(script, node, False)
-        names = set(_IDENTIFIER_IN.findall(script.text(node.children[-1]))) & script.tainted
-        if place.kind in ("integer", "name") and names:
-            analysis.carried.append((node.start_byte, place.kind, place.context, sorted(names)[0]))
-    elif node.type == "command":
-        words, nodes = _words(script, node)
-        start, _wrappers = unwrap(words)
-        if start < len(words) and words[start].literal == "let":
-            names = {n for w in words[start + 1:] for n in _IDENTIFIER_IN.findall(w.literal or "")}
-            if names & script.tainted:
-                analysis.carried.append((node.start_byte, "integer", "an argument of `let`",
-                                         sorted(names & script.tainted)[0]))
-        hazard = command_hazards(words)
-        if hazard is not None and (script.carrying or script.positional):
-            analysis.hazards.append((node.start_byte, hazard.context))
-        _check_inner_script(script, node, words, nodes, analysis)
-    elif node.type == "declaration_command":
-        flags = _flags(script, node)
-        if "i" in flags or "n" in flags:
-            for child in node.children:
-                if child.type in ("word", "variable_name") and script.text(child) in script.tainted:
-                    analysis.carried.append((child.start_byte, "name", "`declare -i` or `-n` of "
-                                             "a variable", script.text(child)))
-
-
-def _check_script_hazards(script: _Script, analysis: Analysis) -> None:
-    """Whole-script settings that make a value run: a carried value in PS4 or PATH, and alias
-    expansion (off in scripts unless `shopt -s expand_aliases` or `set -o posix` turns it on;
-    then `alias x=eval` makes `x "$v"` run the value)."""
-    for name in sorted(script.tainted & DANGEROUS_VARIABLES):
-        analysis.carried.append((0, "code", f"`{name}`, which decides what bash runs", name))
-    written = _written_files(script)
-    for node in _walk(script.root):
-        if node.type != "command":
-            continue
-        words = [script.text(c) for c in node.children if c.is_named]
-        ran = _runs_file(script, node)
-        if ran is not None and ran.lstrip("./") in written:
-            analysis.hazards.append((node.start_byte, f"`{ran}` is written by this command and "
-                                     "then run as code"))
-        if words and words[0] in ("shopt", "set") and any(
-                w in ("expand_aliases", "posix") for w in words[1:]):
-            analysis.hazards.append((node.start_byte, f"`{' '.join(words)[:40]}` turns on alias "
-                                     "expansion, which lets an alias run a value as code"))
-        elif any(c.type == "variable_assignment" and script.text(c).startswith("POSIXLY_CORRECT=")
-                 for c in node.children):
-            analysis.hazards.append((node.start_byte, "POSIXLY_CORRECT turns on alias expansion"))
-
-
-def _written_files(script: _Script) -> set[str]:
-    """Literal files the script writes (`> f`, `>> f`, `tee f`): a value may be in them."""
-    files = set()
-    for node in _walk(script.root):
-        if node.type == "file_redirect":
-            target = node.child_by_field_name("destination")
-            if target is not None and any(c.type in (">", ">>", ">|", "&>", "&>>") for c in node.children):
-                files.add(script.text(target).strip("'\"").lstrip("./"))
-        elif node.type == "command" and node.child_by_field_name("name") is not None and \
-                script.text(node.child_by_field_name("name")) in ("tee", "cp", "mv", "install"):
-            files.update(script.text(c).strip("'\"").lstrip("./") for c in node.children[1:]
-                         if c.is_named)
-    return files
-
-
-def _runs_file(script: _Script, command: Any) -> str | None:
-    """The file a command runs as code: `./f`, `bash f`, `source f`, `python3 f`."""
-    words, _nodes = _words(script, command)
-    start, _wrappers = unwrap(words)
-    if start >= len(words) or words[start].literal is None:
-        return None
-    name = words[start].literal
-    if "/" in name:
-        return name
-    if name in SHELLS or name in ("source", ".", "python", "python3", "perl", "ruby", "node"):
-        operands = [w.literal for w in words[start + 1:] if not (w.literal or "-").startswith("-")]
-        return operands[0] if operands and operands[0] is not None else None
-    return None
-
-
-def _check_inner_script(script: _Script, command: Any, words: list[Word], nodes: list[Any],
-                        analysis: Analysis) -> None:
-    """`bash -c 'echo $(( $1 ))' _ "$v"`: the literal script gets the values as $1...; read it
-    with those positional parameters tainted."""
-    start, _wrappers = unwrap(words)
-    if len(words) < start + 3 or words[start].literal is None or \
-            words[start].literal.rsplit("/", 1)[-1] not in SHELLS:
-        return
-    shell, words = words[start].literal, words[start:]
-    flags = [w.literal or "" for w in words[1:] if (w.literal or "").startswith("-")]
-    if not any(f.startswith("-") and not f.startswith("--") and "c" in f for f in flags):
-        return
-    operands = [i for i, w in enumerate(words) if i > 0 and not (w.literal or "").startswith("-")]
-    if not operands or words[operands[0]].literal is None:
-        return
-    positional = any(w.tainted for w in words[operands[0] + 1:])
-    inherited = frozenset(n for n in script.tainted if not n.isdigit() and n not in ("@", "*"))
-    inner = analyze(words[operands[0]].literal.encode("utf-8", "surrogateescape"), [],
-                    positional=positional, inherited=inherited)
-    at = nodes[start + operands[0]].start_byte
-    for _byte, kind, context, variable in inner.carried:
-        analysis.carried.append((at, kind, f"{context} of the script of `{shell} -c`", variable))
-    for _byte, context in inner.hazards:
-        analysis.hazards.append((at, context))
-
-
-def _first_error(script: _Script) -> int | None:
+def first_error(script: Script) -> int | None:
     """Where the parser failed, or misread the script: tree-sitter-bash reads `! for ...` as a
     command named `for`, which bash never runs (an unquoted reserved word there is syntax).
     Either way the places it found cannot be trusted, so the command is refused."""
-    for node in _walk(script.root):
+    for node in walk(script.root):
         if node.is_error or node.is_missing:
             return int(node.start_byte)
         if node.type == "command_name" and script.text(node) in _RESERVED_WORDS:
@@ -374,18 +130,18 @@ def _first_error(script: _Script) -> int | None:
     return None
 
 
-def _in_arithmetic(node: Any) -> bool:
+def in_arithmetic(node: Any) -> bool:
     """A bare name inside `$(( ))`, `(( ))`, `for ((;;))`, `[[ n -eq 1 ]]`, an array index or
     the offset of `${s:n}`: bash reads the variable's value as an arithmetic expression."""
     parent = node.parent
     if parent is None:
         return False
     if parent.type == "subscript":
-        return parent.children[0].id != node.id or _in_arithmetic(parent)
+        return parent.children[0].id != node.id or in_arithmetic(parent)
     if parent.type == "expansion":
-        return _expansion_role(parent, node) == "integer"
+        return expansion_role(parent, node) == "integer"
     if parent.type == "variable_assignment" and parent.children[0].id != node.id and \
-            script_flags_integer(parent):
+            _in_for_header(parent):
         return True
     if parent.type in _EXPRESSIONS and _expression_container(node) is not None and \
             _expression_container(node).type == "test_command":
@@ -403,7 +159,7 @@ def _in_arithmetic(node: Any) -> bool:
     return False
 
 
-def script_flags_integer(assignment: Any) -> bool:
+def _in_for_header(assignment: Any) -> bool:
     """An assignment inside `for (( ))` (its value is arithmetic)."""
     return assignment.parent is not None and assignment.parent.type == "c_style_for_statement"
 
@@ -428,7 +184,7 @@ def _expression_container(node: Any) -> Any:
     return None
 
 
-def _words(script: _Script, command: Any) -> tuple[list[Word], list[Any]]:
+def command_words(script: Script, command: Any) -> tuple[list[Word], list[Any]]:
     nodes = [c for c in command.children
              if c.type not in _REDIRECTS and c.type not in ("variable_assignment", "comment")
              and c.is_named]
@@ -437,7 +193,7 @@ def _words(script: _Script, command: Any) -> tuple[list[Word], list[Any]]:
     return [Word(_literal(script, n), script.carries(n)) for n in nodes], nodes
 
 
-def _literal(script: _Script, node: Any) -> str | None:
+def _literal(script: Script, node: Any) -> str | None:
     if script.holds_sentinel(node):
         return None
     if node.type in ("word", "number"):
@@ -452,7 +208,7 @@ def _literal(script: _Script, node: Any) -> str | None:
     return None
 
 
-def _classify(script: _Script, node: Any, value_start: int) -> Place:
+def classify(script: Script, node: Any, value_start: int) -> Place:
     """Walk up from where a value stands to the construct that decides what bash does with it."""
     ancestor = node
     while ancestor is not None:    # quoting that holds the whole value, however deep
@@ -483,7 +239,7 @@ def _classify(script: _Script, node: Any, value_start: int) -> Place:
             current = parent
             continue
         if ptype == "expansion":
-            role = _expansion_role(parent, current)
+            role = expansion_role(parent, current)
             if role in ("value", "pattern"):
                 in_dq = in_dq and role == "value"
                 current = parent
@@ -498,7 +254,7 @@ def _classify(script: _Script, node: Any, value_start: int) -> Place:
         return _decide(script, parent, current, value_start, in_dq)
 
 
-def _expansion_role(expansion: Any, child: Any) -> str:
+def expansion_role(expansion: Any, child: Any) -> str:
     operator = None
     for sibling in expansion.children:
         if sibling.start_byte >= child.start_byte:
@@ -514,12 +270,12 @@ def _expansion_role(expansion: Any, child: Any) -> str:
     return "name"
 
 
-def _decide(script: _Script, parent: Any, current: Any, value_start: int, in_dq: bool) -> Place:
+def _decide(script: Script, parent: Any, current: Any, value_start: int, in_dq: bool) -> Place:
     ptype = parent.type
     if ptype == "command_name":
         return Place("command", "the name of the command to run")
     if ptype == "command":
-        words, nodes = _words(script, parent)
+        words, nodes = command_words(script, parent)
         index = next((i for i, n in enumerate(nodes) if n.id == current.id), None)
         if index is None:
             return Place("ok", "an environment assignment", in_dq)
@@ -533,7 +289,7 @@ def _decide(script: _Script, parent: Any, current: Any, value_start: int, in_dq:
     if ptype == "variable_assignment":
         if parent.children and parent.children[0].id == current.id:
             return Place("name", "the name of a variable being assigned")
-        return _assignment(script, parent, in_dq)
+        return assignment_place(script, parent, in_dq)
     if ptype == "subscript":
         return Place("integer", "an array index, which bash evaluates as arithmetic")
     if ptype in ("declaration_command", "unset_command"):
@@ -553,12 +309,12 @@ def _decide(script: _Script, parent: Any, current: Any, value_start: int, in_dq:
     return Place("place", f"a {ptype.replace('_', ' ')}")
 
 
-def _assignment(script: _Script, assignment: Any, in_dq: bool) -> Place:
+def assignment_place(script: Script, assignment: Any, in_dq: bool) -> Place:
     target = assignment.children[0]
     if target.type == "subscript" and target.children:
         target = target.children[0]
     name = script.text(target)
-    flags = _flags(script, assignment.parent) if assignment.parent.type == "declaration_command" else ""
+    flags = declaration_flags(script, assignment.parent) if assignment.parent.type == "declaration_command" else ""
     if "n" in flags or name in script.nameref_names:
         return Place("name", f"the value of nameref `{name}`, a variable name")
     if "i" in flags or name in script.integer_names:
@@ -570,7 +326,7 @@ def _assignment(script: _Script, assignment: Any, in_dq: bool) -> Place:
     return Place("ok", "the value of an assignment", in_dq)
 
 
-def _expression(script: _Script, expression: Any, in_dq: bool) -> Place:
+def _expression(script: Script, expression: Any, in_dq: bool) -> Place:
     container = _expression_container(expression.children[0]) if expression.type in _EXPRESSIONS \
         else expression
     if container is None or container.type != "test_command":
