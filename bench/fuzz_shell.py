@@ -88,6 +88,8 @@ CONTEXTS = [
     "export PS4={P}; bash -xc true 2>/dev/null", "x={P} bash -c 'echo \"$x\"'",
     "x={P} bash -c 'echo $(( x ))'", "echo {P} | { read -r x; echo $(( x )); }",
     "mapfile -t arr <<< {P}; echo $(( arr[0] ))", "readarray arr <<< {P}; echo ${arr[0]}",
+    "! (( {P} )) || true", "x={P}; ! (( x )) || true", "! declare -i n; n={P} || true",
+    "builtin declare -i n; n={P}", "x=$((echo {P}) )", "! [[ {P} == x ]] || true",
 ]
 # Statements a context is wrapped in, to move it deeper into the tree.
 WRAPPERS = [

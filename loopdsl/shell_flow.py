@@ -42,20 +42,33 @@ class Analysis:
     carried_options: list[tuple[int, str, str]] = field(default_factory=list)
 
 
+_DECLARERS = frozenset({"declare", "typeset", "local", "export", "readonly"})
+
+
 def _collect_declarations(script: Script) -> None:
+    """Names declared integer (`-i`) or nameref (`-n`) anywhere: assigning them evaluates.
+    tree-sitter reads `! declare ...` and `builtin declare ...` as plain commands, so those
+    count too."""
     for node in walk(script.root):
-        if node.type != "declaration_command":
+        if node.type == "declaration_command":
+            flags = declaration_flags(script, node)
+            texts = [script.text(c.children[0]) if c.type == "variable_assignment" and c.children
+                     else script.text(c) for c in node.children
+                     if c.type in ("variable_assignment", "word", "variable_name")]
+        elif node.type == "command":
+            words, _nodes = command_words(script, node)
+            start, _wrappers = unwrap(words)
+            if start >= len(words) or words[start].literal not in _DECLARERS:
+                continue
+            literals = [w.literal or "" for w in words[start + 1:]]
+            flags = "".join(w[1:] for w in literals if w.startswith("-"))
+            texts = [w.split("=", 1)[0] for w in literals if not w.startswith("-")]
+        else:
             continue
-        flags = declaration_flags(script, node)
-        for child in node.children:
-            name = None
-            if child.type == "variable_assignment" and child.children:
-                name = script.text(child.children[0])
-            elif child.type in ("word", "variable_name") and IDENTIFIER.match(script.text(child)):
-                name = script.text(child)
-            if name is not None and "i" in flags:
+        for name in (t for t in texts if IDENTIFIER.match(t)):
+            if "i" in flags:
                 script.integer_names.add(name)
-            if name is not None and "n" in flags:
+            if "n" in flags:
                 script.nameref_names.add(name)
 
 
@@ -270,3 +283,5 @@ def _check_inner_script(script: Script, command: Any, words: list[Word], nodes: 
         analysis.carried.append((at, kind, f"{context} of the script of `{shell} -c`", variable))
     for _byte, context in inner.hazards:
         analysis.hazards.append((at, context))
+    for _byte, context, variable in inner.carried_options:
+        analysis.carried_options.append((at, f"{context} in the script of `{shell} -c`", variable))

@@ -120,12 +120,16 @@ def declaration_flags(script: Script, declaration: Any) -> str:
 
 def first_error(script: Script) -> int | None:
     """Where the parser failed, or misread the script: tree-sitter-bash reads `! for ...` as a
-    command named `for`, which bash never runs (an unquoted reserved word there is syntax).
-    Either way the places it found cannot be trusted, so the command is refused."""
+    command named `for` (bash never runs an unquoted reserved word as a command) and
+    `! (( x ))` as two subshells (bash reads `((` as arithmetic wherever it can). Either way
+    the places it found cannot be trusted, so the command is refused."""
     for node in walk(script.root):
         if node.is_error or node.is_missing:
             return int(node.start_byte)
         if node.type == "command_name" and script.text(node) in _RESERVED_WORDS:
+            return int(node.start_byte)
+        if (node.type == "subshell" and script.text(node).startswith("((")) or (
+                node.type == "command_substitution" and script.text(node).startswith("$((")):
             return int(node.start_byte)
     return None
 
