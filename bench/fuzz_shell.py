@@ -90,6 +90,7 @@ CONTEXTS = [
     "mapfile -t arr <<< {P}; echo $(( arr[0] ))", "readarray arr <<< {P}; echo ${arr[0]}",
     "! (( {P} )) || true", "x={P}; ! (( x )) || true", "! declare -i n; n={P} || true",
     "builtin declare -i n; n={P}", "x=$((echo {P}) )", "! [[ {P} == x ]] || true",
+    "python3 {P} 2>/dev/null || true", "perl {P} 2>/dev/null || true", "python3 -- {P} 2>/dev/null || true",
 ]
 # Statements a context is wrapped in, to move it deeper into the tree.
 WRAPPERS = [
@@ -111,7 +112,8 @@ VALUES = [
     "core.pager=touch MARKER", 'BEGIN{system("touch MARKER")}', "1e", "e touch MARKER", "*", "?",
     "[a-z]*", "{a,b}", "~", "-rf", "--help", "$((1+1))", "${x:-$(touch MARKER)}", "1; touch MARKER",
     "1)); touch MARKER; ((1", "0 ]] || touch MARKER; [[ 0", "') ; touch MARKER ; ('", '"; touch MARKER; "',
-    "\\$(touch MARKER)", "import os; os.system('touch MARKER')", "1", "0", "-1", "x", "MARK",
+    "\\$(touch MARKER)", "import os; os.system('touch MARKER')", "-cimport os; os.system('touch MARKER')",
+    "-esystem('touch MARKER')", "1", "0", "-1", "x", "MARK",
     "$(touch MARKER)\n", "a[$(touch${IFS}MARKER)]", "a[`touch MARKER`]+1", "-e", "-c", "1 -o MARKER",
 ]
 EXPRESSIONS = ["inputs.v"] * 8 + ["inputs.n", "inputs.c", "inputs.v | int"]

@@ -281,6 +281,10 @@ def _interpreter_argument(name: str, args: list[Word], at: int) -> Judgement:
         return Judgement("code", f"the script of `{name} -c`, which runs it as code")
     if name in _PROGRAM_OPERAND and not has_code_flag and first_operand:
         return Judgement("code", f"the program of `{name}`, which runs it as code")
+    if first_operand and not any(a.literal in _END_OF_OPTIONS for a in args[:at]):
+        # `python3 "$v"` with v = "-cimport os; ..." runs the value: an option needs `--` first.
+        return Judgement("code", f"the first operand of `{name}`, which reads a value "
+                         "starting with '-' as an option such as -c (put `--` before it)")
     return OK
 
 

@@ -332,3 +332,12 @@ def test_lint_reports_the_rule_with_file_line_and_column(tmp_path: Path) -> None
     assert done.returncode == 1
     assert f"{path}:7:16: error:" in done.stdout and "[shell-arithmetic]" in done.stdout
     assert "type: integer" in done.stdout and "Traceback" not in done.stdout + done.stderr
+
+
+def test_tree_sitter_is_imported_only_to_compile_a_command(tmp_path: Path) -> None:
+    probe = ("import sys, loopdsl.cli, loopdsl.templates, loopdsl.compile, loopdsl.lint\n"
+             "print('tree_sitter' in sys.modules)\n"
+             "loopdsl.templates.compile_shell('echo {{ v }}')\n"
+             "print('tree_sitter_bash' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "True"], done.stderr
