@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Verdict = Literal["ok", "code", "name", "integer", "command", "option"]
+# "leading-code": code when the word starts with the value (`python3 {{ v }}` may be -cCODE),
+# fine after a literal prefix (`python3 ./{{ v }}`); "option" likewise, but only a warning.
+Verdict = Literal["ok", "code", "name", "integer", "command", "option", "leading-code"]
 
 
 @dataclass(frozen=True)
@@ -281,9 +283,9 @@ def _interpreter_argument(name: str, args: list[Word], at: int) -> Judgement:
         return Judgement("code", f"the script of `{name} -c`, which runs it as code")
     if name in _PROGRAM_OPERAND and not has_code_flag and first_operand:
         return Judgement("code", f"the program of `{name}`, which runs it as code")
-    if first_operand and not any(a.literal in _END_OF_OPTIONS for a in args[:at]):
+    if first_operand and not has_code_flag and not any(a.literal in _END_OF_OPTIONS for a in args[:at]):
         # `python3 "$v"` with v = "-cimport os; ..." runs the value: an option needs `--` first.
-        return Judgement("code", f"the first operand of `{name}`, which reads a value "
+        return Judgement("leading-code", f"the first operand of `{name}`, which reads a value "
                          "starting with '-' as an option such as -c (put `--` before it)")
     return OK
 

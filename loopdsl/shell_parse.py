@@ -285,9 +285,10 @@ def _decide(script: Script, parent: Any, current: Any, value_start: int, in_dq: 
             return Place("ok", "an environment assignment", in_dq)
         judged: Judgement = judge_argument(words, index)
         starts_word = value_start <= current.start_byte + 1
-        if judged.verdict == "option" and not starts_word:
+        if judged.verdict in ("option", "leading-code") and not starts_word:
             return Place("ok", judged.context, in_dq)
-        return Place(judged.verdict, judged.context, in_dq)
+        kind = "code" if judged.verdict == "leading-code" else judged.verdict
+        return Place(kind, judged.context, in_dq)
     if ptype in ("file_redirect", "herestring_redirect"):
         return Place("ok", "a redirection", in_dq)
     if ptype == "variable_assignment":

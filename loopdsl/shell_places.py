@@ -230,9 +230,14 @@ def argv_problems(argv: Sequence[str]) -> tuple[list[tuple[int, TemplateError]],
         if not holds_template(element):
             continue
         judged = judge_argument(words, index)
-        if judged.verdict not in ("code", "command", "option"):
-            continue
         kind = judged.verdict
+        leading = element.lstrip().startswith("{")     # the value starts the argument
+        if kind == "leading-code":
+            kind = "code" if leading else "ok"
+        if kind == "option" and not leading:
+            continue
+        if kind not in ("code", "command", "option"):
+            continue
         rule, what, hint = _PLACE_RULES[kind]
         if kind == "code":
             hint = "keep the script literal and pass the value after it: [sh, -c, 'cmd \"$1\"', _, \"{p}\"]"
