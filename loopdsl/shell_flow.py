@@ -281,6 +281,8 @@ def _check_inner_script(script: Script, command: Any, words: list[Word], nodes: 
     at = nodes[start + operands[0]].start_byte
     for _byte, kind, context, variable in inner.carried:
         analysis.carried.append((at, kind, f"{context} of the script of `{shell} -c`", variable))
+    if inner.syntax_error is not None and analysis.syntax_error is None:
+        analysis.syntax_error = at      # the inner script's places cannot be trusted either
     for _byte, context in inner.hazards:
         analysis.hazards.append((at, context))
     for _byte, context, variable in inner.carried_options:
