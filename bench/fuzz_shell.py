@@ -91,6 +91,9 @@ CONTEXTS = [
     "! (( {P} )) || true", "x={P}; ! (( x )) || true", "! declare -i n; n={P} || true",
     "builtin declare -i n; n={P}", "x=$((echo {P}) )", "! [[ {P} == x ]] || true",
     "python3 {P} 2>/dev/null || true", "perl {P} 2>/dev/null || true", "python3 -- {P} 2>/dev/null || true",
+    "python3 - <<< {P} 2>/dev/null || true", "printf %s {P} | python3 2>/dev/null || true",
+    "bash - <<< {P}", "perl <<< {P} 2>/dev/null || true", "x={P}; eval 'echo $(( x ))'",
+    "x={P}; trap 'echo $(( x ))' EXIT", "x={P}; eval 'echo \"$x\"'",
 ]
 # Statements a context is wrapped in, to move it deeper into the tree.
 WRAPPERS = [

@@ -318,6 +318,13 @@ def _name_builtin_argument(name: str, args: list[Word], at: int) -> Judgement:
     return Judgement("name", f"an argument of `{name}`, which bash reads as a variable name")
 
 
+# Interpreters that run their standard input when given no program, and their code options.
+_STDIN_INTERPRETERS: dict[str, frozenset[str]] = {
+    name: INTERPRETERS[name] for name in ("python", "python3", "python2", "pypy3", "perl", "ruby",
+                                          "node", "nodejs", "php", "lua", "Rscript", "tclsh")
+}
+
+
 def command_hazards(words: list[Word]) -> Judgement | None:
     """A command that turns data into code whatever its own words hold: a shell reading its
     script from standard input, `xargs sh -c` without a script, `source <(...)`."""
@@ -329,9 +336,12 @@ def command_hazards(words: list[Word]) -> Judgement | None:
     if name in ("source", ".") and args and (args[0].literal is None or args[0].literal.startswith(
             ("/dev/stdin", "/dev/fd/", "/proc/"))):
         return Judgement("code", f"`{name}` runs a file named by an expansion, or its input, as code")
-    if name in SHELLS:
-        operands = [a for a in args if not _is_option(a)]
-        has_c = any(_short_cluster_has(a.literal or "", "c") for a in args if _is_option(a))
+    if name in SHELLS or name in _STDIN_INTERPRETERS:
+        # `-` and `--` end the options; with no script after them the program reads stdin.
+        operands = [a for a in args if not _is_option(a) and a.literal not in ("-", "--")]
+        flags = _STDIN_INTERPRETERS.get(name, frozenset())
+        has_c = any(_short_cluster_has(a.literal or "", "c") if name in SHELLS else a.literal in flags
+                    for a in args if _is_option(a))
         if not operands and not has_c:
             return Judgement("code", f"`{name}` without a script runs its standard input as code")
         if "xargs" in wrappers and has_c and len(operands) == 0:

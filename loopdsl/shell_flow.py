@@ -259,31 +259,48 @@ def _runs_file(script: Script, command: Any) -> str | None:
     return None
 
 
+def _inner_script(words: list[Word], script: Script) -> tuple[int, str, str, bool] | None:
+    """The literal code a command runs: (its word index, the code, who runs it, whether its
+    $1... carry values). `bash -c 'CODE' _ "$v"`, `eval 'CODE'`, `trap 'CODE' EXIT`."""
+    start, _wrappers = unwrap(words)
+    if start >= len(words) or words[start].literal is None:
+        return None
+    name = words[start].literal.rsplit("/", 1)[-1]
+    inherited_positional = "1" in script.tainted
+    if name in ("eval", "trap") and len(words) > start + 1:
+        code = words[start + 1:] if name == "eval" else words[start + 1:start + 2]
+        if all(w.literal is not None for w in code):
+            return start + 1, " ".join(w.literal or "" for w in code), name, inherited_positional
+        return None
+    if name not in SHELLS:
+        return None
+    flags = [w.literal or "" for w in words[start + 1:] if (w.literal or "").startswith("-")]
+    if not any(f.startswith("-") and not f.startswith("--") and "c" in f for f in flags):
+        return None
+    operands = [i for i in range(start + 1, len(words)) if not (words[i].literal or "").startswith("-")]
+    if not operands or words[operands[0]].literal is None:
+        return None
+    positional = any(w.tainted for w in words[operands[0] + 1:])
+    return operands[0], words[operands[0]].literal or "", f"{name} -c", positional
+
+
 def _check_inner_script(script: Script, command: Any, words: list[Word], nodes: list[Any],
                         analysis: Analysis) -> None:
-    """`bash -c 'echo $(( $1 ))' _ "$v"`: the literal script gets the values as $1...; read it
-    with those positional parameters tainted."""
-    start, _wrappers = unwrap(words)
-    if len(words) < start + 3 or words[start].literal is None or \
-            words[start].literal.rsplit("/", 1)[-1] not in SHELLS:
+    """Read the literal code a command runs (`bash -c 'echo $(( $1 ))' _ "$v"`, `eval '...'`)
+    with the outer script's carrying variables, and $1... when values are passed to it."""
+    found = _inner_script(words, script)
+    if found is None:
         return
-    shell, words = words[start].literal, words[start:]
-    flags = [w.literal or "" for w in words[1:] if (w.literal or "").startswith("-")]
-    if not any(f.startswith("-") and not f.startswith("--") and "c" in f for f in flags):
-        return
-    operands = [i for i, w in enumerate(words) if i > 0 and not (w.literal or "").startswith("-")]
-    if not operands or words[operands[0]].literal is None:
-        return
-    positional = any(w.tainted for w in words[operands[0] + 1:])
+    index, code, runner, positional = found
     inherited = frozenset(n for n in script.tainted if not n.isdigit() and n not in ("@", "*"))
-    inner = analyze(words[operands[0]].literal.encode("utf-8", "surrogateescape"), [],
-                    positional=positional, inherited=inherited)
-    at = nodes[start + operands[0]].start_byte
+    inner = analyze(code.encode("utf-8", "surrogateescape"), [], positional=positional,
+                    inherited=inherited)
+    at = nodes[index].start_byte
     for _byte, kind, context, variable in inner.carried:
-        analysis.carried.append((at, kind, f"{context} of the script of `{shell} -c`", variable))
+        analysis.carried.append((at, kind, f"{context} in the code of `{runner}`", variable))
     if inner.syntax_error is not None and analysis.syntax_error is None:
         analysis.syntax_error = at      # the inner script's places cannot be trusted either
     for _byte, context in inner.hazards:
         analysis.hazards.append((at, context))
     for _byte, context, variable in inner.carried_options:
-        analysis.carried_options.append((at, f"{context} in the script of `{shell} -c`", variable))
+        analysis.carried_options.append((at, f"{context} in the code of `{runner}`", variable))
