@@ -341,3 +341,16 @@ def test_tree_sitter_is_imported_only_to_compile_a_command(tmp_path: Path) -> No
              "print('tree_sitter_bash' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["False", "True"], done.stderr
+
+
+@pytest.mark.parametrize("name", ["test--eq", "printf-v", "bash-c-inside", "carried-arith", "source-procsub"])
+def test_loopdsl_run_with_a_hostile_input_refuses_and_runs_nothing(name: str, tmp_path: Path) -> None:
+    """Through the CLI: `loopdsl run LOOP --input v=PAYLOAD` stops at lint (exit 2)."""
+    _, template, rule, value = next(c for c in CLASSES if c[0] == name)
+    path = tmp_path / "loop.yaml"
+    path.write_text(json.dumps(loop_with_shell(template, "input")))
+    done = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(path), "--input", f"v={value}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"[{rule}]" in done.stdout + done.stderr
+    assert not list(tmp_path.rglob(MARKER))
