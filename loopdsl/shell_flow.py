@@ -13,7 +13,6 @@ from typing import Any
 
 from .shell_commands import SHELLS, Word, command_hazards, unwrap
 from .shell_parse import (
-    DANGEROUS_VARIABLES,
     IDENTIFIER,
     IDENTIFIER_IN,
     Place,
@@ -21,6 +20,7 @@ from .shell_parse import (
     assignment_place,
     classify,
     command_words,
+    dangerous_variable,
     declaration_flags,
     first_error,
     in_arithmetic,
@@ -209,8 +209,11 @@ def _check_script_hazards(script: Script, analysis: Analysis) -> None:
     """Whole-script settings that make a value run: a carried value in PS4 or PATH, and alias
     expansion (off in scripts unless `shopt -s expand_aliases` or `set -o posix` turns it on;
     then `alias x=eval` makes `x "$v"` run the value)."""
-    for name in sorted(script.tainted & DANGEROUS_VARIABLES):
-        analysis.carried.append((0, "code", f"`{name}`, which decides what bash runs", name))
+    assigned_directly = {script.text(n.children[0]) for n in walk(script.root)
+                         if n.type == "variable_assignment" and n.children and
+                         any(script.holds_sentinel(c) for c in n.children[1:])}
+    for name in sorted(n for n in script.tainted if dangerous_variable(n) and n not in assigned_directly):
+        analysis.carried.append((0, "code", f"`{name}`, which decides what a program runs", name))
     written = _written_files(script)
     for node in walk(script.root):
         if node.type != "command":

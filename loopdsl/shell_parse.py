@@ -21,9 +21,19 @@ from .shell_commands import Judgement, Word, judge_argument
 # Variables whose value bash later runs or uses to choose what runs.
 DANGEROUS_VARIABLES = frozenset({
     "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND", "BASH_ENV", "ENV", "PATH", "LD_PRELOAD",
-    "LD_LIBRARY_PATH", "SHELLOPTS", "BASHOPTS", "BASH_LOADABLES_PATH", "GIT_SSH_COMMAND",
-    "GIT_EXTERNAL_DIFF", "PAGER", "GIT_PAGER", "EDITOR", "VISUAL", "IFS",
+    "LD_LIBRARY_PATH", "LD_AUDIT", "SHELLOPTS", "BASHOPTS", "BASH_LOADABLES_PATH", "IFS",
+    "GIT_SSH_COMMAND", "GIT_SSH", "GIT_EXTERNAL_DIFF", "GIT_PROXY_COMMAND", "GIT_EXEC_PATH",
+    "GIT_ASKPASS", "SSH_ASKPASS", "SUDO_ASKPASS", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR",
+    "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "PAGER", "GIT_PAGER", "MANPAGER", "EDITOR",
+    "VISUAL", "BROWSER", "LESSOPEN", "LESSCLOSE", "PERL5OPT", "PERL5LIB", "NODE_OPTIONS",
+    "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "RUBYOPT", "RUBYLIB", "DYLD_INSERT_LIBRARIES",
 })
+# Prefixes of variables that configure what programs run (`GIT_CONFIG_KEY_0=core.pager`).
+_DANGEROUS_PREFIXES = ("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "BASH_FUNC_")
+
+
+def dangerous_variable(name: str) -> bool:
+    return name in DANGEROUS_VARIABLES or name.startswith(_DANGEROUS_PREFIXES)
 _VALUE_OPS = frozenset({":-", "-", ":=", "=", ":+", "+", ":?", "?"})
 _PATTERN_OPS = frozenset({"#", "##", "%", "%%", "/", "//", "/#", "/%", "^", "^^", ",", ",,"})
 _STRING_TEST_OPS = frozenset({"==", "=", "!=", "=~", "<", ">", "-nt", "-ot", "-ef", "&&", "||",
@@ -324,8 +334,8 @@ def assignment_place(script: Script, assignment: Any, in_dq: bool) -> Place:
         return Place("name", f"the value of nameref `{name}`, a variable name")
     if "i" in flags or name in script.integer_names:
         return Place("integer", f"the value of integer variable `{name}`, which bash evaluates")
-    if name in DANGEROUS_VARIABLES:
-        return Place("code", f"the value of `{name}`, which decides what bash runs")
+    if dangerous_variable(name):
+        return Place("code", f"the value of `{name}`, which decides what a program runs")
     if assignment.parent.type == "c_style_for_statement":
         return Place("integer", "an arithmetic `for` loop")
     return Place("ok", "the value of an assignment", in_dq)
