@@ -19,6 +19,7 @@ from .templates import (
     ShellCommand,
     Template,
     check_argv,
+    check_env,
     compile_expression,
     compile_shell,
     compile_template,
@@ -133,9 +134,10 @@ def input_facts(loop: Loop) -> InputFacts:
 def _compile_shell(spec: ShellSpec, facts: InputFacts) -> CompiledShell:
     if spec.argv is not None:
         check_argv(spec.argv)
+    check_env(spec.env)
     return CompiledShell(
         spec=spec,
-        command=compile_shell(spec.cmd, facts) if spec.cmd is not None else None,
+        command=compile_shell(spec.cmd, facts.with_env(spec.env)) if spec.cmd is not None else None,
         argv=tuple(compile_template(a) for a in spec.argv) if spec.argv is not None else None,
         cwd=compile_template(spec.cwd) if spec.cwd else None,
         env={k: compile_template(v) for k, v in spec.env.items()},

@@ -193,7 +193,8 @@ class GateRunner:
         argv: list[str] | None = None
         if spec.cmd is not None:
             source = spec.cmd
-            command = self._cached(spec, "cmd", lambda: templates.compile_shell(source, self._input_facts))
+            facts = self._input_facts.with_env(spec.env)
+            command = self._cached(spec, "cmd", lambda: templates.compile_shell(source, facts))
             # prepare() also carries values too big for one environment variable.
             script, placeholders = command.prepare(context)
             env.update(placeholders)
@@ -204,6 +205,7 @@ class GateRunner:
             ]
             if not argv:
                 raise _GateFailed(f"shell gate '{label}' has an empty argv: name a program to run")
+        self._cached(spec, "env", lambda: templates.check_env(spec.env))
         for key, value in spec.env.items():
             env[key] = self._template(spec, f"env:{key}", value).render(context)
         cwd = self._cwd

@@ -297,7 +297,7 @@ RULE_DOCS: dict[str, tuple[str, str]] = {
     "shell-statement": ("error", "A `{% %}` statement in a command."),
     "shell-arithmetic": ("error", "A placeholder where bash evaluates arithmetic (`$(( ))`, `(( ))`, `[[ -eq ]]`, `let`, `declare -i`, an array index, `${s:off}`) that is not proven an integer (an `integer` input, `run.attempt`, `| int`)."),
     "shell-name": ("error", "A placeholder where bash reads a variable name (`[[ -v ]]`, `read`, `printf -v`, `declare`, `local -n`, `unset`, `${!x}`)."),
-    "shell-code": ("error", "A placeholder bash runs as code (`eval`, `bash -c`, `trap`, `source`, `compgen -W`, an `awk`/`sed` program, `xargs sh -c`, `find -exec sh -c`), or a shell reading code from its input, or `argv: [sh, -c, ...]` with a placeholder in the script."),
+    "shell-code": ("error", "A placeholder bash runs as code (`eval`, `bash -c`, `trap`, `source`, `compgen -W`, an `awk`/`sed` program, `xargs sh -c`, `find -exec sh -c`), or a shell reading code from its input, `argv: [sh, -c, ...]` with a placeholder in the script, or a template value for `PS4`, `BASH_ENV`, `PATH` and the like (also in `env:`)."),
     "shell-command-name": ("error", "A placeholder that names the program to run."),
     "shell-place": ("error", "A placeholder anywhere else the shell rule does not allow."),
     "shell-syntax": ("error", "A shell command that does not parse as bash."),

@@ -36,6 +36,8 @@ class Site:
     where: Where
     phase: Phase
     state: str | None
+    # For a shell command: its `env:` (values that are templates carry values into bash).
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def _raw(ctx: LintContext, path: YamlPath) -> Any:
@@ -50,19 +52,20 @@ def _raw(ctx: LintContext, path: YamlPath) -> Any:
 
 def _shell_sites(ctx: LintContext, spec: ShellSpec, phase: Phase, state: str | None) -> Iterator[Site]:
     path = spec.path
+    env = tuple(sorted((k, str(v)) for k, v in spec.env.items()))
     if isinstance(_raw(ctx, path), str):
         if spec.cmd is not None:
-            yield Site(path, spec.cmd, "shell", "command", phase, state)
+            yield Site(path, spec.cmd, "shell", "command", phase, state, env)
         return
     if spec.cmd is not None:
-        yield Site(path + ("cmd",), spec.cmd, "shell", "command", phase, state)
+        yield Site(path + ("cmd",), spec.cmd, "shell", "command", phase, state, env)
     for i, arg in enumerate(spec.argv or ()):
         yield Site(path + ("argv", i), arg, "template", "command", phase, state)
     if spec.cwd is not None:
         yield Site(path + ("cwd",), str(spec.cwd), "template", "command", phase, state)
     # env values reach the process as environment variables, the safe way to pass a secret.
     for key, value in spec.env.items():
-        yield Site(path + ("env", key), value, "template", "other", phase, state)
+        yield Site(path + ("env", key), value, "template", "other", phase, state, ((key, value),))
 
 
 def _gate_sites(ctx: LintContext, gate: Gate, phase: Phase, state: str | None) -> Iterator[Site]:
@@ -179,7 +182,7 @@ def _input_facts(ctx: LintContext) -> Any:
 
 def _syntax_diagnostics(ctx: LintContext, site: Site) -> list[Diagnostic]:
     out = []
-    facts = _input_facts(ctx) if site.mode == "shell" else None
+    facts = _input_facts(ctx).with_env(dict(site.env)) if site.mode == "shell" else None
     for message, rule_id, offset, hint, severity in _compile_problems(site.source, site.mode, facts):
         if site.mode == "expr" and rule_id == "template-syntax":
             rule_id = "expr-syntax"
@@ -194,6 +197,21 @@ def _syntax_diagnostics(ctx: LintContext, site: Site) -> list[Diagnostic]:
             severity=severity,
         ))
     return out
+
+
+def _env_diagnostics(ctx: LintContext, all_sites: list[Site]) -> Iterator[Diagnostic]:
+    """`env: {PS4: "{{ v }}"}`: a value in a variable that decides what runs."""
+    from . import templates
+
+    for site in all_sites:
+        if len(site.path) < 2 or site.path[-2] != "env" or len(site.env) != 1:
+            continue
+        for _key, problem in templates.env_problems(dict(site.env)):
+            message = problem.message
+            if problem.hint and message.endswith(problem.hint):
+                message = message[: -len(problem.hint)].rstrip(" ;:,")
+            yield ctx.diag(problem.rule, message, hint=problem.hint,
+                           position=ctx.at_offset(site.path, site.source, int(problem.offset or 0)))
 
 
 def _argv_diagnostics(ctx: LintContext, all_sites: list[Site]) -> Iterator[Diagnostic]:
@@ -335,6 +353,7 @@ def _secret_diagnostic(ctx: LintContext, site: Site, use: NameUse) -> Diagnostic
 def template_rules(ctx: LintContext) -> Iterator[Diagnostic]:
     all_sites = sites(ctx)
     yield from _argv_diagnostics(ctx, all_sites)
+    yield from _env_diagnostics(ctx, all_sites)
     for site in all_sites:
         syntax = _syntax_diagnostics(ctx, site)
         yield from syntax

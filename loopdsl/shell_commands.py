@@ -125,7 +125,8 @@ _VALUE_OPTIONS: dict[str, frozenset[str]] = {
     "pytest": frozenset({"-k", "-m", "--rootdir"}),
     "gh": frozenset({"-R", "--repo", "-t", "-b", "--title", "--body", "--token", "-L", "--limit",
                      "--base", "-B", "--head", "-H", "--state", "-s", "--json", "--jq", "-q",
-                     "--search", "-S", "--label", "-l"}),
+                     "--search", "-S", "--label", "-l", "--add-label", "--remove-label",
+                     "--add-assignee", "--assignee", "-a", "--body-file", "-F"}),
 }
 _END_OF_OPTIONS = frozenset({"--", "--end-of-options"})
 

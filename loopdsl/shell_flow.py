@@ -111,18 +111,30 @@ def _command_taints(script: Script, command: Any) -> list[str]:
         return []
     name = script.text(name_node)
     arguments = [c for c in command.children if c.id != name_node.id]
-    if name in _READERS and script.carries(_statement(command)):
+    if name in _READERS and (any(script.carries(c) for c in arguments) or _input_carries(script, command)):
         return [script.text(c) for c in arguments if IDENTIFIER.match(script.text(c))] + ["REPLY", "MAPFILE"]
     if (name in script.functions or name == "set") and any(script.carries(c) for c in arguments):
         return list(_POSITIONAL)
     return []
 
 
-def _statement(node: Any) -> Any:
-    """The top-level statement holding `node` (a pipeline, a loop with its redirections)."""
-    while node.parent is not None and node.parent.type != "program":
-        node = node.parent
-    return node
+def _input_carries(script: Script, command: Any) -> bool:
+    """Whether what `command` reads on standard input may hold a value: a redirection of it or
+    of a loop around it (`while read x; do ...; done < <(...)`), an earlier stage of a pipeline
+    it is part of, or a here-string. Inside a function its input is the caller's: assume so."""
+    node = command
+    while node.parent is not None:
+        parent = node.parent
+        if parent.type == "redirected_statement" and any(
+                script.carries(c) for c in parent.children if c.id != node.id):
+            return True
+        if parent.type == "pipeline" and any(
+                script.carries(c) for c in parent.children if c.end_byte <= node.start_byte):
+            return True
+        if parent.type == "function_definition":
+            return True
+        node = parent
+    return False
 
 
 def analyze(data: bytes, spans: list[tuple[int, int]], integer: list[bool] | None = None,
@@ -133,6 +145,7 @@ def analyze(data: bytes, spans: list[tuple[int, int]], integer: list[bool] | Non
     carrying = [span for i, span in enumerate(spans) if not (integer and integer[i])]
     script = Script(data, spans, carrying, positional)
     script.tainted.update(inherited)
+    script.inherited = inherited
     analysis = Analysis()
     analysis.syntax_error = first_error(script)
     if not spans and not positional and not inherited:
@@ -212,7 +225,8 @@ def _check_script_hazards(script: Script, analysis: Analysis) -> None:
     assigned_directly = {script.text(n.children[0]) for n in walk(script.root)
                          if n.type == "variable_assignment" and n.children and
                          any(script.holds_sentinel(c) for c in n.children[1:])}
-    for name in sorted(n for n in script.tainted if dangerous_variable(n) and n not in assigned_directly):
+    reported = assigned_directly | script.inherited      # the outer script or `env:` reports those
+    for name in sorted(n for n in script.tainted if dangerous_variable(n) and n not in reported):
         analysis.carried.append((0, "code", f"`{name}`, which decides what a program runs", name))
     written = _written_files(script)
     for node in walk(script.root):

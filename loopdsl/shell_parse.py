@@ -89,6 +89,7 @@ class Script:
         self.carrying = spans if carrying is None else carrying
         self.positional = positional     # $1, $@ ... hold values (the script of `bash -c`)
         self.functions: set[str] = set()
+        self.inherited: frozenset[str] = frozenset()
         self.tree = _parser().parse(data)
         self.root = self.tree.root_node
         self.integer_names: set[str] = set()

@@ -9,7 +9,8 @@ both for lint and for the engine, which compile commands the same way. It also c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jinja2 import nodes
@@ -94,6 +95,12 @@ class InputFacts:
 
     integers: frozenset[str] = frozenset()
     choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Variables of the command's `env:` whose value is a template: they carry values too.
+    env: frozenset[str] = frozenset()
+
+    def with_env(self, env: Mapping[str, str]) -> InputFacts:
+        carrying = frozenset(k for k, v in env.items() if "{{" in str(v) or "{%" in str(v))
+        return replace(self, env=carrying) if carrying != self.env else self
 
     def choice(self, name: str) -> tuple[str, ...] | None:
         return next((values for input_name, values in self.choices if input_name == name), None)
@@ -163,7 +170,7 @@ def placement_problems(items: list[tuple[int, Any]], placeholders: list[Placehol
 
     data, spans, origin = _sentinel_script(items)
     proven = [proven_value(p.expression, facts) for p in placeholders]
-    analysis = analyze(data, spans, [p is not None for p in proven])
+    analysis = analyze(data, spans, [p is not None for p in proven], inherited=facts.env)
     errors: list[TemplateError] = []
     warnings: list[TemplateError] = []
     escaped = {k for k, *_ in _escape_errors(items)}
@@ -247,6 +254,29 @@ def argv_problems(argv: Sequence[str]) -> tuple[list[tuple[int, TemplateError]],
                                 f"{fix}", rule, max(element.find("{"), 0), fix)
         (warnings if kind == "option" else errors).append((index, problem))
     return errors, warnings
+
+
+def env_problems(env: Mapping[str, str]) -> list[tuple[str, TemplateError]]:
+    """`env: {PS4: "{{ v }}"}`, `{BASH_ENV: ...}`, `{NODE_OPTIONS: ...}`: a value there decides
+    what bash or a program runs. (key, problem) for each."""
+    from .shell_parse import dangerous_variable
+
+    problems = []
+    for key, value in env.items():
+        if dangerous_variable(key) and ("{{" in str(value) or "{%" in str(value)):
+            hint = (f"set {key} to a literal in the loop file; pass the value under another "
+                    "name and validate it in the command")
+            problems.append((key, TemplateError(
+                f"env {key} gets a template value, and {key} decides what bash or a program "
+                f"runs; {hint}", RULE_CODE, max(str(value).find("{"), 0), hint)))
+    return problems
+
+
+def check_env(env: Mapping[str, str]) -> None:
+    """Raise the first problem env_problems finds (the engine's check before running it)."""
+    problems = env_problems(env)
+    if problems:
+        raise problems[0][1]
 
 
 def check_argv(argv: Sequence[str]) -> None:

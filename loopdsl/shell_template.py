@@ -35,6 +35,8 @@ from .shell_places import (  # noqa: F401 - the rule ids and argv checks are re-
     Placeholder,
     argv_problems,
     check_argv,
+    check_env,
+    env_problems,
     placement_problems,
     with_hint,
 )

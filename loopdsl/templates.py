@@ -53,8 +53,10 @@ from .shell_template import (
     analyze_shell,
     argv_problems,
     check_argv,
+    check_env,
     check_shell,
     compile_shell,
+    env_problems,
 )
 
 __all__ = [
@@ -63,7 +65,7 @@ __all__ = [
     "RULE_ESCAPED", "RULE_HEREDOC", "RULE_NAME", "RULE_OPTION", "RULE_PLACE", "RULE_SHELL_SYNTAX",
     "RULE_SINGLE_QUOTE", "RULE_STATEMENT", "RULE_SYNTAX", "RULE_UNSAFE_RAW", "TRUNCATION_MARKER",
     "Expression", "InputFacts", "NO_FACTS", "RenderError", "ShellCommand", "Template", "TemplateError", "analyze_shell",
-    "argv_problems", "check_argv", "check_shell",
+    "argv_problems", "check_argv", "check_env", "check_shell", "env_problems",
     "compile_expression", "compile_shell", "compile_template", "install_globals", "to_text",
     "truncate_text", "variables",
 ]

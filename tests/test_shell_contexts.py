@@ -354,3 +354,43 @@ def test_loopdsl_run_with_a_hostile_input_refuses_and_runs_nothing(name: str, tm
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"[{rule}]" in done.stdout + done.stderr
     assert not list(tmp_path.rglob(MARKER))
+
+
+@pytest.mark.parametrize("cmd, env, rule", [
+    ("echo $(( N + 1 ))", {"N": "{{ inputs.v }}"}, "shell-arithmetic"),
+    ('[[ -v "$N" ]] || true', {"N": "{{ inputs.v }}"}, "shell-name"),
+    ("set -x; true", {"PS4": "{{ inputs.v }}"}, "shell-code"),
+    ("true", {"BASH_ENV": "{{ inputs.v }}"}, "shell-code"),
+])
+def test_env_values_are_values_too(cmd: str, env: dict[str, str], rule: str, tmp_path: Path) -> None:
+    """`env:` values reach bash as variables: the same rule follows them, in lint and at run time."""
+    loop = {"loopdsl": 1, "name": "env", "inputs": {"v": {"type": "string"}}, "start": "s",
+            "states": {"s": {"shell": {"cmd": cmd, "env": env}, "next": "done"}, "done": {"end": "completed"}}}
+    path = tmp_path / "loop.yaml"
+    path.write_text(_yaml(loop))
+    done = subprocess.run([sys.executable, "-m", "loopdsl", "lint", str(path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and f"[{rule}]" in done.stdout, done.stdout + done.stderr
+    (tmp_path / "evil.sh").write_text("touch MARKER\n")
+    value = str(tmp_path / "evil.sh") if "BASH_ENV" in env else "$(touch MARKER)" if "PS4" in env else ARITH
+    with pytest.raises(TemplateError):
+        loopdsl.run(build_loop(loop), {"v": value}, workdir=tmp_path)
+    assert not list(tmp_path.rglob(MARKER))
+
+
+def test_env_values_used_as_data_are_fine(tmp_path: Path) -> None:
+    loop = {"loopdsl": 1, "name": "env", "inputs": {"v": {"type": "string"}}, "start": "s",
+            "states": {"s": {"shell": {"cmd": 'printf "%s" "$N" > out', "env": {"N": "{{ inputs.v }}"}},
+                             "next": "done"}, "done": {"end": "completed"}}}
+    result = loopdsl.run(build_loop(loop), {"v": ARITH}, workdir=tmp_path)
+    assert result.status == "completed" and (tmp_path / "out").read_text() == ARITH
+
+
+def _yaml(data: dict[str, Any]) -> str:
+    import io
+
+    from ruamel.yaml import YAML
+
+    out = io.StringIO()
+    YAML(typ="safe", pure=True).dump(data, out)
+    return out.getvalue()
