@@ -94,6 +94,9 @@ CONTEXTS = [
     "python3 - <<< {P} 2>/dev/null || true", "printf %s {P} | python3 2>/dev/null || true",
     "bash - <<< {P}", "perl <<< {P} 2>/dev/null || true", "x={P}; eval 'echo $(( x ))'",
     "x={P}; trap 'echo $(( x ))' EXIT", "x={P}; eval 'echo \"$x\"'",
+    "NODE_OPTIONS={P} node -e 1 2>/dev/null || true", "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=alias.x GIT_CONFIG_VALUE_0={P} git x 2>/dev/null || true",
+    "while read -r n; do echo $(( n )); done <<< {P}", "bash /dev/stdin <<< {P}", "bash <(printf %s {P})",
+    "python3 /dev/stdin <<< {P} 2>/dev/null || true", "sh /proc/self/fd/0 <<< {P}", "x={P}; while read -r n; do echo $(( n )); done < <(echo \"$x\")",
 ]
 # Statements a context is wrapped in, to move it deeper into the tree.
 WRAPPERS = [

@@ -20,6 +20,7 @@ Verdict = Literal["ok", "code", "name", "integer", "command", "option", "leading
 class Word:
     literal: str | None   # the word's text when it holds no expansion at all, unquoted
     tainted: bool         # holds a placeholder or a variable that carries one
+    process_substitution: bool = False   # `<(...)`: a file whose content a command writes
 
 
 @dataclass(frozen=True)
@@ -345,6 +346,10 @@ def command_hazards(words: list[Word]) -> Judgement | None:
                     for a in args if _is_option(a))
         if not operands and not has_c:
             return Judgement("code", f"`{name}` without a script runs its standard input as code")
+        first = operands[0] if operands else None
+        if first is not None and not has_c and (first.tainted and first.process_substitution or (
+                first.literal or "").startswith(("/dev/stdin", "/dev/fd/", "/proc/"))):
+            return Judgement("code", f"`{name}` runs a script that is its input or holds a value")
         if "xargs" in wrappers and has_c and len(operands) == 0:
             return Judgement("code", "`xargs` appends its input to the script of a shell")
     if "xargs" in wrappers and name in SHELLS | set(INTERPRETERS) | CODE_BUILTINS:

@@ -205,7 +205,8 @@ def command_words(script: Script, command: Any) -> tuple[list[Word], list[Any]]:
              and c.is_named]
     if nodes and nodes[0].type == "command_name":
         nodes[0] = nodes[0].children[0] if nodes[0].children else nodes[0]
-    return [Word(_literal(script, n), script.carries(n)) for n in nodes], nodes
+    return [Word(_literal(script, n), script.carries(n), n.type == "process_substitution")
+            for n in nodes], nodes
 
 
 def _literal(script: Script, node: Any) -> str | None:
