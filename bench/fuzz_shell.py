@@ -82,7 +82,7 @@ CONTEXTS = [
     "command eval {P}", "builtin eval {P}", "exec bash -c {P}", "nohup sh -c {P} > /dev/null",
     "timeout 5 bash -c {P}", "printf '%s' {P} | xargs -0 bash -c", "env -i bash -c {P}",
     "env X=1 bash -c {P}", "bash -ec {P}", "bash -o pipefail -c {P}", "sh -xc {P} 2>/dev/null",
-    "bash --norc -c {P}", "bash -c -- {P}", "printf '%s' {P} > s.sh; bash s.sh 2>/dev/null || true",
+    "bash --norc -c {P}", "bash -c -- {P}",
     "declare -A m; m[{P}]=1", "f() {{ eval \"$1\"; }}; f {P}", "printf() {{ eval \"$1\"; }}; printf {P}",
     "x={P}; y=x; (( y ))", "x={P}; [[ ${x} == 1 ]] && echo same", "IFS={P}; echo a b",
     "export PS4={P}; bash -xc true 2>/dev/null", "x={P} bash -c 'echo \"$x\"'",

@@ -228,15 +228,10 @@ def _check_script_hazards(script: Script, analysis: Analysis) -> None:
     reported = assigned_directly | script.inherited      # the outer script or `env:` reports those
     for name in sorted(n for n in script.tainted if dangerous_variable(n) and n not in reported):
         analysis.carried.append((0, "code", f"`{name}`, which decides what a program runs", name))
-    written = _written_files(script)
     for node in walk(script.root):
         if node.type != "command":
             continue
         words = [script.text(c) for c in node.children if c.is_named]
-        ran = _runs_file(script, node)
-        if ran is not None and ran.lstrip("./") in written:
-            analysis.hazards.append((node.start_byte, f"`{ran}` is written by this command and "
-                                     "then run as code"))
         if words and words[0] in ("shopt", "set") and any(
                 w in ("expand_aliases", "posix") for w in words[1:]):
             analysis.hazards.append((node.start_byte, f"`{' '.join(words)[:40]}` turns on alias "
@@ -244,36 +239,6 @@ def _check_script_hazards(script: Script, analysis: Analysis) -> None:
         elif any(c.type == "variable_assignment" and script.text(c).startswith("POSIXLY_CORRECT=")
                  for c in node.children):
             analysis.hazards.append((node.start_byte, "POSIXLY_CORRECT turns on alias expansion"))
-
-
-def _written_files(script: Script) -> set[str]:
-    """Literal files the script writes (`> f`, `>> f`, `tee f`): a value may be in them."""
-    files = set()
-    for node in walk(script.root):
-        if node.type == "file_redirect":
-            target = node.child_by_field_name("destination")
-            if target is not None and any(c.type in (">", ">>", ">|", "&>", "&>>") for c in node.children):
-                files.add(script.text(target).strip("'\"").lstrip("./"))
-        elif node.type == "command" and node.child_by_field_name("name") is not None and \
-                script.text(node.child_by_field_name("name")) in ("tee", "cp", "mv", "install"):
-            files.update(script.text(c).strip("'\"").lstrip("./") for c in node.children[1:]
-                         if c.is_named)
-    return files
-
-
-def _runs_file(script: Script, command: Any) -> str | None:
-    """The file a command runs as code: `./f`, `bash f`, `source f`, `python3 f`."""
-    words, _nodes = command_words(script, command)
-    start, _wrappers = unwrap(words)
-    if start >= len(words) or words[start].literal is None:
-        return None
-    name = words[start].literal
-    if "/" in name:
-        return name
-    if name in SHELLS or name in ("source", ".", "python", "python3", "perl", "ruby", "node"):
-        operands = [w.literal for w in words[start + 1:] if not (w.literal or "-").startswith("-")]
-        return operands[0] if operands and operands[0] is not None else None
-    return None
 
 
 def _inner_script(words: list[Word], script: Script) -> tuple[int, str, str, bool] | None:
