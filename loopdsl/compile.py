@@ -12,7 +12,18 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .model import EvaluateAction, LlmAction, Loop, LoopAction, SetAction, ShellSpec, State
-from .templates import Expression, ShellCommand, Template, compile_expression, compile_shell, compile_template
+from .templates import (
+    NO_FACTS,
+    Expression,
+    InputFacts,
+    ShellCommand,
+    Template,
+    check_argv,
+    check_env,
+    compile_expression,
+    compile_shell,
+    compile_template,
+)
 
 # Triggers, one per kind of edge; see State.targets().
 NEXT, ROUTE, FAIL, EXHAUST, TIME_OUT = "next", "route", "fail", "exhaust", "time_out"
@@ -109,21 +120,35 @@ def _template_or_literal(value: Any) -> Template | Expression | Any:
     return compile_template(value)
 
 
-def _compile_shell(spec: ShellSpec) -> CompiledShell:
+def input_facts(loop: Loop) -> InputFacts:
+    """Inputs validated as integers or as one of an `enum`'s strings: the only values that may
+    stand where bash evaluates a value (shell_template.py)."""
+    integers = frozenset(name for name, spec in loop.inputs.items() if spec.type == "integer")
+    choices = tuple(
+        (name, tuple(str(v) for v in spec.enum)) for name, spec in loop.inputs.items()
+        if spec.enum is not None and all(isinstance(v, str) for v in spec.enum)
+    )
+    return InputFacts(integers, choices)
+
+
+def _compile_shell(spec: ShellSpec, facts: InputFacts) -> CompiledShell:
+    if spec.argv is not None:
+        check_argv(spec.argv)
+    check_env(spec.env)
     return CompiledShell(
         spec=spec,
-        command=compile_shell(spec.cmd) if spec.cmd is not None else None,
+        command=compile_shell(spec.cmd, facts.with_env(spec.env)) if spec.cmd is not None else None,
         argv=tuple(compile_template(a) for a in spec.argv) if spec.argv is not None else None,
         cwd=compile_template(spec.cwd) if spec.cwd else None,
         env={k: compile_template(v) for k, v in spec.env.items()},
     )
 
 
-def compile_state(state: State) -> CompiledState:
+def compile_state(state: State, facts: InputFacts = NO_FACTS) -> CompiledState:
     action = state.action
     parts: dict[str, Any] = {}
     if isinstance(action, ShellSpec):
-        parts["shell"] = _compile_shell(action)
+        parts["shell"] = _compile_shell(action, facts)
     elif isinstance(action, (LlmAction, EvaluateAction)):
         parts["prompt"] = compile_template(action.prompt)
         if action.system:
@@ -171,6 +196,6 @@ def compile_loop(loop: Loop) -> CompiledLoop:
     return CompiledLoop(
         loop=loop,
         config=machine_config(loop),
-        states={name: compile_state(state) for name, state in loop.states.items()},
+        states={name: compile_state(state, input_facts(loop)) for name, state in loop.states.items()},
         outputs={k: _template_or_literal(v) for k, v in loop.outputs.items()},
     )

@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from .budget import BudgetExceeded, Ledger
-from .compile import EXHAUST, FAIL, NEXT, ROUTE, CompiledLoop, CompiledState
+from .compile import EXHAUST, FAIL, NEXT, ROUTE, CompiledLoop, CompiledState, input_facts
 from .gates import GateRunner
 from .llmcall import CallContext, LlmCaller, StepFailure, evaluate_result, llm_result, render_or_fail
 from .model import EvaluateAction, LlmAction, State
@@ -77,6 +77,7 @@ class Engine:
             cwd=ports.workdir,
             redactor=self.redact,
             secret_values=self.redact.values,
+            input_facts=input_facts(self.loop),
         )
         self.llm = LlmCaller(
             self.loop, self.ledger, self._get_provider, ports.recorder, self._commit_pending, ports.env, ports.use_cache,

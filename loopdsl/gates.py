@@ -84,6 +84,7 @@ class GateRunner:
         cwd: Path,
         redactor: Redactor,
         secret_values: Sequence[str],
+        input_facts: templates.InputFacts = templates.NO_FACTS,
     ):
         self._named = dict(named)
         self._run_shell = run_shell
@@ -91,6 +92,7 @@ class GateRunner:
         self._cwd = Path(cwd)
         self._redactor = redactor
         self._secret_values = tuple(v for v in secret_values if v)
+        self._input_facts = input_facts
         # (id(owner), role) -> (owner, compiled). Holding the owner keeps its id unique.
         self._compiled: dict[tuple[int, str], tuple[object, Any]] = {}
 
@@ -191,16 +193,19 @@ class GateRunner:
         argv: list[str] | None = None
         if spec.cmd is not None:
             source = spec.cmd
-            command = self._cached(spec, "cmd", lambda: templates.compile_shell(source))
+            facts = self._input_facts.with_env(spec.env)
+            command = self._cached(spec, "cmd", lambda: templates.compile_shell(source, facts))
             # prepare() also carries values too big for one environment variable.
             script, placeholders = command.prepare(context)
             env.update(placeholders)
         else:
+            self._cached(spec, "argv", lambda: templates.check_argv(spec.argv or ()))
             argv = [
                 self._template(spec, f"argv{i}", arg).render(context) for i, arg in enumerate(spec.argv or ())
             ]
             if not argv:
                 raise _GateFailed(f"shell gate '{label}' has an empty argv: name a program to run")
+        self._cached(spec, "env", lambda: templates.check_env(spec.env))
         for key, value in spec.env.items():
             env[key] = self._template(spec, f"env:{key}", value).render(context)
         cwd = self._cwd

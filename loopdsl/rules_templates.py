@@ -38,6 +38,8 @@ class Site:
     where: Where
     phase: Phase
     state: str | None
+    # For a shell command: its `env:` (values that are templates carry values into bash).
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def _raw(ctx: LintContext, path: YamlPath) -> Any:
@@ -52,19 +54,20 @@ def _raw(ctx: LintContext, path: YamlPath) -> Any:
 
 def _shell_sites(ctx: LintContext, spec: ShellSpec, phase: Phase, state: str | None) -> Iterator[Site]:
     path = spec.path
+    env = tuple(sorted((k, str(v)) for k, v in spec.env.items()))
     if isinstance(_raw(ctx, path), str):
         if spec.cmd is not None:
-            yield Site(path, spec.cmd, "shell", "command", phase, state)
+            yield Site(path, spec.cmd, "shell", "command", phase, state, env)
         return
     if spec.cmd is not None:
-        yield Site(path + ("cmd",), spec.cmd, "shell", "command", phase, state)
+        yield Site(path + ("cmd",), spec.cmd, "shell", "command", phase, state, env)
     for i, arg in enumerate(spec.argv or ()):
         yield Site(path + ("argv", i), arg, "template", "command", phase, state)
     if spec.cwd is not None:
         yield Site(path + ("cwd",), str(spec.cwd), "template", "command", phase, state)
     # env values reach the process as environment variables, the safe way to pass a secret.
     for key, value in spec.env.items():
-        yield Site(path + ("env", key), value, "template", "env", phase, state)
+        yield Site(path + ("env", key), value, "template", "env", phase, state, ((key, value),))
 
 
 def _gate_sites(ctx: LintContext, gate: Gate, phase: Phase, state: str | None) -> Iterator[Site]:
@@ -135,24 +138,27 @@ def sites(ctx: LintContext) -> list[Site]:
 # ---------------------------------------------------------------- syntax
 
 
-Problem = tuple[str, str, int, str]  # message, rule id, offset in the source, hint
+Problem = tuple[str, str, int, str, Severity]  # message, rule id, offset in the source, hint
 
 
 @lru_cache(maxsize=4096)
-def _compile_problems(source: str, mode: Mode) -> tuple[Problem, ...]:
+def _compile_problems(source: str, mode: Mode, facts: Any = None) -> tuple[Problem, ...]:
     """Syntax and quoting problems of one site, as templates.py (the engine's own
     compiler) sees them. Cached: loops repeat the same commands and guards."""
     from . import templates
 
+    warnings: list[templates.TemplateError] = []
     try:
         if mode == "shell":
-            _, errors = templates.check_shell(source)
+            _, errors, warnings = templates.analyze_shell(source, facts or templates.NO_FACTS)
         else:
             (templates.compile_expression if mode == "expr" else templates.compile_template)(source)
             errors = []
     except templates.TemplateError as exc:
         errors = [exc]
-    return tuple((e.message, e.rule, int(e.offset or 0), e.hint) for e in errors)
+    return tuple((e.message, e.rule, int(e.offset or 0), e.hint, severity)
+                 for group, severity in ((errors, Severity.ERROR), (warnings, Severity.WARNING))
+                 for e in group)
 
 
 _SYNTAX_HINTS = {
@@ -164,14 +170,22 @@ _SYNTAX_HINTS = {
     "`env:` and read it as \"$NAME\"",
     "shell-quote-backtick": "use `$( ... )` instead of backticks, with the placeholder outside any quotes",
     "shell-statement": "commands allow only `{{ value }}` placeholders; compute values in a `set` state first",
+    "shell-syntax": "fix the shell syntax; loopdsl reads each command with a bash parser to find where values stand",
     "shell-unsafe-raw": "drop `unsafe_raw` so the value is passed as one quoted argument; if you need shell "
     "syntax from a value, write it in the command itself",
 }
 
 
+def _input_facts(ctx: LintContext) -> Any:
+    from .compile import input_facts
+
+    return input_facts(ctx.loop)
+
+
 def _syntax_diagnostics(ctx: LintContext, site: Site) -> list[Diagnostic]:
     out = []
-    for message, rule_id, offset, hint in _compile_problems(site.source, site.mode):
+    facts = _input_facts(ctx).with_env(dict(site.env)) if site.mode == "shell" else None
+    for message, rule_id, offset, hint, severity in _compile_problems(site.source, site.mode, facts):
         if site.mode == "expr" and rule_id == "template-syntax":
             rule_id = "expr-syntax"
             message = message.replace("template syntax error", "expression syntax error")
@@ -182,8 +196,47 @@ def _syntax_diagnostics(ctx: LintContext, site: Site) -> list[Diagnostic]:
             message,
             position=ctx.at_offset(site.path, site.source, offset),
             hint=hint or _SYNTAX_HINTS.get(rule_id, ""),
+            severity=severity,
         ))
     return out
+
+
+def _env_diagnostics(ctx: LintContext, all_sites: list[Site]) -> Iterator[Diagnostic]:
+    """`env: {PS4: "{{ v }}"}`: a value in a variable that decides what runs."""
+    from . import templates
+
+    for site in all_sites:
+        if len(site.path) < 2 or site.path[-2] != "env" or len(site.env) != 1:
+            continue
+        for _key, problem in templates.env_problems(dict(site.env)):
+            message = problem.message
+            if problem.hint and message.endswith(problem.hint):
+                message = message[: -len(problem.hint)].rstrip(" ;:,")
+            yield ctx.diag(problem.rule, message, hint=problem.hint,
+                           position=ctx.at_offset(site.path, site.source, int(problem.offset or 0)))
+
+
+def _argv_diagnostics(ctx: LintContext, all_sites: list[Site]) -> Iterator[Diagnostic]:
+    """`argv:` lists whose program runs an element as code (`[sh, -c, "... {{ v }}"]`)."""
+    from . import templates
+
+    seen: set[YamlPath] = set()
+    for site in all_sites:
+        if len(site.path) < 2 or site.path[-2] != "argv" or site.path[:-1] in seen:
+            continue
+        seen.add(site.path[:-1])
+        argv = _raw(ctx, site.path[:-1])
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            continue
+        errors, warnings = templates.argv_problems(tuple(argv))
+        for group, severity in ((errors, Severity.ERROR), (warnings, Severity.WARNING)):
+            for index, problem in group:
+                message = problem.message
+                if problem.hint and message.endswith(problem.hint):
+                    message = message[: -len(problem.hint)].rstrip(" ;:,")
+                path = site.path[:-1] + (index,)
+                yield ctx.diag(problem.rule, message, severity=severity, hint=problem.hint,
+                               position=ctx.at_offset(path, argv[index], int(problem.offset or 0)))
 
 
 # ---------------------------------------------------------------- names
@@ -354,7 +407,10 @@ def _secret_diagnostic(ctx: LintContext, site: Site, use: NameUse, whole: bool) 
 
 @rule
 def template_rules(ctx: LintContext) -> Iterator[Diagnostic]:
-    for site in sites(ctx):
+    all_sites = sites(ctx)
+    yield from _argv_diagnostics(ctx, all_sites)
+    yield from _env_diagnostics(ctx, all_sites)
+    for site in all_sites:
         syntax = _syntax_diagnostics(ctx, site)
         yield from syntax
         if any(d.rule in ("template-syntax", "expr-syntax") for d in syntax):

@@ -67,7 +67,8 @@ def test_every_rule_has_a_failing_case() -> None:
         "gate-needs-value", "import-cycle", "import-clash", "import-invalid", "loop-recursion",
         "bad-schedule", "shell-arithmetic", "shell-escaped-placeholder", "params-cost",
         "secret-outside-env", "secret-not-passed", "secret-with-model-output",
-        "cwd-outside-workspace",
+        "cwd-outside-workspace", "shell-name", "shell-code",
+        "shell-command-name", "shell-place", "shell-syntax", "shell-option",
     }
     loader = {
         "yaml-syntax", "yaml-duplicate-key", "yaml-tag", "yaml-anchor-bomb", "yaml-too-deep",

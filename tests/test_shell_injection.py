@@ -163,8 +163,6 @@ def test_prepare_passes_values_up_to_the_cap(tmp_path: Path) -> None:
     ("cat <<-EOF\n\t{{ x }}\n\tEOF", "shell-quote-heredoc", 12),
     ("cat <<'EOF'\n{{ x }}\nEOF", "shell-quote-heredoc", 12),
     ("cat <<\"EOF\" > f\na\n{{ x }}\nEOF", "shell-quote-heredoc", 18),
-    ("cat << EOF\nEOF2\n{{ x }}\nEOF", "shell-quote-heredoc", 16),
-    ("cat <<A <<B\nA\n{{ x }}\nB", "shell-quote-heredoc", 14),
     ("y=$(cat <<EOF\n{{ x }}\nEOF\n)", "shell-quote-heredoc", 14),
     ("cat <<{{ x }}\nbody\n", "shell-quote-heredoc", 6),
     ("echo `echo {{ x }}`", "shell-quote-backtick", 11),
@@ -189,6 +187,15 @@ def test_template_errors_with_offsets(source: str, rule: str, offset: int) -> No
     assert (err.value.rule, err.value.offset) == (rule, offset), err.value.message
     assert source[offset:].startswith(("{{", "{%", "{#", "unsafe_raw"))
     assert err.value.message
+
+
+@pytest.mark.parametrize("source", ["cat << EOF\nEOF2\n{{ x }}\nEOF", "cat <<A <<B\nA\n{{ x }}\nB"])
+def test_heredocs_the_parser_misreads_are_refused(source: str) -> None:
+    """tree-sitter-bash ends a here-document at a line that only starts with its delimiter and
+    cannot read two on one line; such commands are refused, never guessed at."""
+    command, errors = check_shell(source)
+    assert command is None
+    assert errors[0].rule == "shell-syntax"
 
 
 def test_error_messages_say_how_to_fix() -> None:
