@@ -84,7 +84,7 @@ start: emit
 states:
   emit:
     shell:
-      cmd: python3 "$PRINT_FORMS" | tee handed.txt
+      cmd: python3 -- "$PRINT_FORMS" | tee handed.txt
       env: {MY_TOKEN: "{{ secrets.MY_TOKEN }}", PRINT_FORMS: "{{ inputs.script }}"}
     next: child
   child:
@@ -92,7 +92,7 @@ states:
     next: boom
   boom:
     shell:
-      cmd: python3 "$PRINT_FORMS" >&2; exit 3
+      cmd: python3 -- "$PRINT_FORMS" >&2; exit 3
       env: {MY_TOKEN: "{{ secrets.MY_TOKEN }}", PRINT_FORMS: "{{ inputs.script }}"}
     next: done
   done: {end: completed}

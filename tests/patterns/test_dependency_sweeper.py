@@ -82,15 +82,17 @@ def test_failing_bump_is_reverted_and_the_rest_committed(scratch_repo: Path, tmp
 
 def test_pip_format_with_every_bump_failing_keeps_nothing(scratch_repo: Path, tmp_path: Path) -> None:
     base = pinned_project(scratch_repo)
-    # pip list --outdated --format json, as outdated_command would print it.
-    pip_json = json.dumps([{"name": "requests", "version": "2.31.0", "latest_version": "3.1.0",
-                            "latest_filetype": "wheel"}])
+    # pip list --outdated --format json, as outdated_command would print it (the command is an
+    # enum of pip invocations, so the test hands the same JSON over as a file).
+    pip_json = tmp_path / "outdated.json"
+    pip_json.write_text(json.dumps([{"name": "requests", "version": "2.31.0", "latest_version": "3.1.0",
+                                     "latest_filetype": "wheel"}]))
     script = tmp_path / "replies.yaml"
     YAML(typ="safe").dump({"summarise": [{"text": "Kept (tests pass): none.\nNot kept (reverted): requests "
                                           "2.31.0 -> 3.1.0: needs requests 2.x."}]}, script)
     before = checkout_snapshot(scratch_repo)
 
-    result = loopdsl.run(LOOP, {"outdated_command": f"printf '%s' '{pip_json}'", "test_command": TEST_COMMAND},
+    result = loopdsl.run(LOOP, {"outdated_file": str(pip_json), "test_command": TEST_COMMAND},
                          script=script, store=tmp_path / "store", workdir=scratch_repo)
 
     assert result.status == "completed", result.state.error

@@ -99,10 +99,11 @@ def test_issue_triage_with_gh_applies_edits_after_approval(scratch_repo: Path, t
     assert calls[:2] == ["auth status", "issue list --state open --limit 50 --json number,title,body,labels"]
     # Labels always; a person (@login) is assigned, a team (@org/team) or nobody is not.
     assert calls[2:] == [
-        "issue edit 3 --add-label bug",
-        "issue edit 7 --add-label bug,security --add-assignee ari",
-        "issue edit 8 --add-label documentation --add-assignee dana",
-        "issue edit 11 --add-label question",
+        # The number comes last, after `--`: a value from the model is never read as an option.
+        "issue edit --add-label bug -- 3",
+        "issue edit --add-label bug,security --add-assignee ari -- 7",
+        "issue edit --add-label documentation --add-assignee dana -- 8",
+        "issue edit --add-label question -- 11",
     ]
     triage = _triage_file(scratch_repo, result)
     assert triage["source"] == "gh"

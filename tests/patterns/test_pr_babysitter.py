@@ -133,7 +133,7 @@ echo "$*" >> "$FAKE_GH_DIR/calls.log"
 case "$1 $2" in
   "auth status") exit 0 ;;
   "pr list") printf '7 feature/docs\\n8 fix/subtract\\n' ;;
-  "pr comment") cp "$5" "$FAKE_GH_DIR/comment-$3.md" ;;
+  "pr comment") cp "$4" "$FAKE_GH_DIR/comment-$6.md" ;;  # pr comment --body-file FILE -- NUMBER
   *) echo "fake gh: unexpected arguments: $*" >&2; exit 1 ;;
 esac
 """
@@ -179,8 +179,8 @@ def test_pull_requests_are_commented_only_after_approval(
     calls = (fake / "calls.log").read_text().splitlines()
     assert calls[0] == "auth status"
     assert calls[1].startswith("pr list --state open --base main --limit 10 --json number,headRefName")
-    assert calls[2:] == ["pr comment 7 --body-file reports/feature/docs.md",
-                         "pr comment 8 --body-file reports/fix/subtract.md"]
+    assert calls[2:] == ["pr comment --body-file reports/feature/docs.md -- 7",
+                         "pr comment --body-file reports/fix/subtract.md -- 8"]
     run_branch = f"loopdsl/{result.run_id}"
     for number, report in (("7", "reports/feature/docs.md"), ("8", "reports/fix/subtract.md")):
         assert (fake / f"comment-{number}.md").read_text() == git(scratch_repo, "show", f"{run_branch}:{report}")
