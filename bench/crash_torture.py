@@ -47,7 +47,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from stub_server import RecordedRequest, StubReply, StubServer
 
-from loopdsl.store import RunStore, StoreError
+from loopdsl.adapters.store.run_store import RunStore
+from loopdsl.runtime.errors import StoreError
 
 LOOP_TEMPLATE = ROOT / "tests" / "data" / "durable" / "crash_loop.yaml"
 STUB_PLACEHOLDER = "http://stub.invalid/v1"  # the api_base the loop files name, replaced by the stub's
@@ -55,10 +56,10 @@ LOCK_TTL_S = 0.5
 # Runs the real CLI entry point with a shorter default run-lock TTL (see the docstring).
 LAUNCHER = (
     "import os, sys\n"
-    "import loopdsl.store as store\n"
+    "import loopdsl.adapters.store.run_store as store\n"
     "store.RunStore.lock.__wrapped__.__kwdefaults__['ttl'] = float(os.environ['CRASH_LOCK_TTL'])\n"
     "sys.argv[0] = 'loopdsl'\n"
-    "from loopdsl.cli import main\n"
+    "from loopdsl.cli.commands import main\n"
     "main()\n"
 )
 _CALL = re.compile(r"state=(\w+) visit=(\d+) attempt=(\d+)")

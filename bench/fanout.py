@@ -61,7 +61,7 @@ states:
 
 
 def child_process(mode: str, api_base: str, n: int, budget: str) -> dict:
-    from loopdsl.providers import ensure_litellm
+    from loopdsl.adapters.litellm import ensure_litellm
 
     lib = ensure_litellm()  # imported before timing: both sides pay it outside the clock
     if mode == "bare":

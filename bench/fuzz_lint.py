@@ -371,7 +371,7 @@ def truncate(rng: random.Random, text: str) -> str:
 
 def data_level_edit(rng: random.Random, text: str) -> str:
     """Load, edit the data tree (delete / retype / move), dump back: valid YAML, odd loop."""
-    from loopdsl.loader import load_text
+    from loopdsl.language.loader import load_text
 
     doc, _ = load_text(text)
     if doc is None:
@@ -492,35 +492,35 @@ class Pipeline:
 
 
 def build_pipeline() -> Pipeline:
-    """`loopdsl.lint.lint_source` if it exists, else the stages that do (imported lazily)."""
+    """`loopdsl.lint.pipeline.lint_source` if it exists, else the stages that do (imported lazily)."""
     try:
-        from loopdsl.lint import lint_source
+        from loopdsl.lint.pipeline import lint_source
     except ImportError:
         pass
     else:
-        return Pipeline("loopdsl.lint.lint_source (full lint pipeline)", lint_source)
+        return Pipeline("loopdsl.lint.pipeline.lint_source (full lint pipeline)", lint_source)
 
-    from loopdsl.diagnostics import LoopError
-    from loopdsl.loader import load_document
+    from loopdsl.language.diagnostics import LoopError
+    from loopdsl.language.loader import load_document
 
     stages = ["loader.load_document"]
     schema_check: Any
     build_loop: Any = None
     run_rules: Any = None
     try:
-        from loopdsl.schema import check as schema_check
+        from loopdsl.language.schema import check as schema_check
         stages.append("schema.check")
     except ImportError:
         schema_check = None
     if schema_check is not None:  # build_loop assumes schema-valid data
         try:
-            from loopdsl.model import build_loop
+            from loopdsl.language.model import build_loop
             stages.append("model.build_loop")
         except ImportError:
             pass
     if build_loop is not None:
         try:
-            from loopdsl import rules
+            from loopdsl.lint import registry as rules
             for extra in ("rules_templates", "rules_calls", "rules_jinja"):
                 try:
                     __import__(f"loopdsl.{extra}")
@@ -562,7 +562,7 @@ def _on_alarm(signum: int, frame: Any) -> None:
 
 def check_case(pipeline: Pipeline, path: str, source: str | bytes, timeout: float) -> str | None:
     """None if the pipeline behaved; else a description of what went wrong."""
-    from loopdsl.diagnostics import Diagnostic, format_github, format_json, format_text
+    from loopdsl.language.diagnostics import Diagnostic, format_github, format_json, format_text
 
     # SIGALRM only exists on Unix and can only be handled in the main thread.
     use_alarm = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()

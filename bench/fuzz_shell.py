@@ -31,8 +31,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from loopdsl.shell import run_command  # noqa: E402
-from loopdsl.templates import InputFacts, RenderError, analyze_shell  # noqa: E402
+from loopdsl.runtime.shell import run_command  # noqa: E402
+from loopdsl.language.templates import InputFacts, RenderError, analyze_shell  # noqa: E402
 
 MARKER = "MARKER"
 FACTS = InputFacts(integers=frozenset({"n"}), choices=(("c", ("true", "echo ok")),))

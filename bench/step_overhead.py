@@ -21,11 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from loopdsl.api import StoreRecorder, new_run_state
-from loopdsl.compile import compile_loop
-from loopdsl.engine import Engine, MemoryRecorder, Ports
-from loopdsl.model import build_loop
-from loopdsl.store import RunStore
+from loopdsl.api.runs import StoreRecorder, new_run_state
+from loopdsl.language.compile import compile_loop
+from loopdsl.runtime.engine import Engine, MemoryRecorder, Ports
+from loopdsl.language.model import build_loop
+from loopdsl.adapters.store.run_store import RunStore
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
 PEERS = Path(__file__).resolve().parents[2] / "shared" / "bench" / "peers_step_overhead.py"

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from loopdsl.store import RunStore
+from loopdsl.adapters.store.run_store import RunStore
 
 
 def bench_store(directory: Path, commits: int) -> list[float]:

@@ -6,7 +6,7 @@ The Python API is imported lazily so that `import loopdsl` stays cheap:
     loopdsl.compile_loop(loop)            loopdsl.run(path, inputs, script=...) -> RunResult
     loopdsl.resume(run_id, store=...)     loopdsl.decide(run_id, choice, comment, store=...)
 
-(`loopdsl.lint` is the lint module; its entry point is `lint_paths`.)
+(`loopdsl.lint.pipeline` is the lint module; its entry point is `lint_paths`.)
 """
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ __version__ = "0.1.0"
 __all__ = ["load", "lint_paths", "compile_loop", "run", "resume", "decide", "__version__"]
 
 _API = {
-    "load": ("lint", "load_loop"),
-    "lint_paths": ("lint", "lint_paths"),
-    "compile_loop": ("compile", "compile_loop"),
-    "run": ("api", "run"),
-    "resume": ("api", "resume"),
-    "decide": ("durable", "decide"),
+    "load": ("lint.pipeline", "load_loop"),
+    "lint_paths": ("lint.pipeline", "lint_paths"),
+    "compile_loop": ("language.compile", "compile_loop"),
+    "run": ("api.runs", "run"),
+    "resume": ("api.runs", "resume"),
+    "decide": ("api.durable", "decide"),
 }
 
 

@@ -15,8 +15,8 @@ import click
 import pytest
 from test_docs_shell import _BLOCK
 
-from loopdsl.cli import cli
-from loopdsl.lint import load_loop
+from loopdsl.cli.commands import cli
+from loopdsl.lint.pipeline import load_loop
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

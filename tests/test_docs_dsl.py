@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from loopdsl.loader import load_text
-from loopdsl.schema import SCHEMA_RULES, check, load_schema
+from loopdsl.language.loader import load_text
+from loopdsl.language.schema import SCHEMA_RULES, check, load_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "dsl.md").read_text(encoding="utf-8")

@@ -64,7 +64,8 @@ class ProjectAudit:
 
 
 def _store_runs(store_dir: Path) -> list[dict[str, Any]] | None:
-    from ..store import MARKER_NAME, RunStore, StoreError
+    from ..adapters.store.run_store import MARKER_NAME, RunStore
+    from ..runtime.errors import StoreError
 
     # Opening a store creates it: only read one that is already there.
     if not (store_dir / MARKER_NAME).exists():
@@ -81,9 +82,9 @@ def audit_project(root: Path, *, store: Path | None = None, days: int = DEFAULT_
                   cwd: Path | None = None) -> ProjectAudit:
     """Audit every loop under `root` (or the given loop files); suggested commands name files
     as typed in `cwd` (default: the current folder)."""
-    from ..diagnostics import LoopError
-    from ..lint import lint_paths, load_loop
-    from ..store import default_store_dir
+    from ..language.diagnostics import LoopError
+    from ..lint.pipeline import lint_paths, load_loop
+    from ..adapters.store.run_store import default_store_dir
     from .discover import find_loop_files, loop_tree, sub_loop_files
     from .looptest import collect, run_tests
 

@@ -11,14 +11,15 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from ..model import EvaluateAction, LlmAction, Loop, LoopAction, ShellSpec, State
-from . import effects, graphs
+from ..language.model import EvaluateAction, LlmAction, Loop, LoopAction, ShellSpec, State
+from . import effects
+from ..language import state_graph as graphs
 from .audit_types import AuditContext, CheckResult, Finding
 
 __all__ = ["CHECKS", "AuditContext", "CheckResult", "Finding"]
 
 # The interpreter passes an environment variable with such a name to commands only when it
-# is declared in `secrets` (loopdsl.api strips the others): the same test is used here.
+# is declared in `secrets` (loopdsl.api.runs strips the others): the same test is used here.
 CREDENTIAL_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 _ENV_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 # Tools that read a credential from the environment without the command naming it.
@@ -148,7 +149,7 @@ def _effective(loop: Loop, action: LlmAction | EvaluateAction) -> tuple[str, flo
 
 
 def check_evaluator(ctx: AuditContext) -> CheckResult:
-    from ..templates import TemplateError, variables
+    from ..language.templates import TemplateError, variables
 
     result = CheckResult("separate-evaluator")
     found = False
@@ -298,7 +299,7 @@ def check_secrets(ctx: AuditContext) -> CheckResult:
 
 
 def check_skills(ctx: AuditContext) -> CheckResult:
-    from ..skills import check_skill
+    from ..language.skills import check_skill
 
     result = CheckResult("complete-skills")
     llm_states = [(loop, s) for loop in ctx.tree for s in _model_states(loop) if isinstance(s.action, LlmAction)]

@@ -6,7 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..model import Loop
+from ..language.model import Loop
 from .rubric import RULES
 
 

@@ -22,9 +22,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..budget import rates_for
-from ..model import EvaluateAction, LlmAction, Loop, LoopAction, ModelAlias, Price
-from . import graphs
+from ..runtime.budget import rates_for
+from ..language.model import EvaluateAction, LlmAction, Loop, LoopAction, ModelAlias, Price
+from ..language import state_graph as graphs
 from .prompt_size import prompt_size
 
 UNBOUNDED = None
@@ -94,7 +94,7 @@ class CostReport:
 
 
 def price_of(alias: ModelAlias, model: str) -> Price | None:
-    from ..prices import model_price
+    from ..language.prices import model_price
 
     if model == alias.model and alias.price is not None:
         return alias.price
@@ -128,7 +128,7 @@ def _skill_text(loop: Loop, action: LlmAction | EvaluateAction) -> str:
 
 def plan_calls(loop: Loop, multiplier: int | None = 1, _seen: frozenset[Path] = frozenset()) -> list[CallPlan]:
     """One CallPlan per reachable model state of `loop` and of its sub-loops."""
-    from ..prices import max_input_tokens
+    from ..language.prices import max_input_tokens
     from .discover import child_path
 
     plans: list[CallPlan] = []
@@ -143,8 +143,8 @@ def plan_calls(loop: Loop, multiplier: int | None = 1, _seen: frozenset[Path] = 
             path = child_path(loop, action)
             if path is None or path in _seen:
                 continue
-            from ..diagnostics import LoopError
-            from ..lint import load_loop
+            from ..language.diagnostics import LoopError
+            from ..lint.pipeline import load_loop
 
             try:
                 child = load_loop(path)
@@ -234,8 +234,9 @@ def typical_case(plans: list[CallPlan]) -> Figure:
 
 
 def measured(loop: Loop, store_dir: Path) -> dict[str, Any] | None:
-    from ..runstate import FINAL_STATUSES
-    from ..store import MARKER_NAME, RunStore, StoreError
+    from ..runtime.run_state import FINAL_STATUSES
+    from ..adapters.store.run_store import MARKER_NAME, RunStore
+    from ..runtime.errors import StoreError
 
     if not (store_dir / MARKER_NAME).exists():
         return None

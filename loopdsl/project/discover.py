@@ -5,7 +5,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..model import Loop, LoopAction
+from ..language.model import Loop, LoopAction
 
 # Folders that never hold a project's own loops or tests.
 SKIPPED_DIRS = frozenset({".git", ".loopdsl", "node_modules", ".venv", "venv", "__pycache__", ".tox",
@@ -44,7 +44,7 @@ def find_test_files(paths: Sequence[str | Path]) -> list[Path]:
 
 def find_loop_files(root: Path) -> list[Path]:
     """Loop files (a top-level `loopdsl:` key) under `root`; loop tests are never loops."""
-    from ..lint import is_loop_text
+    from ..lint.pipeline import is_loop_text
 
     out = []
     for file in walk(root) if root.is_dir() else [root]:
@@ -61,7 +61,7 @@ def find_loop_files(root: Path) -> list[Path]:
 
 def child_path(loop: Loop, action: LoopAction) -> Path | None:
     """Where a `loop:` state's child file is (None for an uninstalled `pkg:` reference)."""
-    from ..packages import PackageError, resolve_loop_ref
+    from ..language.packaged_loops import PackageError, resolve_loop_ref
 
     if action.path.startswith("pkg:"):
         try:
@@ -73,8 +73,8 @@ def child_path(loop: Loop, action: LoopAction) -> Path | None:
 
 def loop_tree(loop: Loop) -> list[Loop]:
     """The loop and every sub-loop it can run (loaded; children that fail to load are left out)."""
-    from ..diagnostics import LoopError
-    from ..lint import load_loop
+    from ..language.diagnostics import LoopError
+    from ..lint.pipeline import load_loop
 
     out: list[Loop] = []
     seen: set[Path] = set()

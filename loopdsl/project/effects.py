@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from ..model import ShellSpec
+from ..language.model import ShellSpec
 
 # `[^|;&\n]*` keeps a match inside one simple command of a pipeline or list.
 _SAME_COMMAND = r"[^|;&\n]*"

@@ -14,7 +14,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ..model import Loop
+from ..language.model import Loop
 from .schedule import ScheduleError, require_schedule, to_utc_cron
 
 # LiteLLM reads these environment variables for each provider prefix.
@@ -41,7 +41,7 @@ def _tree(loop: Loop) -> list[Loop]:
 
 def provider_keys(loop: Loop) -> list[str]:
     """Environment variables the loop's model calls need (in every sub-loop too)."""
-    from ..prices import model_provider
+    from ..language.prices import model_provider
 
     names: list[str] = []
     for member in _tree(loop):
@@ -226,7 +226,7 @@ def crontab(loop: Loop, loop_path: str, project_dir: Path) -> tuple[str, list[st
 
 def project_relative(loop_file: Path) -> tuple[str, Path]:
     """The loop's path relative to its repository root (or the current folder), and that root."""
-    from ..workspace import find_repo_root
+    from ..adapters.git_worktree import find_repo_root
 
     file = loop_file.resolve()
     root = find_repo_root(file.parent) or Path.cwd().resolve()

@@ -72,9 +72,9 @@ def find_pattern(name: str) -> Pattern:
 
 def _dependencies(loop_file: Path) -> list[Path]:
     """Every file the pattern's loop needs (itself first), resolved."""
-    from ..diagnostics import LoopError
-    from ..lint import load_loop
-    from ..lockfile import dependencies
+    from ..language.diagnostics import LoopError
+    from ..lint.pipeline import load_loop
+    from ..lint.lockfile import dependencies
 
     try:
         loop = load_loop(loop_file)

@@ -186,8 +186,8 @@ def judge(test: LoopTest, result: Any, work: Path) -> list[str]:
 
 
 def _loop_needs_repo(loop_path: Path) -> bool:
-    from ..diagnostics import LoopError
-    from ..lint import load_loop
+    from ..language.diagnostics import LoopError
+    from ..lint.pipeline import load_loop
 
     try:
         return load_loop(loop_path).workspace.worktree
@@ -199,13 +199,13 @@ def run_test(test: LoopTest, keep: bool = False) -> TestOutcome:
     """Run one test in a fresh temporary directory; never raises for user mistakes."""
     import loopdsl
 
-    from ..api import UsageError
-    from ..diagnostics import LoopError, format_plain
-    from ..inputs import InputError
-    from ..packages import PackageError
-    from ..providers import ScriptError, ScriptExhausted
-    from ..store import StoreError
-    from ..workspace import WorkspaceError
+    from ..api.runs import UsageError
+    from ..language.diagnostics import LoopError, format_plain
+    from ..language.inputs import InputError
+    from ..language.packaged_loops import PackageError
+    from ..runtime.errors import ScriptError, ScriptExhausted
+    from ..runtime.errors import StoreError
+    from ..adapters.git_worktree import WorkspaceError
 
     started = time.monotonic()
     outcome = TestOutcome(test.name, test.file, False, loop=test.loop)

@@ -13,7 +13,7 @@ from typing import Any
 
 from jinja2 import Environment, nodes
 
-from ..model import DEFAULT_OUTPUT_CAP, EvaluateAction, LlmAction, Loop
+from ..language.model import DEFAULT_OUTPUT_CAP, EvaluateAction, LlmAction, Loop
 
 SMALL_VALUE_BYTES = 32  # numbers, booleans, verdicts, decisions, timestamps, model names
 _SMALL_FIELDS = {"exit_code", "duration_s", "ok", "verdict", "decision", "by", "at", "usage", "cost_usd", "model",
@@ -107,7 +107,7 @@ def inserted(loop: Loop, source: str) -> tuple[int, int, bool]:
 
 
 def prompt_size(loop: Loop, action: LlmAction | EvaluateAction, skill_text: str) -> PromptSize:
-    from ..llmcall import EVALUATOR_INSTRUCTIONS
+    from ..runtime.actions.llm import EVALUATOR_INSTRUCTIONS
 
     fixed = skill_text
     if isinstance(action, EvaluateAction):

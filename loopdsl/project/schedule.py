@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 
-from ..model import Loop
+from ..language.model import Loop
 
 WINDOW_DAYS = 30
 # Runs in a 30-day window for `--cadence` (a fixed count: no calendar quirks).

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..diagnostics import Diagnostic
-from ..loader import Document
-from ..model import YamlPath
-from ..schema_files import describe, load_checked
+from ..language.diagnostics import Diagnostic
+from ..language.loader import Document
+from ..language.model import YamlPath
+from ..language.checked_files import describe, load_checked
 
 
 

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import loopdsl
-from loopdsl.providers import ScriptedProvider
+from loopdsl.adapters.litellm import ScriptedProvider
 
 from .conftest import LOOPS_DIR, branches, checkout_snapshot, commit_file, git, run_loop
 

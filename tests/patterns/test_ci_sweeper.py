@@ -9,8 +9,9 @@ from typing import Any
 from ruamel.yaml import YAML
 
 import loopdsl
-from loopdsl.people import ScriptedHuman
-from loopdsl.providers import LlmRequest, LlmResponse, ScriptedProvider
+from loopdsl.adapters.humans import ScriptedHuman
+from loopdsl.runtime.model_port import LlmRequest, LlmResponse
+from loopdsl.adapters.litellm import ScriptedProvider
 
 from .conftest import (
     LOOPS_DIR,

@@ -5,7 +5,7 @@ import shutil
 from pathlib import Path
 
 import loopdsl
-from loopdsl.durable import decide
+from loopdsl.api.durable import decide
 
 from .conftest import (
     LOOPS_DIR,

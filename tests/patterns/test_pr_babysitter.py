@@ -226,7 +226,7 @@ def test_an_unanswered_checkpoint_posts_nothing_until_approved(
     worktree = Path(waiting.state.meta["worktree"]["path"])
     assert (worktree / "reports" / "fix" / "subtract.md").is_file()  # the reports wait with the run
 
-    from loopdsl.durable import decide
+    from loopdsl.api.durable import decide
 
     decide(waiting.run_id, "approve", "ok", store=store, by="reviewer")
     resumed = loopdsl.resume(waiting.run_id, store=store)

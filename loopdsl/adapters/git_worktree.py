@@ -1,0 +1,363 @@
+"""A git worktree per run, so agent edits never touch the user's checkout.
+
+Each run gets branch `loopdsl/<run-id>` checked out in `<worktrees_dir>/<run-id>` (under
+the run store, whose `.gitignore` of `*` keeps the user's `git status` clean). Nothing
+here runs a command that writes the user's index, HEAD or working tree: worktrees have
+their own index and HEAD, and every git call sets GIT_OPTIONAL_LOCKS=0 so even read-only
+commands never refresh the user's index file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..runtime.redaction import Redactor
+
+BRANCH_PREFIX = "loopdsl/"
+# Used only when the user has no identity configured (a fresh CI box, a container).
+FALLBACK_NAME = "loopdsl"
+FALLBACK_EMAIL = "loopdsl@localhost"
+# Variables that would point git at another repository or index than the one we name.
+_REPO_LOCATION_VARS = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+)
+
+
+# Files that hold credentials by convention. A run never commits one it created, whatever
+# it contains (a command writes `.npmrc` before `npm ci`); one the base commit already
+# tracks is committed like any other file, after the secret search.
+CREDENTIAL_FILE = re.compile(
+    r"(?:\A|/)(?:\.npmrc|\.netrc|_netrc|\.pypirc|\.git-credentials|\.env(?:\.(?!example\Z|sample\Z|template\Z)[^/]+)?"
+    r"|id_(?:rsa|dsa|ecdsa|ed25519)|[^/]+\.(?:pem|key|p12|pfx))\Z"
+)
+
+
+class WorkspaceError(Exception):
+    """A workspace problem the user can act on: what happened and how to fix it."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(f"{message}\n  hint: {hint}" if hint else message)
+
+
+@dataclass(frozen=True)
+class Worktree:
+    repo: Path
+    path: Path
+    branch: str
+    base_commit: str
+
+
+def _git_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCATION_VARS}
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    return env
+
+
+def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=_git_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",  # a file name need not be UTF-8
+            check=False,  # callers decide; failures become WorkspaceError below
+        )
+    except FileNotFoundError:
+        raise WorkspaceError(
+            "git is not installed (needed for `workspace: {worktree: true}`)",
+            "install git, or remove `workspace` from the loop",
+        ) from None
+    if check and proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip()
+        raise WorkspaceError(
+            f"`git {' '.join(args)}` failed in {cwd}: {detail}",
+            "fix the repository state shown above and retry",
+        )
+    return proc
+
+
+def find_repo_root(path: Path) -> Path | None:
+    """The top of the git working tree containing `path`, or None when it is not in one."""
+    path = Path(path)
+    directory = path if path.is_dir() else path.parent
+    if not directory.is_dir():
+        return None
+    try:
+        proc = _git(directory, "rev-parse", "--show-toplevel", check=False)
+    except WorkspaceError:
+        return None
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    return Path(proc.stdout.strip())
+
+
+def _require_repo(repo: Path) -> Path:
+    root = find_repo_root(repo)
+    if root is None:
+        raise WorkspaceError(
+            f"{repo} is not inside a git repository, so a run worktree cannot be made",
+            "run loopdsl inside a git repository (git init; git commit), or remove "
+            "`workspace: {worktree: true}` from the loop",
+        )
+    return root
+
+
+def _meta_path(worktrees_dir: Path, run_id: str) -> Path:
+    return worktrees_dir / f"{run_id}.json"
+
+
+def create_worktree(repo: Path, worktrees_dir: Path, run_id: str, base: str = "HEAD") -> Worktree:
+    """Check out `base` on a new branch `loopdsl/<run_id>` in `<worktrees_dir>/<run_id>`."""
+    root = _require_repo(repo)
+    resolved = _git(root, "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}", check=False)
+    if resolved.returncode != 0:
+        has_commits = _git(root, "rev-parse", "--verify", "--quiet", "HEAD", check=False)
+        hint = (
+            "the repository has no commits yet: make a first commit"
+            if has_commits.returncode != 0
+            else "use a branch, tag or commit that exists (`git log --oneline` shows commits)"
+        )
+        raise WorkspaceError(f"workspace base {base!r} is not a commit in {root}", hint)
+    base_commit = resolved.stdout.strip()
+    branch = BRANCH_PREFIX + run_id
+    if _git(root, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False).returncode == 0:
+        raise WorkspaceError(
+            f"branch {branch} already exists in {root}",
+            f"delete it (`git branch -D {branch}`) or start a new run",
+        )
+    worktrees_dir = Path(worktrees_dir)
+    path = worktrees_dir / run_id
+    if path.exists():
+        raise WorkspaceError(
+            f"the worktree path {path} already exists",
+            "remove it with `loopdsl clean`, or start a new run",
+        )
+    worktrees_dir.mkdir(parents=True, exist_ok=True)
+    # Pin the resolved commit, not the ref, so the recorded base is what was checked out.
+    _git(root, "worktree", "add", "--quiet", "-b", branch, str(path), base_commit)
+    meta = {"repo": str(root), "branch": branch, "base_commit": base_commit}
+    _meta_path(worktrees_dir, run_id).write_text(json.dumps(meta) + "\n")
+    return Worktree(repo=root, path=path, branch=branch, base_commit=base_commit)
+
+
+def _registered_worktrees(root: Path) -> list[dict[str, str]]:
+    """`git worktree list --porcelain` as a list of {worktree, branch, locked, ...}."""
+    out = _git(root, "worktree", "list", "--porcelain").stdout
+    entries: list[dict[str, str]] = []
+    for block in out.strip().split("\n\n"):
+        entry: dict[str, str] = {}
+        for line in block.splitlines():
+            key, _, value = line.partition(" ")
+            entry[key] = value
+        if "worktree" in entry:
+            entries.append(entry)
+    return entries
+
+
+def _same_path(a: Path | str, b: Path | str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def open_worktree(repo: Path, worktrees_dir: Path, run_id: str) -> Worktree | None:
+    """The run's existing worktree (for resume), or None when there is none."""
+    root = _require_repo(repo)
+    path = Path(worktrees_dir) / run_id
+    if not path.is_dir():
+        return None
+    if not any(_same_path(e["worktree"], path) for e in _registered_worktrees(root)):
+        return None
+    branch = BRANCH_PREFIX + run_id
+    try:
+        meta = json.loads(_meta_path(Path(worktrees_dir), run_id).read_text())
+        base_commit = str(meta["base_commit"])
+    except (OSError, ValueError, KeyError, TypeError):
+        # Metadata lost: the fork point of the branch from where the user was is the best guess.
+        base_commit = _git(root, "merge-base", "HEAD", branch).stdout.strip()
+    return Worktree(repo=root, path=path, branch=branch, base_commit=base_commit)
+
+
+def _identity_args(path: Path) -> list[str]:
+    """`-c user.name/-c user.email` only when git cannot find an identity of the user's own."""
+    author = _git(path, "var", "GIT_AUTHOR_IDENT", check=False)
+    committer = _git(path, "var", "GIT_COMMITTER_IDENT", check=False)
+    if author.returncode == 0 and committer.returncode == 0:
+        return []
+    return ["-c", f"user.name={FALLBACK_NAME}", "-c", f"user.email={FALLBACK_EMAIL}"]
+
+
+class SecretInCommit(WorkspaceError):
+    """What the run would commit holds a declared secret: nothing is committed."""
+
+
+def _z_fields(text: str) -> list[str]:
+    return [f for f in text.split("\0") if f]
+
+
+def _leave_out_credential_files(wt: Worktree) -> list[str]:
+    """Unstage (and delete) the credential files the run created; their paths."""
+    fields = _z_fields(_git(wt.path, "diff", "--cached", "--name-status", "-z", "--no-renames",
+                            wt.base_commit).stdout)
+    created = [path for status, path in zip(fields[::2], fields[1::2]) if status == "A" and CREDENTIAL_FILE.search(path)]
+    for path in created:
+        _git(wt.path, "rm", "--cached", "--quiet", "--", path)
+        (wt.path / path).unlink(missing_ok=True)  # the worktree is removed; the file must not outlive the run
+    return created
+
+
+def _new_blobs(wt: Worktree) -> dict[str, str]:
+    """Blob id -> path of every file content the run would add to its branch: what is
+    staged now, and what commands of the run committed themselves since the base."""
+    blobs: dict[str, str] = {}
+    raw = _git(wt.path, "diff", "--cached", "--raw", "-z", "--no-abbrev", "--no-renames", wt.base_commit).stdout
+    fields = _z_fields(raw)
+    for meta, path in zip(fields[::2], fields[1::2]):
+        new_id = meta.split()[3]
+        if set(new_id) != {"0"}:  # a deletion has no new content
+            blobs[new_id] = path
+    listed = _git(wt.path, "rev-list", "--objects", f"{wt.base_commit}..HEAD").stdout
+    for line in listed.splitlines():
+        object_id, _, path = line.partition(" ")
+        if path:
+            blobs.setdefault(object_id, path)
+    return blobs
+
+
+def _files_with_secrets(wt: Worktree, redactor: Redactor) -> list[str]:
+    """Paths (sorted) whose name or new content holds a secret, in any form the redactor knows."""
+    blobs = _new_blobs(wt)
+    found = {path for path in blobs.values() if redactor(path) != path}
+    ids = [object_id for object_id, path in blobs.items() if path not in found]
+    if not ids:
+        return sorted(found)
+    proc = subprocess.run(["git", "cat-file", "--batch"], cwd=wt.path, env=_git_env(), capture_output=True,
+                          input="".join(f"{i}\n" for i in ids).encode(), check=False)
+    data, at = proc.stdout, 0
+    if proc.returncode != 0 or data.count(b"\n") < len(ids):
+        raise WorkspaceError(f"could not read the run's changes in {wt.path} to check them for secrets: "
+                             f"{proc.stderr.decode(errors='replace').strip()}", "the worktree is kept; inspect it with git")
+    for object_id in ids:
+        header_end = data.index(b"\n", at)
+        header = data[at:header_end].split()
+        at = header_end + 1
+        if len(header) < 3 or header[1] not in (b"blob", b"tree", b"commit", b"tag"):
+            continue  # "missing": nothing to read
+        size = int(header[2])
+        if header[1] == b"blob":
+            text = data[at:at + size].decode("utf-8", errors="surrogateescape")
+            if redactor(text) != text:
+                found.add(blobs[object_id])
+        at += size + 1
+    messages = _git(wt.path, "log", "--format=%B", f"{wt.base_commit}..HEAD").stdout
+    if redactor(messages) != messages:
+        found.add("the message of a commit a command made")
+    return sorted(found)
+
+
+def _shown(path: str) -> str:
+    """A path as printable text (a name that is not UTF-8 keeps its bytes as escapes)."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def finish_worktree(wt: Worktree, message: str, secret_values: Iterable[str] = ()) -> str | None:
+    """Commit every change onto the run's branch, then remove the worktree.
+
+    Credential files the run created are left out (see CREDENTIAL_FILE). When what would
+    be committed holds a declared secret in any form the redactor knows, nothing is
+    committed: SecretInCommit names the files, the branch is moved back to the base (so
+    commits a command made cannot be pushed) and the worktree is kept with the changes
+    staged. Returns the new commit sha, or None when there was nothing to commit.
+    """
+    _git(wt.path, "add", "-A")
+    _leave_out_credential_files(wt)
+    redactor = Redactor(secret_values)
+    leaked = _files_with_secrets(wt, redactor) if redactor else []
+    if leaked:
+        if _git(wt.path, "rev-parse", "HEAD").stdout.strip() != wt.base_commit:
+            _git(wt.path, "reset", "--quiet", "--soft", wt.base_commit)
+        raise SecretInCommit(
+            f"not committing the run's changes: {', '.join(redactor(_shown(p)) for p in leaked)} "
+            "contain(s) the value of a declared secret",
+            f"the worktree {wt.path} is kept with the changes staged: remove the secret from the file "
+            "(pass it to the command through `env:` instead of writing it), or `loopdsl clean`",
+        )
+    staged = _git(wt.path, "diff", "--cached", "--quiet", check=False)
+    sha: str | None = None
+    if staged.returncode not in (0, 1):
+        raise WorkspaceError(
+            f"could not inspect the changes in {wt.path}: {staged.stderr.strip()}",
+            "the worktree is kept; inspect it with git",
+        )
+    if staged.returncode == 1:
+        # Unattended commit to a side branch: the user's hooks and signing prompts would
+        # block or fail it; they review (and may re-sign) the branch when merging.
+        _git(
+            wt.path,
+            *_identity_args(wt.path),
+            "-c",
+            "commit.gpgsign=false",
+            "commit",
+            "--quiet",
+            "--no-verify",
+            "-m",
+            message,
+        )
+        sha = _git(wt.path, "rev-parse", "HEAD").stdout.strip()
+    removed = _git(wt.repo, "worktree", "remove", str(wt.path), check=False)
+    if removed.returncode != 0:
+        raise WorkspaceError(
+            f"the run's work is on branch {wt.branch}, but its worktree {wt.path} could not "
+            f"be removed: {removed.stderr.strip()}",
+            "inspect it, then `git worktree remove --force` it or run `loopdsl clean`",
+        )
+    _meta_path(wt.path.parent, wt.path.name).unlink(missing_ok=True)
+    return sha
+
+
+def keep_worktree(wt: Worktree) -> None:
+    """Leave the worktree in place for inspection (a run that did not complete)."""
+    del wt  # deliberately nothing: the worktree and its uncommitted changes stay
+
+
+def clean_worktrees(repo: Path, worktrees_dir: Path, keep: Iterable[str] = ()) -> list[str]:
+    """Remove this repository's leftover run worktrees (not their branches); prune git's list.
+
+    Worktrees of other repositories sharing the store, locked worktrees and the run ids
+    in `keep` are left alone. Returns the run ids whose worktrees were removed.
+    """
+    root = _require_repo(repo)
+    worktrees_dir = Path(worktrees_dir)
+    keep_ids = set(keep)
+    removed: list[str] = []
+    for entry in _registered_worktrees(root):
+        path = Path(entry["worktree"])
+        if not _same_path(path.parent, worktrees_dir):
+            continue  # the main checkout or a worktree the user made themselves
+        run_id = path.name
+        if run_id in keep_ids or "locked" in entry:
+            continue
+        if path.exists():
+            # --force: a kept worktree has uncommitted work by design; cleaning discards it.
+            _git(root, "worktree", "remove", "--force", str(path))
+        # else: the directory is already gone; the prune below drops git's record of it.
+        _meta_path(worktrees_dir, run_id).unlink(missing_ok=True)
+        removed.append(run_id)
+    _git(root, "worktree", "prune")
+    return sorted(removed)

@@ -1,0 +1,299 @@
+"""The LLM port: one completion per call, through LiteLLM, with errors as kinds.
+
+Two providers implement it. `LiteLLMProvider` makes real calls; `ScriptedProvider`
+(in `scripted`, re-exported here) answers from a script for offline runs and tests,
+without LiteLLM: it builds the same `LlmResponse`, and its errors are `ProviderError`s
+worded as `map_litellm_error` words the real ones (`provider_error`).
+
+Retries belong to the engine alone: every call passes `num_retries=0` (LiteLLM's
+wrapper) and `max_retries=0` (the OpenAI client's own, which otherwise makes
+3 requests for one 5xx), and no Router is used. One `complete()` is at most one
+paid request.
+
+A malformed (unparseable) response body from the provider is reported as
+`server_error`, not `parse`: `parse` is reserved for *our* parsing of the model's
+answer (its message becomes `feedback` for the model), and a garbled body is the
+provider's fault, worth retrying like any other 5xx. A missing API key is `auth`
+whatever status LiteLLM gives it (the OpenAI client's is a synthetic 500): waiting
+does not make a key appear.
+"""
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..runtime.budget import plausible_usage
+from ..language.prices import without_cost_params
+from .litellm_loading import ensure_litellm, is_loaded, wait_until_loaded
+from ..language.prices import model_provider
+from ..runtime.model_port import LlmRequest, LlmResponse, PROVIDER_ERROR_KINDS, Provider, ProviderError
+
+if TYPE_CHECKING:
+    # Re-exported lazily (see `__getattr__` at the bottom): `scripted` imports this module.
+    from .scripted import SCRIPTED_ERROR_KINDS, ScriptedProvider
+    from ..runtime.errors import ScriptError, ScriptExhausted
+
+# LiteLLM needs some key even for a local OpenAI-compatible server that checks none.
+LOCAL_PLACEHOLDER_KEY = "sk-local"
+# Providers whose prompts LiteLLM counts with the provider's real tokenizer (tiktoken).
+EXACT_TOKENIZER_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "azure_text"})
+ESTIMATE_MARGIN = 1.25
+# Grace beyond the request's own timeout before we stop waiting on LiteLLM ourselves.
+_TIMEOUT_GRACE_S = 5.0
+# Providers word an over-long prompt differently; LiteLLM recognises only some phrasings.
+_CONTEXT_WINDOW_TEXT = re.compile(
+    r"context[ _-]?(length|window)|maximum context|prompt is too long|too many (input )?tokens", re.IGNORECASE
+)
+# Down an exception chain: the connection was never made, so nothing was sent or billed.
+_NOT_CONNECTED = frozenset({"ConnectError", "ConnectTimeout", "ClientConnectorError", "ConnectionRefusedError", "gaierror"})
+# Down an exception chain: the provider answered with an HTTP error status (not billed).
+_HTTP_STATUS_ERRORS = frozenset({"APIStatusError", "HTTPStatusError"})
+# How providers' clients say that no key was given (LiteLLM maps some of these to a 500).
+_MISSING_KEY_TEXT = re.compile(
+    r"missing credentials|missing [\w ]{0,40}api[ _-]?key|api_key client option must be set|no api[ _-]?key", re.IGNORECASE
+)
+# -- token counts -----------------------------------------------------------------------
+def tokenizer_is_exact(model: str) -> bool:
+    """Whether LiteLLM's `token_counter` uses the provider's real tokenizer for `model`."""
+    return model_provider(model) in EXACT_TOKENIZER_PROVIDERS
+
+
+def count_prompt_tokens(model: str, messages: Sequence[Mapping[str, str]]) -> int:
+    """Prompt tokens to reserve: exact for OpenAI models, else ceil(1.25 x LiteLLM's estimate)."""
+    litellm = ensure_litellm()
+    counted = int(litellm.token_counter(model=model, messages=[dict(m) for m in messages]))
+    return counted if tokenizer_is_exact(model) else math.ceil(ESTIMATE_MARGIN * counted)
+
+
+# -- exception mapping ----------------------------------------------------------------
+def _exception_chain(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain and len(chain) < 20:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _class_names(exc: BaseException) -> set[str]:
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def _status_code(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds from Retry-After / retry-after-ms, wherever this LiteLLM keeps the headers.
+
+    A vendor 429 carries them in `litellm_response_headers` (and `response.headers`);
+    an error built by LiteLLM or by our script carries them in `headers`.
+    """
+    sources = [
+        getattr(exc, "headers", None),
+        getattr(exc, "litellm_response_headers", None),
+        getattr(getattr(exc, "response", None), "headers", None),
+    ]
+    for headers in sources:
+        if not headers:
+            continue
+        try:
+            lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+        except AttributeError:
+            continue
+        if "retry-after-ms" in lowered:
+            try:
+                return max(0.0, float(lowered["retry-after-ms"]) / 1000.0)
+            except ValueError:
+                pass
+        value = lowered.get("retry-after")
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            parsed = email.utils.parsedate_to_datetime(value) if value.strip() else None
+            if parsed is not None:
+                return max(0.0, parsed.timestamp() - time.time())
+    return None
+
+
+def _redact(text: str, secrets: Iterable[str | None]) -> str:
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+# How each kind reads after "<model>: ", before the provider's own detail.
+_KIND_WORDING = {
+    "context_window": "the prompt does not fit the model's context window: ",
+    "rate_limit": "rate limited: ",
+    "timeout": "timed out: ",
+    "auth": "not authorised (check the API key and its permissions): ",
+    "connection": "could not reach the provider: ",
+    "server_error": "",
+}
+
+
+def provider_error(kind: str, model: str, detail: str, *, status: int | None = None,
+                   retry_after: float | None = None, secrets: Iterable[str | None] = (),
+                   billed: bool | None = None) -> ProviderError:
+    """A ProviderError worded the one way real and scripted errors are shown."""
+    shown = f"HTTP {status}: " if status and status >= 400 else ""
+    return ProviderError(kind, _redact(f"{model}: {shown}{_KIND_WORDING[kind]}{detail}", secrets), retry_after,
+                         billed=billed)
+
+
+def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str | None] = ()) -> ProviderError:
+    """One LiteLLM/OpenAI exception -> a ProviderError with one of our kinds."""
+    chain = _exception_chain(exc)
+    names = _class_names(exc)
+    status = _status_code(exc)
+    detail = re.sub(r"^litellm\.\w+: ", "", str(exc) or type(exc).__name__)
+
+    def error(kind: str, retry_after: float | None = None, http: bool = True,
+              billed: bool | None = None) -> ProviderError:
+        # No status for timeouts and connection failures: LiteLLM fills in a
+        # synthetic 408/500 there although no response ever arrived.
+        return provider_error(kind, model, detail, status=status if http else None,
+                              retry_after=retry_after, secrets=secrets, billed=billed)
+
+    if "ContextWindowExceededError" in names or (
+        status in (400, 413) and _CONTEXT_WINDOW_TEXT.search(detail)
+    ):
+        return error("context_window")
+    if "RateLimitError" in names or status == 429:
+        return error("rate_limit", _retry_after(exc))
+    below = [_class_names(e) for e in chain[1:]]  # what LiteLLM's exception wraps
+    never_sent = any(_NOT_CONNECTED & names_ for names_ in below)
+    if any({"Timeout", "APITimeoutError", "TimeoutError", "TimeoutException"} & _class_names(e) for e in chain):
+        return error("timeout", http=False, billed=not never_sent)
+    if {"AuthenticationError", "PermissionDeniedError"} & names or status in (401, 403):
+        return error("auth")
+    if any(_MISSING_KEY_TEXT.search(str(e)) for e in chain):
+        return error("auth", http=False)  # raised by the client before any request: no status
+    # A refused or dropped connection reaches us as LiteLLM's InternalServerError
+    # wrapping openai.APIConnectionError / httpx.ConnectError: look down the chain.
+    connection_names = {"APIConnectionError", "ConnectError", "ClientConnectorError", "ConnectionError"}
+    if any(connection_names & _class_names(e) for e in chain):
+        # Refused (nothing was sent) costs nothing; dropped after sending may have been paid.
+        return error("connection", http=False, billed=not never_sent)
+    # A reply that arrived but could not be read (a 200 with a malformed body) may have been
+    # paid; an HTTP error status (a real 4xx/5xx: a status error down the chain) was not.
+    unreadable = bool(below) and not any(_HTTP_STATUS_ERRORS & names_ for names_ in below)
+    if any(isinstance(e, json.JSONDecodeError) for e in chain):
+        return provider_error("server_error", model, f"the provider sent a malformed response body: {detail}",
+                              secrets=secrets, billed=True)
+    return error("server_error", billed=unreadable)
+
+
+# -- response parsing -----------------------------------------------------------------
+def _response_to_llm(litellm: Any, response: Any, request: LlmRequest) -> LlmResponse:
+    choices = getattr(response, "choices", None) or []
+    if not choices:  # a 200 that says nothing: the work may still have been billed
+        raise ProviderError("server_error", f"{request.model}: the provider returned no choices", billed=True)
+    message = getattr(choices[0], "message", None)
+    text = getattr(message, "content", None) or ""
+    usage = getattr(response, "usage", None)
+    prompt_tokens = getattr(usage, "prompt_tokens", None)
+    completion_tokens = getattr(usage, "completion_tokens", None)
+    if not plausible_usage(prompt_tokens, completion_tokens):
+        # LiteLLM turns a missing `usage` into zeros: never take that as a free call.
+        return LlmResponse(text=text if isinstance(text, str) else str(text), prompt_tokens=0, completion_tokens=0,
+                           cost_usd=None, model=str(getattr(response, "model", None) or request.model), usage_known=False)
+    hidden = getattr(response, "_hidden_params", None) or {}
+    cost = hidden.get("response_cost") if isinstance(hidden, Mapping) else None
+    if cost is None:
+        try:
+            cost = litellm.completion_cost(completion_response=response)
+        except Exception:  # noqa: BLE001 - LiteLLM raises for a model it cannot price: unknown, not free
+            cost = None
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+        cost = None  # unknown, never free (nor negative)
+    return LlmResponse(
+        text=text,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cost_usd=None if cost is None else float(cost),
+        model=str(getattr(response, "model", None) or request.model),
+    )
+
+
+_FORCED = {"num_retries": 0, "max_retries": 0}
+
+
+async def _acompletion(litellm: Any, kwargs: dict[str, Any], request: LlmRequest, secrets: Sequence[str | None]) -> Any:
+    try:
+        call = litellm.acompletion(**kwargs)
+        if request.timeout is not None:
+            # LiteLLM enforces `timeout` itself; this only bounds a client that hangs anyway.
+            return await asyncio.wait_for(call, request.timeout + _TIMEOUT_GRACE_S)
+        return await call
+    except asyncio.TimeoutError:
+        raise ProviderError("timeout", f"{request.model}: no answer within {request.timeout:g}s") from None
+    except ProviderError:
+        raise
+    except Exception as exc:
+        raise map_litellm_error(exc, model=request.model, secrets=secrets) from exc
+
+
+class LiteLLMProvider:
+    """Real calls through `litellm.acompletion`, one HTTP request per `complete()`."""
+
+    def loaded(self) -> bool:
+        """Whether LiteLLM is imported; until then a call first waits for it (see the engine)."""
+        return is_loaded()
+
+    async def wait_until_loaded(self) -> None:
+        await wait_until_loaded()
+
+    async def complete(self, request: LlmRequest, *, state: str) -> LlmResponse:
+        litellm = await wait_until_loaded()
+        api_key = request.api_key or (LOCAL_PLACEHOLDER_KEY if request.api_base else None)
+        kwargs: dict[str, Any] = {"model": request.model, "messages": [dict(m) for m in request.messages]}
+        kwargs["max_tokens"] = request.max_tokens
+        for name, value in (
+            ("temperature", request.temperature),
+            ("api_base", request.api_base),
+            ("api_key", api_key),
+            ("timeout", request.timeout),
+        ):
+            if value is not None:
+                kwargs[name] = value
+        kwargs.update(without_cost_params(request.params))  # never more output or completions than reserved
+        kwargs.update(_FORCED)  # a model alias cannot switch LiteLLM's retries back on
+        kwargs["max_tokens"] = request.max_tokens
+        response = await _acompletion(litellm, kwargs, request, (api_key, request.api_key))
+        return _response_to_llm(litellm, response, request)
+
+    def count_tokens(self, model: str, messages: Sequence[Mapping[str, str]]) -> int:
+        return count_prompt_tokens(model, messages)
+
+
+# -- re-exports from `scripted` ---------------------------------------------------------
+_SCRIPTED_NAMES = frozenset({"ScriptedProvider", "ScriptError", "ScriptExhausted", "SCRIPTED_ERROR_KINDS"})
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so `import loopdsl.adapters.scripted` first and `import loopdsl.adapters.litellm` first both work.
+    if name in _SCRIPTED_NAMES:
+        from . import scripted
+
+        return getattr(scripted, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "ESTIMATE_MARGIN", "EXACT_TOKENIZER_PROVIDERS", "LOCAL_PLACEHOLDER_KEY", "PROVIDER_ERROR_KINDS",
+    "SCRIPTED_ERROR_KINDS", "LiteLLMProvider", "LlmRequest", "LlmResponse", "Provider", "ProviderError",
+    "ScriptError", "ScriptExhausted", "ScriptedProvider", "count_prompt_tokens", "ensure_litellm",
+    "map_litellm_error", "tokenizer_is_exact",
+]

@@ -1,0 +1,1 @@
+"""The durable run store (diskcache, JSON only) and its run locks."""

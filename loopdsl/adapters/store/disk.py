@@ -1,0 +1,138 @@
+"""The run store's on-disk layer: a JSON-only diskcache Disk and the store directory.
+
+diskcache pickles by default, and unpickling a planted row runs code (CVE-2025-69872),
+so every value is stored as JSON text and a row that is not our JSON is refused instead
+of decoded. The directory carries a marker naming its format, so loopdsl never writes
+into a directory that is not its own store. `StoreError` lives here, the lowest layer
+that raises it; `store` re-exports it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import diskcache
+from diskcache.core import MODE_RAW, UNKNOWN
+
+from ...language import bounded_json
+from ...runtime.errors import StoreError
+
+FORMAT_VERSION = 1
+MARKER_NAME = "loopdsl-store.json"
+DB_NAME = diskcache.core.DBNAME  # "cache.db"
+
+
+# --------------------------------------------------------------------------- JSON disk
+
+
+class JsonOnlyDisk(diskcache.Disk):
+    """Stores string keys and JSON values inline in SQLite; refuses anything else on read.
+
+    Values live inline (never in side files) so a commit is one SQLite transaction and
+    nothing outside the database can be half-written by a crash.
+    """
+
+    def __init__(self, directory: str, **_settings: Any) -> None:
+        # diskcache passes its `disk_*` settings (pickle protocol, min file size): unused.
+        super().__init__(directory)
+
+    def put(self, key: Any) -> tuple[Any, bool]:
+        if type(key) is not str:
+            raise TypeError(f"run store keys are strings, got {type(key).__name__}")
+        return key, True
+
+    def get(self, key: Any, raw: bool) -> str:
+        if not raw or type(key) is not str:
+            raise StoreError(
+                "the run store holds a key that loopdsl did not write (not plain text)",
+                "the store may have been tampered with; move the store directory aside",
+            )
+        return key
+
+    def store(self, value: Any, read: bool, key: Any = UNKNOWN) -> tuple[int, int, None, str]:
+        if read:
+            raise TypeError("the run store does not store file objects")
+        text = json.dumps(value, separators=(",", ":"))
+        return 0, MODE_RAW, None, text
+
+    def fetch(self, mode: int, filename: Any, value: Any, read: bool) -> Any:
+        if mode != MODE_RAW or type(value) is not str or filename is not None:
+            raise StoreError(
+                "the run store holds a value that is not JSON (possibly a pickle); "
+                "it was refused, not loaded",
+                "someone else wrote into the store; move the store directory aside and "
+                "inspect it",
+            )
+        try:
+            # A record holds a result that holds a reply's JSON: room for both, still bounded;
+            # any integer the store could write (Python prints at most 4,300 digits) reads back.
+            return bounded_json.loads(value, max_depth=4 * bounded_json.MAX_DEPTH, max_int_digits=4300)
+        except ValueError:
+            raise StoreError(
+                "the run store holds a value that is not valid JSON",
+                "the store may be damaged; move the store directory aside",
+            ) from None
+
+
+# --------------------------------------------------------------------------- directory
+
+
+def _write_marker(directory: Path) -> None:
+    marker = directory / MARKER_NAME
+    tmp = directory / f".{MARKER_NAME}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"format": FORMAT_VERSION, "tool": "loopdsl"}) + "\n")
+    os.replace(tmp, marker)  # atomic: a crash never leaves half a marker
+
+
+def _prepare_directory(directory: Path) -> None:
+    """Create or check the store directory. Never deletes or rewrites anything not ours."""
+    if directory.exists() and not directory.is_dir():
+        raise StoreError(
+            f"the run store path {directory} is a file, not a directory",
+            "set LOOPDSL_STORE to a directory, or move that file",
+        )
+    if not directory.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / MARKER_NAME
+    if marker.exists():
+        try:
+            info = json.loads(marker.read_text())
+            fmt = info["format"]
+            tool = info["tool"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise StoreError(
+                f"the run store marker {marker} is damaged",
+                "it was left untouched; move the store directory aside to start a fresh store",
+            ) from None
+        if tool != "loopdsl" or not isinstance(fmt, int):
+            raise StoreError(
+                f"{directory} is not a loopdsl run store (its marker names {tool!r})",
+                "set LOOPDSL_STORE to another directory",
+            )
+        if fmt > FORMAT_VERSION:
+            raise StoreError(
+                f"the run store {directory} was written by a newer loopdsl "
+                f"(store format {fmt}; this version reads format {FORMAT_VERSION})",
+                "upgrade loopdsl (pip install -U loopdsl), or use another store via LOOPDSL_STORE",
+            )
+    else:
+        if any(directory.iterdir()):
+            raise StoreError(
+                f"{directory} exists, is not empty and is not a loopdsl run store "
+                f"(no {MARKER_NAME})",
+                "nothing was changed; set LOOPDSL_STORE to an empty or new directory, "
+                "or move that directory",
+            )
+        _write_marker(directory)
+    if not (directory / DB_NAME).exists():
+        # Pre-create the database owner-only: SQLite gives its -wal/-shm files the same mode.
+        fd = os.open(directory / DB_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+    # Run records and responses may hold prompts and outputs: owner-only.
+    os.chmod(directory, 0o700)
+    gitignore = directory / ".gitignore"
+    if not gitignore.exists():
+        # `*` ignores everything here, itself included, so `git status` stays clean.
+        gitignore.write_text("*\n")

@@ -1,0 +1,205 @@
+"""What a run shows a person: live progress on stderr, the final summary, `show` and `runs`."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import IO, Any, Mapping
+
+from ..runtime.run_state import RunState
+from .terminal_safe import visible
+
+
+def _money(value: Any) -> str:
+    amount = float(value or 0)
+    return f"${amount:.6f}" if 0 < amount < 0.01 else f"${amount:.4f}"
+
+
+class Progress:
+    """One line per event that matters, on stderr, with spend against each cap.
+
+    The figures are the ledger's, carried by the events (`spent`), never summed here: a
+    call charged without a reply (a timeout) or spending restored on resume counts the same
+    as in the summary. A `start` or `resume` event carries the caps."""
+
+    def __init__(self, budget: Mapping[str, Any], stream: IO[str] | None = None):
+        self.budget = dict(budget)
+        self.stream = stream or sys.stderr
+        self.spent: Mapping[str, Any] = {}
+
+    def _spend(self) -> str:
+        parts = []
+        cap_tokens, cap_cost, cap_steps = self.budget.get("tokens"), self.budget.get("cost_usd"), self.budget.get("steps")
+        spent = self.spent
+        parts.append(f"tokens {int(spent.get('tokens', 0))}" + (f"/{cap_tokens}" if cap_tokens is not None else ""))
+        parts.append(f"cost {_money(spent.get('cost_usd'))}" + (f"/{_money(cap_cost)}" if cap_cost is not None else ""))
+        parts.append(f"steps {int(spent.get('steps', 0))}" + (f"/{cap_steps}" if cap_steps is not None else ""))
+        return " | ".join(parts)
+
+    def __call__(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        if isinstance(event.get("caps"), Mapping):
+            self.budget = dict(event["caps"])
+        if isinstance(event.get("spent"), Mapping):
+            self.spent = event["spent"]
+        line = None
+        if kind == "attempt":
+            attempt = event.get("attempt", 1)
+            line = f"→ {event['state']}" + (f" (attempt {attempt})" if attempt > 1 else "")
+        elif kind == "llm" and event.get("failed"):
+            line = (f"  llm {event.get('model')}: failed ({event['failed']}), charged "
+                    f"{int((event.get('charged') or {}).get('tokens', 0))} tokens, {_money(event.get('cost_usd'))}   [{self._spend()}]")
+        elif kind == "llm":
+            usage = event.get("usage") or {}
+            note = " (replayed: already paid)" if event.get("replayed") else " (cached)" if event.get("cached") else ""
+            line = f"  llm {event.get('model')}: {usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens, {_money(event.get('cost_usd'))}{note}   [{self._spend()}]"
+        elif kind == "gate":
+            mark = "pass" if event.get("passed") else "FAIL"
+            line = f"  {event['phase']}-gate {event['gate']}: {mark}"
+            if not event.get("passed"):
+                # The message's first line says what failed; its tail (test output, the
+                # schema error) is what a person needs to see: show a few lines of both.
+                line += ": " + _some_lines(event.get("message", ""))
+        elif kind == "retry":
+            line = f"  retry in {event['delay_s']}s after {event['kind']}: {_first_line(event.get('message', ''))}"
+        elif kind == "failed":
+            line = f"  ✗ {event['state']} failed ({event['kind']}): {_first_line(event.get('message', ''))}"
+        elif kind == "exhausted":
+            line = f"  {event['state']} reached max_visits"
+        elif kind == "budget_exhausted":
+            line = f"  budget exhausted ({event['which']}): {event['message']}   [{self._spend()}]"
+        elif kind == "waiting":
+            line = f"  waiting for a person at '{event['state']}': {event['message']}"
+        elif kind == "resume":
+            line = f"resuming at '{event['from_state']}'   [{self._spend()}]"
+        elif kind == "stopped_leftover":
+            line = f"  stopped the command '{event['state']}' left running (process group {event['pgid']}) before running it again"
+        elif kind == "loading":
+            line = f"loading {event.get('what', 'model client')}..."
+        elif kind == "child":
+            inner = event.get("event", {})
+            if inner.get("type") == "end":
+                line = f"  sub-loop {event['run_id']} ended {inner.get('status')}"
+        if line:
+            print(visible(line), file=self.stream, flush=True)
+
+
+def _some_lines(text: str, count: int = 6, limit: int = 160) -> str:
+    lines = [ln.rstrip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    if len(lines) > count:
+        lines = lines[:1] + ["…"] + lines[-(count - 2):]
+    clipped = [ln if len(ln) <= limit else ln[: limit - 1] + "…" for ln in lines]
+    return "\n      ".join(clipped)
+
+
+def _first_line(text: str, limit: int = 160) -> str:
+    first = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def summary(state: RunState, store_dir: Any = None) -> str:
+    lines = [f"run {state.run_id}: {state.status}"]
+    lines.append("path: " + " -> ".join(state.path))
+    ledger = state.ledger or {}
+    lines.append(f"spent: {ledger.get('tokens', 0)} tokens, {_money(ledger.get('cost_usd', 0))}, {ledger.get('steps', 0)} steps, {state.active_s:.2f}s")
+    if state.usage:
+        lines.append("per state:")
+        width = max(len(n) for n in state.usage)
+        for name, u in state.usage.items():
+            lines.append(f"  {name:<{width}}  {int(u.get('attempts', 0))} attempt(s)  {int(u.get('tokens', 0)):>7} tokens  {_money(u.get('cost_usd'))}  {float(u.get('seconds', 0)):.2f}s")
+    if state.error and state.status != "completed":
+        lines.append(f"error: {state.error.get('kind')} in '{state.error.get('state')}': {_first_line(state.error.get('message', ''), 400)}")
+    if state.outputs:
+        lines.append("outputs: " + json.dumps(state.outputs, ensure_ascii=False)[:2000])
+    wt = state.meta.get("worktree")
+    if wt:
+        if wt.get("kept"):
+            lines.append(f"worktree kept for inspection: {wt['path']} (branch {wt['branch']})")
+        elif wt.get("commit"):
+            lines.append(f"changes committed to branch {wt['branch']} ({wt['commit'][:12]})")
+        else:
+            lines.append(f"no changes to commit; branch {wt['branch']} left at its base")
+    if state.status == "waiting" and state.waiting:
+        w = state.waiting
+        choices = w.get("choices") or ["approve", "reject"]
+        lines.append(f"waiting at '{w['state']}': {w.get('message', '')}")
+        store = f" --store {store_dir}" if store_dir else ""
+        if set(choices) == {"approve", "reject"}:
+            lines.append(f"  decide with: loopdsl approve {state.run_id}{store} [--comment TEXT]  |  loopdsl reject {state.run_id}{store}")
+        else:
+            lines.append(f"  decide with: loopdsl decide {state.run_id} CHOICE{store}   (choices: {', '.join(choices)})")
+        lines.append(f"  then:        loopdsl resume {state.run_id}{store}")
+    return "\n".join(lines)
+
+
+def run_status(record: Mapping[str, Any]) -> str:
+    """A run's status as a person should read it: a `running` run that no live process
+    drives (the store marks it `interrupted`) says how to continue it."""
+    if record.get("interrupted"):
+        return f"interrupted (resume {record.get('run_id', '')})"
+    return str(record.get("status", ""))
+
+
+def runs_table(records: list[dict[str, Any]]) -> str:
+    statuses = [run_status(r) for r in records]
+    width = max([17, *(len(s) for s in statuses)])
+    header = f"{'ID':<10} {'LOOP':<24} {'STATUS':<{width}} {'STARTED':<20} {'SPENT':>10}"
+    rows = [header]
+    for r, status in zip(records, statuses):
+        ledger = r.get("ledger") or {}
+        started = (r.get("started_at") or "")[:19].replace("T", " ")
+        rows.append(f"{r.get('run_id', ''):<10} {r.get('loop', '')[:24]:<24} {status:<{width}} {started:<20} {_money(ledger.get('cost_usd')):>10}")
+    return "\n".join(rows)
+
+
+def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunState] | None = None) -> str:
+    lines = [summary(state)]
+    lines.append("")
+    lines.append("states:")
+    for name, result in state.results.items():
+        ok = "ok" if result.get("ok") else f"failed ({(result.get('error') or {}).get('kind')})"
+        lines.append(f"  {name}: {ok}")
+        for key in ("exit_code", "verdict", "decision", "model"):
+            if key in result and result[key] is not None:
+                lines.append(f"    {key}: {result[key]}")
+        for key in ("stdout", "text"):
+            if result.get(key):
+                lines.append(f"    {key}: {_first_line(str(result[key]), 200)}")
+    gates = [e for e in events if e.get("type") == "gate"]
+    if gates:
+        lines.append("gates:")
+        for e in gates:
+            lines.append(f"  {e.get('state')} {e.get('phase')}-gate {e.get('gate')}: {'pass' if e.get('passed') else 'FAIL'} ({e.get('duration_s', 0)}s)")
+    # `decision`: recorded by approve/reject/decide; `decided`: taken by the run (also from a
+    # reply script or a prompt). One decision appears as both once the run resumed.
+    decided = list({(e.get("state"), e.get("decision"), e.get("by"), e.get("at")): e
+                    for e in events if e.get("type") in ("decision", "decided")}.values())
+    if decided:
+        lines.append("decisions:")
+        for e in decided:
+            comment = f': "{_first_line(str(e["comment"]))}"' if e.get("comment") else ""
+            lines.append(f"  {e.get('state')}: {e.get('decision')} by {e.get('by') or 'unknown'} at {e.get('at')}{comment}")
+    calls = [e for e in events if e.get("type") == "llm"]
+    if calls:
+        lines.append("llm calls:")
+        for e in calls:
+            if e.get("failed"):
+                charged = e.get("charged") or {}
+                lines.append(f"  {e['state']} #{e.get('attempt')} {e.get('model')}: failed ({e['failed']}), charged "
+                             f"{int(charged.get('tokens', 0))} tokens {_money(charged.get('cost_usd'))}")
+                continue
+            usage = e.get("usage") or {}
+            cost = 0.0 if e.get("cached") else e.get("cost_usd")
+            tag = " cached" if e.get("cached") else " replayed" if e.get("replayed") else ""
+            lines.append(f"  {e.get('state')} #{e.get('attempt')} {e.get('model')}: {usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens {_money(cost)}{tag}")
+    files = state.meta.get("files") or {}
+    if files:
+        lines.append("files:")
+        for path, digest in files.items():
+            lines.append(f"  {digest[:16]}  {path}")
+    if children:
+        lines.append("sub-loops:")
+        for child in sorted(children, key=lambda c: c.run_id):
+            ledger = child.ledger or {}
+            lines.append(f"  {child.run_id}: {child.status}  path {' -> '.join(child.path)}  "
+                         f"{ledger.get('tokens', 0)} tokens {_money(ledger.get('cost_usd'))}")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The Python API the CLI calls: run, resume, decide, abort."""

@@ -1,0 +1,310 @@
+"""Durable runs: create, resume, decide and abort runs kept in the run store.
+
+Each operation holds the run's lock for as long as it advances the run, so two
+processes can never advance one run; the lock's heartbeat keeps it while a long
+call is in flight and lets it expire soon after a killed holder.
+"""
+from __future__ import annotations
+
+import asyncio
+import difflib
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from .runs import (
+    RunResult,
+    StoreRecorder,
+    UsageError,
+    load,
+    loop_files,
+    make_ports,
+    new_run_state,
+    open_store,
+    ready_to_call_models,
+    uses_model_client,
+)
+from ..language.compile import CompiledLoop, compile_loop
+from ..runtime.engine import Engine, utc_now
+from ..runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events
+from ..adapters.store.run_store import RunChanged, RunLock, RunStore
+from ..adapters.git_worktree import (
+    SecretInCommit,
+    WorkspaceError,
+    Worktree,
+    create_worktree,
+    find_repo_root,
+    finish_worktree,
+    open_worktree,
+)
+
+GROUP_WAIT_POLL_S = 2.0
+# How long `approve`/`reject`/`decide` wait for another process's hold on the run's lock.
+DECIDE_LOCK_WAIT_S = 3.0
+
+
+class RunConflict(Exception):
+    """Another run of the same concurrency group is active and the loop says skip or fail."""
+
+    def __init__(self, message: str, skipped: bool):
+        super().__init__(message)
+        self.message = message
+        self.skipped = skipped
+
+
+class _KeepWaiting(Exception):
+    pass
+
+
+def _respect_group(compiled: CompiledLoop, store: RunStore) -> None:
+    """Return when no other run of the group is active; else raise RunConflict or _KeepWaiting."""
+    conc = compiled.loop.concurrency
+    if conc is None:
+        return
+    active = store.active_runs(conc.group)
+    if not active:
+        return
+    others = ", ".join(active)
+    if conc.on_conflict == "skip":
+        raise RunConflict(f"skipped: run(s) {others} of group '{conc.group}' still active", skipped=True)
+    if conc.on_conflict == "fail":
+        raise RunConflict(f"run(s) {others} of group '{conc.group}' still active", skipped=False)
+    raise _KeepWaiting()
+
+
+def _source_text(compiled: CompiledLoop) -> str:
+    source = compiled.loop.source
+    try:
+        return source.read_text(encoding="utf-8") if source else ""
+    except OSError:
+        return ""
+
+
+def _prepare_workspace(compiled: CompiledLoop, state: RunState, store: RunStore, workdir: Path) -> Path:
+    loop = compiled.loop
+    if not loop.workspace.worktree:
+        return workdir
+    repo = find_repo_root(workdir)
+    if repo is None:
+        raise UsageError(
+            f"loop '{loop.name}' runs in a git worktree (workspace.worktree: true) but {workdir} is not in a git repository",
+            "run it from inside the repository it works on, or set workspace.worktree: false",
+        )
+    wt = create_worktree(repo, store.worktrees_dir, state.run_id, loop.workspace.base)
+    state.meta["worktree"] = {"path": str(wt.path), "branch": wt.branch, "repo": str(wt.repo),
+                              "base_commit": wt.base_commit, "kept": True}
+    return wt.path
+
+
+def _finish_workspace(state: RunState, engine: Engine) -> None:
+    info = state.meta.get("worktree")
+    if not info or not info.get("kept"):
+        return
+    wt = Worktree(repo=Path(info["repo"]), path=Path(info["path"]), branch=info["branch"], base_commit=info["base_commit"])
+    if state.status == COMPLETED:
+        try:
+            sha = finish_worktree(wt, f"loopdsl: {state.loop} run {state.run_id}\n\nPath: {' -> '.join(state.path)}",
+                                  engine.redact.values)
+        except SecretInCommit as exc:  # the run did its work, but its result cannot be kept as it is
+            error = {"state": state.current, "kind": "workspace", "message": f"{exc.message}; {exc.hint}"}
+            state.status, state.error = FAILED, error
+            engine.emit("failed", **error)
+            engine.emit("end", status=FAILED, state=state.current, outputs=state.outputs, spent=engine.ledger.spent())
+            engine.commit()
+            return
+        info.update(kept=False, commit=sha)
+    engine.ports.recorder.commit(state, [])
+
+
+async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, lock: RunLock, *, workdir: Path,
+                   script: Any, provider: Any, human: Any, cache: bool,
+                   listeners: Iterable[Callable[[dict[str, Any]], None]],
+                   first: list[dict[str, Any]] | None = None, real_waits: bool = True) -> RunResult:
+    recorder = StoreRecorder(store, state.run_id, lock)
+    ports = make_ports(compiled.loop, script=script, provider=provider, human=human, workdir=workdir,
+                       listeners=listeners, recorder=recorder, use_cache=cache, asked=state.meta.get("asked"),
+                       real_waits=real_waits)
+    engine = Engine(compiled, state, ports)
+    for event in first or ():
+        engine.emit(event.pop("type"), **event)
+    await engine.execute()
+    _finish_workspace(state, engine)
+    return RunResult(state, engine.events, store.directory)
+
+
+async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, script: Any, provider: Any, human: Any,
+                      store: RunStore, workdir: Path, cache: bool,
+                      listeners: Iterable[Callable[[dict[str, Any]], None]], real_waits: bool = True) -> RunResult:
+    loop = compiled.loop
+    run_id = store.new_run_id()
+    meta = {
+        "loop_path": str(loop.source) if loop.source else "",
+        "files": loop_files(loop),
+        "loop_text": _source_text(compiled),
+        "workdir": str(workdir),
+        "group": loop.concurrency.group if loop.concurrency else None,
+        "script": str(Path(script).resolve()) if script else None,
+    }
+    state = new_run_state(loop, run_id, values, meta)
+    with store.lock(run_id) as lock:
+        record = state.to_json()
+        record["group"] = meta["group"]
+        if loop.concurrency is not None:
+            # Check-and-create under the group's lock: two runs starting together cannot both get in.
+            while True:
+                with store.lock(f"group-{loop.concurrency.group}", wait=30.0):
+                    try:
+                        _respect_group(compiled, store)
+                    except _KeepWaiting:
+                        pass
+                    else:
+                        store.create_run(run_id, record, lock=lock)
+                        break
+                await asyncio.sleep(GROUP_WAIT_POLL_S)
+        else:
+            store.create_run(run_id, record, lock=lock)
+        try:
+            run_dir = _prepare_workspace(compiled, state, store, workdir)
+        except WorkspaceError as exc:
+            state.status, state.error, state.ended_at = "failed", {"kind": "workspace", "message": exc.message}, utc_now()
+            StoreRecorder(store, run_id, lock).commit(state, [{"seq": 1, "t": utc_now(), "type": "end", "status": "failed"}])
+            raise UsageError(exc.message, exc.hint) from None
+        started = {"type": "start", "loop": loop.name, "run_id": run_id, "inputs": dict(values), "workdir": str(run_dir),
+                   "caps": budget_caps(loop)}
+        return await _execute(compiled, state, store, lock, workdir=run_dir, script=script, provider=provider,
+                              human=human, cache=cache, listeners=listeners, first=[started], real_waits=real_waits)
+
+
+def budget_caps(loop: Any) -> dict[str, Any]:
+    """The caps a person watching a run sees beside its spending (None: uncapped)."""
+    return {"tokens": loop.budget.tokens, "cost_usd": loop.budget.cost_usd, "steps": loop.budget.steps}
+
+
+def changed_files(state: RunState) -> list[str]:
+    """Files the run depends on whose content differs from when it started."""
+    recorded: dict[str, str] = state.meta.get("files", {})
+    try:
+        current = loop_files(load(state.meta["loop_path"]))
+    except Exception:
+        current = {}
+    return [path for path, digest in recorded.items() if current.get(path, "missing") != digest]
+
+
+def _diff_summary(state: RunState, changed: list[str]) -> str:
+    lines = [f"changed since run {state.run_id} started: {', '.join(changed)}"]
+    loop_path = state.meta.get("loop_path")
+    if loop_path in changed and state.meta.get("loop_text"):
+        try:
+            now = Path(loop_path).read_text(encoding="utf-8")
+        except OSError:
+            now = ""
+        diff = list(difflib.unified_diff(state.meta["loop_text"].splitlines(), now.splitlines(),
+                                         "at start", "now", lineterm="", n=1))
+        lines.extend(diff[:40] + (["..."] if len(diff) > 40 else []))
+    return "\n".join(lines)
+
+
+async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = None, script: Any = None,
+                         provider: Any = None, human: Any = None, force: bool = False, cache: bool = False,
+                         listeners: Iterable[Callable[[dict[str, Any]], None]] = ()) -> RunResult:
+    store = open_store(store, Path.cwd(), create=False)
+    run_id = store.resolve(run_ref)
+    with store.lock(run_id) as lock:
+        state = RunState.from_json(store.load_run(run_id))
+        if state.is_final:
+            raise UsageError(f"run {run_id} already ended with status {state.status}", "`loopdsl show " + run_id + "` shows it")
+        state.history = history_from_events(store.events(run_id))
+        changed = changed_files(state)
+        if changed and not force:
+            raise UsageError(_diff_summary(state, changed), "resume with --force to continue against the changed files")
+        compiled = compile_loop(load(state.meta["loop_path"]))
+        workdir = Path(state.meta.get("workdir") or Path.cwd())
+        info = state.meta.get("worktree")
+        if info:
+            wt = open_worktree(Path(info["repo"]), store.worktrees_dir, run_id)
+            if wt is None:
+                raise UsageError(f"the worktree of run {run_id} ({info['path']}) is gone", "abort the run: `loopdsl abort " + run_id + "`")
+            workdir = wt.path
+        if script is None and state.meta.get("script"):
+            script = state.meta["script"]
+        listeners = list(listeners)
+        if uses_model_client(script, provider):
+            await ready_to_call_models(compiled.loop, listeners)
+        first = [{"type": "resume", "from_state": state.current, "status": state.status, "forced": bool(changed),
+                  "caps": budget_caps(compiled.loop), "spent": {k: state.ledger.get(k, 0) for k in ("tokens", "cost_usd", "steps")}}]
+        return await _execute(compiled, state, store, lock, workdir=workdir, script=script, provider=provider,
+                              human=human, cache=cache, listeners=listeners, first=first)
+
+
+def decide(run_ref: str, choice: str, comment: str = "", *, store: str | Path | RunStore | None = None,
+           by: str | None = None) -> RunState:
+    """Record a person's decision on a waiting run (approve, reject or a custom choice)."""
+    from ..adapters.humans import decision
+
+    store = open_store(store, Path.cwd(), create=False)
+    run_id = store.resolve(run_ref)
+    # Waits for a concurrent decision's short hold on the lock, then sees it was decided.
+    with store.lock(run_id, wait=DECIDE_LOCK_WAIT_S) as lock:
+        state = RunState.from_json(store.load_run(run_id))
+        if state.decision is not None and state.status == WAITING:
+            raise _decided_already(run_id, state.decision)
+        if state.status != WAITING or not state.waiting:
+            raise UsageError(f"run {run_id} is not waiting for a decision (status: {state.status})")
+        waiting = state.waiting
+        choices = waiting.get("choices") or ["approve", "reject"]
+        if choice not in choices:
+            raise UsageError(f"'{choice}' is not a choice of checkpoint '{waiting['state']}'",
+                             f"choices: {', '.join(choices)}" + ("; use `loopdsl decide RUN CHOICE`" if choice in ("approve", "reject") else ""))
+        timeout = waiting.get("timeout_s")
+        if timeout is not None:
+            waited = (datetime.now(timezone.utc) - datetime.fromisoformat(waiting["since"])).total_seconds()
+            if waited > timeout:
+                raise UsageError(
+                    f"checkpoint '{waiting['state']}' timed out ({waited:.0f}s waited, timeout {timeout:g}s); the decision is refused",
+                    f"`loopdsl resume {run_id}` takes its on_timeout route",
+                )
+        state.decision = decision(choice, comment, by=by)
+        state.seq += 1
+        event = {"seq": state.seq, "t": utc_now(), "type": "decision", "state": waiting["state"], **state.decision}
+        StoreRecorder(store, run_id, lock).commit(state, [event], expect=_undecided(run_id, state.waiting))
+        return state
+
+
+def _decided_already(run_id: str, decision: Mapping[str, Any]) -> RunChanged:
+    return RunChanged(
+        f"run {run_id} already has a decision: '{decision.get('decision')}' by {decision.get('by')} at "
+        f"{decision.get('at')}; this one was not recorded",
+        f"`loopdsl resume {run_id}` acts on the recorded decision; `loopdsl show {run_id}` shows it",
+    )
+
+
+def _undecided(run_id: str, waiting: Mapping[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """The compare of the decision's compare-and-set: the run still waits at the same
+    checkpoint with no decision (checked in the commit's own transaction)."""
+
+    def check(current: dict[str, Any]) -> None:
+        if current.get("decision"):
+            raise _decided_already(run_id, current["decision"])
+        if current.get("status") != WAITING or current.get("waiting") != waiting:
+            raise RunChanged(f"run {run_id} moved on while the decision was being recorded "
+                             f"(status: {current.get('status')}); it was not recorded",
+                             f"`loopdsl show {run_id}` shows where the run is now")
+
+    return check
+
+
+def abort(run_ref: str, *, store: str | Path | RunStore | None = None, reason: str = "") -> RunState:
+    store = open_store(store, Path.cwd(), create=False)
+    run_id = store.resolve(run_ref)
+    with store.lock(run_id) as lock:
+        state = RunState.from_json(store.load_run(run_id))
+        if state.is_final:
+            raise UsageError(f"run {run_id} already ended with status {state.status}")
+        state.status, state.ended_at, state.pending = ABORTED, utc_now(), None
+        state.seq += 1
+        event = {"seq": state.seq, "t": utc_now(), "type": "end", "status": ABORTED, "reason": reason}
+        StoreRecorder(store, run_id, lock).commit(state, [event])
+        return state
+
+
+__all__ = ["run_durable", "resume_durable", "decide", "abort", "RunConflict", "RUNNING"]

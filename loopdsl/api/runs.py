@@ -1,0 +1,359 @@
+"""The Python API: run, resume and decide on loops. The CLI is a thin layer over this.
+
+    import loopdsl
+    result = loopdsl.run("loops/daily-triage.yaml", inputs={"repo": "."}, script="replies.yaml")
+    result.status, result.path, result.outputs, result.cost_usd, result.events
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from ..language.compile import CompiledLoop, compile_loop
+from ..runtime.engine import Engine, MemoryRecorder, NoHuman, Ports, utc_now
+from ..language.inputs import coerce_inputs
+from ..language.model import LlmAction, Loop
+from ..runtime.run_state import COMPLETED, RUNNING, WAITING, RunState
+from ..adapters.store.run_store import RunLock, RunStore, default_store_dir
+from ..runtime.errors import StoreError
+
+EXIT_CODES = {COMPLETED: 0, WAITING: 4}
+
+
+class UsageError(Exception):
+    """A user mistake outside the loop file (bad input, unknown run, changed file); exit 2."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclass
+class RunResult:
+    state: RunState
+    events: list[dict[str, Any]] = field(default_factory=list)
+    store_dir: Path | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id
+
+    @property
+    def status(self) -> str:
+        return self.state.status
+
+    @property
+    def path(self) -> list[str]:
+        return list(self.state.path)
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        return dict(self.state.outputs)
+
+    @property
+    def usage(self) -> dict[str, dict[str, float]]:
+        """Per state: tokens, cost_usd, seconds and attempts."""
+        return dict(self.state.usage)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.state.ledger.get("tokens", 0))
+
+    @property
+    def cost_usd(self) -> float:
+        return float(self.state.ledger.get("cost_usd", 0.0))
+
+    @property
+    def steps(self) -> int:
+        return int(self.state.ledger.get("steps", 0))
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.status, 1)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load(path: str | Path) -> Loop:
+    from ..lint.pipeline import load_loop
+
+    return load_loop(path)
+
+
+def _resolve_loop(loop: str | Path | Loop) -> Loop:
+    if isinstance(loop, Loop):
+        return loop
+    from ..language.packaged_loops import resolve_loop_ref
+
+    return load(resolve_loop_ref(str(loop)))
+
+
+def loop_files(loop: Loop) -> dict[str, str]:
+    """Every file the run depends on (loop, imports, skills, sub-loops) -> sha256."""
+    from ..lint.lockfile import dependencies
+
+    return dependencies(loop)
+
+
+def _skills(loop: Loop) -> dict[str, str]:
+    from ..language.skills import read_skill
+
+    texts: dict[str, str] = {}
+    for state in loop.states.values():
+        action = state.action
+        if isinstance(action, LlmAction) and action.skill and action.skill not in texts:
+            try:
+                texts[action.skill] = read_skill(loop.base_dir / action.skill)
+            except OSError as exc:
+                raise UsageError(f"cannot read skill {action.skill}: {exc}", "lint the loop: `loopdsl lint`") from None
+    return texts
+
+
+def command_environment(loop: Loop, secret_values: Mapping[str, str], workdir: Path) -> dict[str, str]:
+    from .credentials import CREDENTIAL_NAME
+
+    # Environment variables that look like credentials reach commands only when declared as `secrets`.
+    env = {k: v for k, v in os.environ.items() if not CREDENTIAL_NAME.search(k) and not k.startswith("LOOPDSL_")}
+    env.update(secret_values)
+    env["LOOPDSL_WORKDIR"] = str(workdir)
+    return env
+
+
+def secret_values(loop: Loop) -> dict[str, str]:
+    from ..runtime.redaction import remember
+
+    values = {name: os.environ[name] for name in loop.secrets if os.environ.get(name)}
+    remember(values.values())
+    return values
+
+
+def _run_date(loop: Loop) -> str:
+    tz: Any = timezone.utc
+    if loop.schedule is not None and loop.schedule.timezone not in ("UTC", "utc"):
+        from zoneinfo import ZoneInfo
+
+        try:
+            tz = ZoneInfo(loop.schedule.timezone)
+        except Exception:
+            tz = timezone.utc
+    return datetime.now(tz).date().isoformat()
+
+
+# ---------------------------------------------------------------- providers
+
+
+def uses_model_client(script: Any, provider: Any) -> bool:
+    """Whether a run calls real models through LiteLLM (no reply script, no provider given)."""
+    return script is None and provider is None
+
+
+async def ready_to_call_models(loop: Loop, listeners: Iterable[Callable[[dict[str, Any]], None]]) -> None:
+    """Before the first state of a real run: every model it may call has its credentials
+    (UsageError otherwise). Says `loading model client...` if that has to wait for LiteLLM."""
+    from .credentials import check_credentials
+
+    def loading() -> None:
+        for listener in listeners:
+            listener({"type": "loading", "what": "model client", "t": utc_now()})
+
+    await check_credentials(loop, on_wait=loading)
+
+
+def make_ports(
+    loop: Loop,
+    *,
+    script: str | Path | None,
+    provider: Any,
+    human: Any,
+    workdir: Path,
+    listeners: Iterable[Callable[[dict[str, Any]], None]],
+    recorder: Any,
+    use_cache: bool,
+    asked: Mapping[str, int] | None = None,
+    real_waits: bool = True,
+) -> Ports:
+    scripted = None
+    if script is not None:
+        from ..adapters.litellm import ScriptedProvider
+
+        scripted = ScriptedProvider.from_file(script)
+        if asked:
+            scripted.skip_used(asked)
+        provider = scripted
+    if provider is None:
+
+        def make_provider() -> Any:
+            from ..adapters.litellm import LiteLLMProvider
+
+            return LiteLLMProvider()
+
+    else:
+
+        def make_provider() -> Any:
+            return provider
+
+    if human is None:
+        if scripted is not None:
+            from ..adapters.humans import ScriptedHuman
+
+            human = ScriptedHuman(scripted.decision)
+        else:
+            human = NoHuman()
+    secrets = secret_values(loop)
+    return Ports(
+        provider=make_provider,
+        recorder=recorder,
+        human=human,
+        workdir=workdir,
+        env=command_environment(loop, secrets, workdir),
+        secret_values=secrets,
+        skills=_skills(loop),
+        listeners=list(listeners),
+        use_cache=use_cache,
+        real_waits=real_waits,
+    )
+
+
+class StoreRecorder:
+    """Commits run states and events to the durable run store."""
+
+    def __init__(self, store: RunStore, run_id: str, lock: RunLock | None = None):
+        self.store = store
+        self.run_id = run_id
+        # The run's lock: every commit checks, in its transaction, that it is still ours.
+        self.lock = lock
+
+    def commit(self, run: RunState, events: list[dict[str, Any]], *,
+               expect: Callable[[dict[str, Any]], None] | None = None) -> None:
+        record = run.to_json()
+        record["group"] = run.meta.get("group")
+        self.store.commit(self.run_id, record, events, lock=self.lock, expect=expect)
+
+    def get_response(self, key: str) -> dict[str, Any] | None:
+        return self.store.get_response(key)
+
+    def put_response(self, key: str, value: dict[str, Any]) -> None:
+        self.store.put_response(key, value, lock=self.lock)
+
+    def get_cached(self, key: str) -> dict[str, Any] | None:
+        return self.store.get_cached(key)
+
+    def put_cached(self, key: str, value: dict[str, Any]) -> None:
+        self.store.put_cached(key, value)
+
+
+def open_store(store: str | Path | RunStore | None, near: Path, *, create: bool = True) -> RunStore:
+    """The run store to use; commands that only read or change existing runs pass
+    create=False so that a mistyped --store is an error, not a new empty store."""
+    if isinstance(store, RunStore):
+        return store
+    directory = Path(store) if store is not None else default_store_dir(near)
+    if not create and not directory.exists():
+        raise StoreError(f"no run store at {directory}",
+                         "pass --store DIR (or set LOOPDSL_STORE) where `loopdsl run` kept its runs")
+    return RunStore(directory)
+
+
+# ---------------------------------------------------------------- run
+
+
+def new_run_state(loop: Loop, run_id: str, inputs: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> RunState:
+    return RunState(
+        run_id=run_id,
+        loop=loop.name,
+        start=loop.start,
+        current=loop.start,
+        path=[loop.start],
+        visits={loop.start: 1},
+        inputs=dict(inputs),
+        started_at=utc_now(),
+        date=_run_date(loop),
+        meta=dict(meta or {}),
+    )
+
+
+def run(
+    loop: str | Path | Loop,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    script: str | Path | None = None,
+    provider: Any = None,
+    human: Any = None,
+    store: str | Path | RunStore | None | bool = None,
+    workdir: str | Path | None = None,
+    cache: bool = False,
+    listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
+    input_strings: Mapping[str, str] | None = None,
+    real_waits: bool = True,
+) -> RunResult:
+    """Run a loop to its end (or until it waits for a person).
+
+    `store=None` runs in memory unless the loop needs a store (a worktree);
+    `store=True` uses the default store (`.loopdsl/` at the repository root);
+    a path or a RunStore uses that one. `real_waits=False` (loop tests) counts the
+    waits before retries against `budget.wall_time` without sleeping through them.
+    """
+    return asyncio.run(
+        arun(loop, inputs, script=script, provider=provider, human=human, store=store, workdir=workdir,
+             cache=cache, listeners=listeners, input_strings=input_strings, real_waits=real_waits)
+    )
+
+
+async def arun(
+    loop: str | Path | Loop,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    script: str | Path | None = None,
+    provider: Any = None,
+    human: Any = None,
+    store: str | Path | RunStore | None | bool = None,
+    workdir: str | Path | None = None,
+    cache: bool = False,
+    listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
+    input_strings: Mapping[str, str] | None = None,
+    real_waits: bool = True,
+) -> RunResult:
+    listeners = list(listeners)
+    model = _resolve_loop(loop)
+    compiled = compile_loop(model)
+    values = coerce_inputs(model, inputs or {}, input_strings or {})
+    if uses_model_client(script, provider):
+        await ready_to_call_models(model, listeners)
+    where = Path(workdir).resolve() if workdir is not None else Path.cwd()
+    durable = store is not None and store is not False or model.workspace.worktree
+    if not durable:
+        recorder = MemoryRecorder()
+        ports = make_ports(model, script=script, provider=provider, human=human, workdir=where,
+                           listeners=listeners, recorder=recorder, use_cache=cache, real_waits=real_waits)
+        state = new_run_state(model, "mem-" + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
+        engine = Engine(compiled, state, ports)
+        await engine.execute()
+        return RunResult(state, engine.events)
+    from .durable import run_durable
+
+    opened = open_store(None if isinstance(store, bool) else store, where)
+    try:
+        return await run_durable(compiled, values, script=script, provider=provider, human=human,
+                                 store=opened, workdir=where, cache=cache, listeners=listeners, real_waits=real_waits)
+    finally:
+        if opened is not store:  # ours to close; a RunStore passed in stays open for its owner
+            opened.close()
+
+
+def resume(run_ref: str, **kwargs: Any) -> RunResult:
+    from .durable import resume_durable
+
+    return asyncio.run(resume_durable(run_ref, **kwargs))
+
+
+def compiled_for(loop: Loop) -> CompiledLoop:
+    return compile_loop(loop)
+
+
+__all__ = ["run", "arun", "resume", "load", "RunResult", "UsageError", "StoreError", "RUNNING"]

@@ -1,0 +1,1 @@
+"""Semantic lint rules, one topic per module."""

@@ -1,0 +1,445 @@
+"""Lint rules about what states call: models, prices, gates, skills, checkpoints, sub-loops."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ...language.prices import cost_changing_params
+from ...language.diagnostics import Diagnostic, Severity, format_plain
+from ...language.loader import is_file
+from ...language.model import (
+    BUILTIN_GATES,
+    EvaluateAction,
+    Gate,
+    LlmAction,
+    LoopAction,
+    ModelAlias,
+    State,
+    YamlPath,
+)
+from ..registry import LintContext, did_you_mean, quoted_list, rule, state_key
+from .templates import names_read
+from ...language.skills import check_skill
+
+# ================================================================ models
+
+
+def _call(state: State) -> LlmAction | EvaluateAction | None:
+    return state.action if isinstance(state.action, (LlmAction, EvaluateAction)) else None
+
+
+@rule
+def unknown_model(ctx: LintContext) -> Iterator[Diagnostic]:
+    for state in ctx.states.values():
+        call = _call(state)
+        if call is None or call.model in ctx.loop.models:
+            continue
+        yield ctx.diag(
+            "unknown-model",
+            f'state "{state.name}" uses unknown model "{call.model}"{did_you_mean(call.model, ctx.loop.models)}',
+            state.path + (state.kind, "model"),
+            value=True,
+            hint=f"`model` names an alias under `models:` (defined: {quoted_list(ctx.loop.models)}); "
+            f"add e.g. `{call.model.split('/')[-1].replace('-', '_').replace('.', '_')}: "
+            f"{{model: provider/model-name, max_tokens: 1000}}`",
+        )
+
+
+@rule
+def llm_max_tokens(ctx: LintContext) -> Iterator[Diagnostic]:
+    for state in ctx.states.values():
+        call = _call(state)
+        if call is None or call.max_tokens is not None:
+            continue
+        alias = ctx.loop.models.get(call.model)
+        if alias is None or alias.max_tokens is not None:
+            continue  # an unknown alias is reported by unknown-model
+        yield ctx.diag(
+            "llm-max-tokens",
+            f'{state.kind} call in state "{state.name}" has no max_tokens (neither on the call nor '
+            f'on model alias "{alias.name}")',
+            state.path + (state.kind,),
+            hint=f"set `max_tokens` on the call or on `models.{alias.name}`: the budget reserves "
+            "the worst case before each call, so the output must be capped",
+        )
+
+
+def price_diagnostic(path: str, position: tuple[int, int], alias: str, model: str) -> Diagnostic | None:
+    """unknown-price for `model` of alias `alias`, or None when LiteLLM's table prices it.
+    prices.py is imported here, not at module level: loops without models never pay for it."""
+    from ...language.prices import PriceTableUnavailable, model_price
+
+    try:
+        if model_price(model) is not None:
+            return None
+        reason = ""
+    except PriceTableUnavailable as exc:
+        reason = f" ({exc})"
+    return Diagnostic(
+        path, position[0], position[1], Severity.ERROR, "unknown-price",
+        f'model "{model}" (alias "{alias}") has no price in LiteLLM\'s table{reason}',
+        "check the spelling (provider/model) or give the alias "
+        "`price: {input_per_mtok: N, output_per_mtok: N}` (USD per million tokens) "
+        "so the budget can be enforced",
+    )
+
+
+def params_cost_diagnostics(path: str, locate: Callable[[YamlPath], tuple[int, int]], alias: ModelAlias) -> list[Diagnostic]:
+    """params-cost for each key of `models.X.params` (at any depth) that changes what a
+    call costs: the budget reserves one completion of at most `max_tokens` tokens."""
+    out = []
+    for inner in cost_changing_params(alias.params):
+        shown = ".".join(str(k) for k in inner)
+        line, col = locate(("models", alias.name, "params", *inner))
+        out.append(Diagnostic(
+            path, line, col, Severity.ERROR, "params-cost",
+            f'model alias "{alias.name}" sets params.{shown}, which changes what a call costs '
+            "beyond what the budget reserves",
+            "remove it: the budget reserves one completion of the alias's `model` (or a `fallbacks` entry) "
+            "for the state's prompt, of at most `max_tokens` tokens (set on the alias or the call), at the "
+            "standard tier; bound spending with `budget:` (tokens, cost_usd)",
+        ))
+    return out
+
+
+@rule
+def params_cost(ctx: LintContext) -> Iterator[Diagnostic]:
+    for name in ctx.local_models:
+        alias = ctx.loop.models.get(name)
+        if alias is not None:
+            yield from params_cost_diagnostics(ctx.path, ctx.at, alias)
+
+
+@rule
+def unknown_price(ctx: LintContext) -> Iterator[Diagnostic]:
+    for name in ctx.local_models:
+        alias = ctx.loop.models.get(name)
+        if alias is None or alias.price is not None:
+            continue
+        candidates = [(alias.model, ("models", name, "model"))] + [
+            (fallback, ("models", name, "fallbacks", i)) for i, fallback in enumerate(alias.fallbacks)
+        ]
+        for model, path in candidates:
+            found = price_diagnostic(ctx.path, ctx.at(path, value=True), name, model)
+            if found is not None:
+                yield found
+
+
+def _effective(ctx: LintContext, state: State) -> tuple[str, Any] | None:
+    call = _call(state)
+    if call is None:
+        return None
+    alias: ModelAlias | None = ctx.loop.models.get(call.model)
+    if alias is None:
+        return None
+    temperature = call.temperature if call.temperature is not None else alias.temperature
+    return alias.model, temperature
+
+
+def _judged_states(ctx: LintContext, evaluator: State) -> list[str]:
+    action = evaluator.action
+    assert isinstance(action, EvaluateAction)
+    read: set[str] = set()
+    for text in (action.prompt, action.system or "", *action.criteria):
+        read |= names_read(text)
+    named = [n for n in ctx.states if n in read and ctx.states[n].kind == "llm"]
+    if named:
+        return named
+    return [p for p in ctx.predecessors.get(evaluator.name, []) if ctx.states[p].kind == "llm"]
+
+
+@rule
+def evaluator_mirrors_generator(ctx: LintContext) -> Iterator[Diagnostic]:
+    for state in ctx.states.values():
+        if state.kind != "evaluate":
+            continue
+        mine = _effective(ctx, state)
+        if mine is None:
+            continue
+        for judged in _judged_states(ctx, state):
+            if _effective(ctx, ctx.states[judged]) != mine:
+                continue
+            line, col = ctx.at(state_key(judged))
+            temperature = "unset" if mine[1] is None else mine[1]
+            yield ctx.diag(
+                "evaluator-mirrors-generator",
+                f'evaluator "{state.name}" judges "{judged}" with the same model ({mine[0]}) and '
+                f"temperature ({temperature})",
+                state.path + ("evaluate", "model"),
+                value=True,
+                severity=Severity.WARNING,
+                hint="a model tends to approve its own output: use a different model (or at least a "
+                "different temperature) for the evaluator",
+                related=((ctx.path, line, col, f'generator "{judged}" is here'),),
+            )
+            break
+
+
+# ================================================================ gates
+
+
+def _all_gate_uses(ctx: LintContext) -> Iterator[tuple[Gate, str]]:
+    """(gate, phase) for every gate in states, plus local named gates ('definition')."""
+    for state in ctx.states.values():
+        for gate in state.gates_before:
+            yield gate, "before"
+        for gate in state.gates_after:
+            yield gate, "after"
+    for name in ctx.local_gates:
+        named = ctx.loop.gates.get(name)
+        if named is not None:
+            yield named, "definition"
+
+
+def _ref_path(ctx: LintContext, gate: Gate) -> tuple[Any, ...]:
+    raw: Any = ctx.doc.data
+    for key in gate.path:
+        raw = raw[key] if isinstance(raw, (dict, list)) else None  # type: ignore[index]
+    return gate.path + ("ref",) if isinstance(raw, dict) else gate.path
+
+
+@rule
+def unknown_gate(ctx: LintContext) -> Iterator[Diagnostic]:
+    for gate, _phase in _all_gate_uses(ctx):
+        if gate.kind != "ref" or gate.ref in ctx.loop.gates:
+            continue
+        ref = str(gate.ref)
+        yield ctx.diag(
+            "unknown-gate",
+            f'unknown gate "{ref}"{did_you_mean(ref, list(ctx.loop.gates) + list(BUILTIN_GATES))}',
+            _ref_path(ctx, gate),
+            value=True,
+            hint=f"name a gate defined under `gates:` or imported (defined: {quoted_list(ctx.loop.gates)}), "
+            f"or a built-in: {', '.join(BUILTIN_GATES)}",
+        )
+
+
+@rule
+def gate_needs_value(ctx: LintContext) -> Iterator[Diagnostic]:
+    for state in ctx.states.values():
+        for gate in state.gates_before:
+            target = gate
+            if gate.kind == "ref" and gate.ref in ctx.loop.gates:
+                target = ctx.loop.gates[str(gate.ref)]
+            if target.kind == "builtin" and not gate.value and not target.value:
+                yield ctx.diag(
+                    "gate-needs-value",
+                    f'built-in gate "{target.builtin}" in `before` of state "{state.name}" has no '
+                    "`value`: before the action runs there is no result to check",
+                    gate.path,
+                    hint=f'give it what to check, e.g. `{{builtin: {target.builtin}, value: "{{{{ inputs.code }}}}"}}`, '
+                    "or move it to `after`",
+                )
+
+
+# ================================================================ skills and checkpoints
+
+
+@rule
+def skill_files(ctx: LintContext) -> Iterator[Diagnostic]:
+    for state in ctx.states.values():
+        call = state.action
+        if not isinstance(call, LlmAction) or not call.skill:
+            continue
+        path = state.path + ("llm", "skill")
+        file = ctx.source.parent / call.skill
+        if not is_file(file):
+            yield ctx.diag(
+                "missing-file",
+                f'skill file "{call.skill}" does not exist',
+                path,
+                value=True,
+                hint=f"the path is relative to the loop file's folder ({_folder(ctx)})",
+            )
+            continue
+        for problem in check_skill(file):
+            yield ctx.diag(
+                "skill-sections",
+                problem,
+                path,
+                value=True,
+                severity=Severity.WARNING,
+                hint="a SKILL.md has the headings WHEN, READ, JUDGE, OUTPUT and STOP (e.g. `## When`), "
+                "so the model knows when the skill applies, what to read, how to judge, what to "
+                "answer and when to stop",
+            )
+
+
+def _folder(ctx: LintContext) -> str:
+    parent = str(Path(ctx.path).parent)
+    return "the current folder" if parent in ("", ".") else parent
+
+
+@rule
+def checkpoint_unattended(ctx: LintContext) -> Iterator[Diagnostic]:
+    if not ctx.loop.unattended:
+        return
+    for state in ctx.states.values():
+        if state.kind == "checkpoint":
+            yield ctx.diag(
+                "checkpoint-unattended",
+                f'checkpoint "{state.name}" waits for a person, but the loop is marked `unattended: true`',
+                state.path + ("checkpoint",),
+                hint="replace the checkpoint with an `evaluate` state or a gate, or drop `unattended: true`",
+            )
+
+
+# ================================================================ sub-loops
+
+_TYPE_CHECKS = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    for name in ("integer", "number", "string", "array", "object"):
+        if _TYPE_CHECKS[name](value):
+            return name
+    return "null" if value is None else type(value).__name__
+
+
+def _is_template(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+@rule
+def sub_loops(ctx: LintContext) -> Iterator[Diagnostic]:
+    for state in ctx.states.values():
+        action = state.action
+        if not isinstance(action, LoopAction):
+            continue
+        yield from _check_sub_loop(ctx, state, action)
+
+
+def _check_sub_loop(ctx: LintContext, state: State, action: LoopAction) -> Iterator[Diagnostic]:
+    loop_path = state.path + ("loop",)
+    if action.path.startswith("pkg:"):
+        from ...language.packaged_loops import PackageError, resolve_loop_ref
+
+        try:
+            file = resolve_loop_ref(action.path)
+        except PackageError as exc:
+            yield ctx.diag("missing-file", exc.message, loop_path, value=True, hint=exc.hint)
+            return
+        shown = action.path
+    else:
+        file = ctx.source.parent / action.path
+        shown = ctx.child_display(action.path)
+    if not is_file(file):
+        yield ctx.diag(
+            "missing-file",
+            f'sub-loop file "{action.path}" does not exist',
+            loop_path,
+            value=True,
+            hint=f"the path is relative to the loop file's folder ({_folder(ctx)})",
+        )
+        return
+    if ctx.analyze_child is None:
+        return
+    child = ctx.analyze_child(file, shown)
+    if child is None:  # the child is already being linted higher up: a recursive sub-loop
+        yield ctx.diag(
+            "loop-recursion",
+            f'sub-loop "{action.path}" runs a loop that is already running it (recursion)',
+            loop_path,
+            value=True,
+            severity=Severity.WARNING,
+            hint="recursive sub-loops only stop when the shared budget runs out; make sure that is intended",
+        )
+        return
+    errors = [d for d in child.diagnostics if d.is_error]
+    if errors:
+        related = tuple((d.path, d.line, d.col, f"{d.message} [{d.rule}]") for d in errors[:3])
+        yield ctx.diag(
+            "child-invalid",
+            f'sub-loop "{action.path}" does not lint: {len(errors)} error{"s" if len(errors) != 1 else ""} '
+            f"(first: {format_plain(errors[0])})",
+            loop_path,
+            value=True,
+            hint=f"run `loopdsl lint {shown}` and fix it",
+            related=related,
+        )
+    if child.loop is None:
+        return
+    inputs = child.loop.inputs
+    for key, value in action.with_.items():
+        if key not in inputs:
+            yield ctx.diag(
+                "with-unknown-input",
+                f'sub-loop "{action.path}" has no input "{key}"{did_you_mean(key, inputs)}',
+                state.path + ("with", key),
+                hint=f"its inputs are: {quoted_list(inputs)}",
+            )
+            continue
+        spec = inputs[key]
+        if value is None or _is_template(value) or spec.type not in _TYPE_CHECKS:
+            continue
+        if not _TYPE_CHECKS[spec.type](value):
+            yield ctx.diag(
+                "with-type",
+                f'input "{key}" of sub-loop "{action.path}" is {spec.type}, got {_type_name(value)} {value!r}',
+                state.path + ("with", key),
+                value=True,
+                hint=f"pass a {spec.type}" + (" (unquoted)" if spec.type in ("integer", "number", "boolean") else ""),
+            )
+    missing = [n for n, s in inputs.items() if s.required and not s.has_default and n not in action.with_]
+    if missing:
+        where = state.path + ("with",) if "with" in (ctx.doc.data["states"][state.name] or {}) else loop_path
+        yield ctx.diag(
+            "with-missing-input",
+            f'sub-loop "{action.path}" needs input{"s" if len(missing) > 1 else ""} '
+            f"{', '.join(missing)}, not given in `with:`",
+            where,
+            hint="add " + ", ".join(f"`{n}: ...`" for n in missing) + " under `with:`",
+        )
+    parent_secrets = set(ctx.loop.secrets)
+    for secret in child.loop.secrets:
+        if secret not in parent_secrets:
+            yield ctx.diag(
+                "child-secret",
+                f'sub-loop "{action.path}" declares secret {secret}, which this loop does not declare',
+                loop_path,
+                value=True,
+                hint=f"add {secret} to this loop's `secrets:`: a child only gets secrets its parent has",
+            )
+
+
+# ================================================================ schedule
+
+
+@rule
+def bad_schedule(ctx: LintContext) -> Iterator[Diagnostic]:
+    schedule = ctx.loop.schedule
+    if schedule is None:
+        return
+    from croniter import croniter  # deferred: only scheduled loops pay for it
+
+    if not croniter.is_valid(schedule.cron):
+        yield ctx.diag(
+            "bad-schedule",
+            f'"{schedule.cron}" is not a valid cron expression',
+            ("schedule", "cron"),
+            value=True,
+            hint='five fields: minute hour day-of-month month day-of-week, e.g. "0 9 * * 1-5" '
+            "(09:00 on weekdays)",
+        )
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(schedule.timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        yield ctx.diag(
+            "bad-schedule",
+            f'unknown time zone "{schedule.timezone}"',
+            ("schedule", "timezone"),
+            value=True,
+            hint='use an IANA name such as "UTC", "Europe/Paris" or "America/New_York"',
+        )

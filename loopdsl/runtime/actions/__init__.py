@@ -1,0 +1,1 @@
+"""What a state does: shell, llm/evaluate, checkpoint, sub-loop."""

@@ -1,0 +1,288 @@
+"""One `llm` or `evaluate` attempt: messages, reservation, fallbacks, paid-response reuse.
+
+Budget order of operations (the promise that budgets are hard caps):
+reserve the worst case -> commit the reservation (the run's `pending` marker) ->
+call -> replace the reservation with the reported usage and cost -> store the paid
+response under its key. A run killed after the call but before the next commit finds
+the stored response on resume and does not pay again.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ...language import bounded_json
+from ..budget import Ledger, Reservation, cost_for, reservation_for
+from ...language.prices import cost_changing_params
+from ..gates import strip_code_fence
+from ...language.model import EvaluateAction, LlmAction, Loop, ModelAlias, Price
+from ...language.prices import model_price
+from ..model_port import LlmRequest, LlmResponse, Provider, ProviderError
+from ...language.templates import RenderError, Template
+from ..errors import StepFailure
+
+
+EVALUATOR_INSTRUCTIONS = (
+    "You are an evaluator. Judge the work against the criteria. Reply with JSON only, exactly "
+    'of the form {"verdict": "accept" | "reject", "feedback": "<what to change, or why it is fine>"}.'
+)
+def parse_json_reply(text: str) -> Any:
+    try:
+        return bounded_json.loads(strip_code_fence(text))
+    except json.JSONDecodeError as exc:
+        raise StepFailure(
+            "parse",
+            f"the reply is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            "reply with JSON only",
+        ) from None
+    except bounded_json.JsonLimitError as exc:
+        raise StepFailure("parse", f"the reply is not usable JSON: {exc}; reply with plain, shallow JSON") from None
+
+
+def request_key(run_id: str, state: str, visit: int, attempt: int, chain_index: int, model: str) -> str:
+    """The key a paid response is stored under, so a resumed run reuses it.
+
+    Only the call's position in the run (and the model asked) goes in, never the rendered
+    messages: a prompt may read values that change across a crash (`budget.remaining`
+    drops once the killed call is charged), and a key that moved would pay twice.
+    """
+    body = {"run": run_id, "state": state, "visit": visit, "attempt": attempt, "fallback": chain_index, "model": model}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def cache_key(request: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(request, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass
+class CallContext:
+    """What the engine gives one call: identity for keys and the ports to use."""
+
+    run_id: str
+    state: str
+    visit: int
+    attempt: int
+    system_prefix: str  # skill text, when the state names a skill
+
+
+class LlmCaller:
+    def __init__(
+        self,
+        loop: Loop,
+        ledger: Ledger,
+        provider: Callable[[], Provider],
+        recorder: Any,
+        commit_pending: Callable[[dict[str, Any] | None], None],
+        env: Mapping[str, str],
+        use_cache: bool = False,
+        redact: Callable[[Any], Any] = lambda value: value,
+        count_asked: Callable[[str], None] = lambda state: None,
+    ):
+        self.loop = loop
+        self.ledger = ledger
+        self.provider = provider
+        self.recorder = recorder
+        self.commit_pending = commit_pending
+        self.env = env
+        self.use_cache = use_cache
+        self.redact = redact  # paid responses are stored: a secret a model echoes stays off the disk
+        self.count_asked = count_asked
+
+    # ------------------------------------------------------------ messages
+    def messages(self, action: LlmAction | EvaluateAction, prompt: str, system: str | None, skill_text: str) -> tuple[dict[str, str], ...]:
+        parts: list[str] = []
+        if skill_text:
+            parts.append(skill_text.strip())
+        if system:
+            parts.append(system.strip())
+        if isinstance(action, EvaluateAction):
+            parts.append(EVALUATOR_INSTRUCTIONS)
+            if action.criteria:
+                parts.append("Criteria:\n" + "\n".join(f"- {c}" for c in action.criteria))
+        elif action.output == "json":
+            hint = "Reply with JSON only."
+            if action.schema is not None:
+                hint += " It must match this JSON Schema: " + json.dumps(action.schema, sort_keys=True)
+            parts.append(hint)
+        msgs: list[dict[str, str]] = []
+        if parts:
+            msgs.append({"role": "system", "content": "\n\n".join(parts)})
+        msgs.append({"role": "user", "content": prompt})
+        return tuple(msgs)
+
+    def _chain(self, alias: ModelAlias) -> list[str]:
+        return [alias.model, *alias.fallbacks]
+
+    def _price(self, alias: ModelAlias, model: str) -> Price | None:
+        if model == alias.model and alias.price is not None:
+            return alias.price
+        return model_price(model)
+
+    def _api_key(self, alias: ModelAlias) -> str | None:
+        if alias.api_key_env:
+            return self.env.get(alias.api_key_env) or os.environ.get(alias.api_key_env)
+        return None
+
+    # ------------------------------------------------------------ the call
+    async def call(self, action: LlmAction | EvaluateAction, messages: tuple[dict[str, str], ...], cc: CallContext) -> dict[str, Any]:
+        alias = self.loop.models[action.model]
+        max_tokens = action.max_tokens or alias.max_tokens
+        if not max_tokens:
+            raise StepFailure("budget", f"model '{alias.name}' has no max_tokens; set it on the call or the alias")
+        costly = cost_changing_params(alias.params)
+        if costly:  # lint's params-cost, again here for a loop that reached the engine unlinted
+            shown = ", ".join(".".join(str(k) for k in path) for path in costly)
+            raise StepFailure("budget", f"refusing to call model '{alias.name}': its params set {shown}, which would "
+                              "change what the call costs beyond its reservation; use `max_tokens` and `budget:`")
+        temperature = action.temperature if action.temperature is not None else alias.temperature
+        chain = self._chain(alias)
+        priced = [(m, self._price(alias, m)) for m in chain]
+        last: ProviderError | None = None
+        for index, model in enumerate(chain):
+            request = LlmRequest(
+                model=model,
+                messages=messages,
+                max_tokens=int(max_tokens),
+                temperature=temperature,
+                api_base=alias.api_base if index == 0 else None,
+                api_key=self._api_key(alias) if index == 0 else None,
+                timeout=alias.timeout,
+                params=dict(alias.params) if index == 0 else {},
+            )
+            canonical = request.canonical()
+            key = request_key(cc.run_id, cc.state, cc.visit, cc.attempt, index, model)
+            stored = self.recorder.get_response(key)
+            if stored is not None:  # paid before a crash: reuse, never pay twice
+                stored = dict(stored)
+                stored["replayed"] = True
+                return stored
+            if self.use_cache:
+                cached = self.recorder.get_cached(cache_key(canonical))
+                if cached is not None:
+                    hit = dict(cached, cost_usd=0.0, cached=True)
+                    self.recorder.put_response(key, hit)
+                    return hit
+            try:
+                return await self._paid_call(request, priced, key, canonical, cc)
+            except ProviderError as exc:
+                last = exc
+                continue  # the next model of the fallback chain, within this attempt
+        assert last is not None
+        raise StepFailure(last.kind, last.message, retry_after=last.retry_after)
+
+    def _charge(self, response: LlmResponse, request: LlmRequest, priced: list[tuple[str, Price | None]],
+                reservation: Reservation, prompt_tokens: int, reserved_cost: float) -> tuple[dict[str, int], float]:
+        """Settle the reservation with what the reply reports; (usage, cost_usd) as charged.
+
+        A reply without believable usage is charged the whole reservation (the prompt as
+        counted, `max_tokens` of completion), never 0.
+        """
+        if not response.usage_known:
+            self.ledger.charge_reservation(reservation)
+            return {"prompt_tokens": prompt_tokens, "completion_tokens": request.max_tokens}, reserved_cost
+        price = dict(priced).get(request.model)
+        cost_usd = response.cost_usd
+        if price is not None and (cost_usd is None or request.model == priced[0][0]):
+            cost_usd = cost_for(price, response.prompt_tokens, response.completion_tokens)
+        if cost_usd is None:  # unknown cost is never $0: keep the reserved worst case
+            cost_usd = reserved_cost
+        self.ledger.settle(reservation, response.prompt_tokens + response.completion_tokens, cost_usd)
+        return {"prompt_tokens": response.prompt_tokens, "completion_tokens": response.completion_tokens}, cost_usd
+
+    async def _paid_call(self, request: LlmRequest, priced: list[tuple[str, Price | None]], key: str, canonical: dict, cc: CallContext) -> dict[str, Any]:
+        provider = self.provider()
+        reserve_for = getattr(provider, "prompt_tokens_to_reserve", None)
+        prompt_tokens = (reserve_for(request.model, list(request.messages), cc.state) if reserve_for is not None
+                         else provider.count_tokens(request.model, list(request.messages)))
+        try:
+            tokens, cost = reservation_for(priced, prompt_tokens, request.max_tokens)
+        except ValueError as exc:
+            raise StepFailure("budget", f"refusing to call {request.model}: {exc}") from None
+        reservation = self.ledger.reserve(tokens, cost, label=f"{cc.state}#{cc.visit}.{cc.attempt}")
+        self.count_asked(cc.state)
+        self.commit_pending(
+            {"kind": "llm", "state": cc.state, "visit": cc.visit, "attempt": cc.attempt,
+             "key": key, "reserved": {"tokens": tokens, "cost_usd": cost}, "step_taken": True}
+        )
+        try:
+            response: LlmResponse = await provider.complete(request, state=cc.state)
+        except ProviderError as exc:
+            if exc.billed:  # timed out, dropped after sending, unreadable reply: may have been paid
+                self.ledger.charge_reservation(reservation)
+            else:  # refused before any work: an HTTP error status, or never connected
+                self.ledger.release(reservation)
+            raise
+        except asyncio.CancelledError:
+            self.ledger.charge_reservation(reservation)
+            raise
+        except Exception:
+            self.ledger.release(reservation)  # e.g. the reply script ran out: nothing was sent
+            raise
+        usage, cost_usd = self._charge(response, request, priced, reservation, prompt_tokens, cost)
+        result = {
+            "text": response.text,
+            "usage": usage,
+            "cost_usd": cost_usd,
+            "model": response.model or request.model,
+        }
+        if not response.usage_known:
+            result["usage_unknown"] = True  # charged the reservation: the reply's usage was missing or garbage
+        result = self.redact(result)
+        self.recorder.put_response(key, result)
+        if self.use_cache:
+            self.recorder.put_cached(cache_key(canonical), result)
+        return result
+
+
+def llm_result(action: LlmAction, reply: dict[str, Any]) -> dict[str, Any]:
+    """Shape an llm reply into the state's result; json output is parsed and checked."""
+    from ...language.user_schema import VALIDATION_TIMEOUT_S, InvalidSchema, SchemaTimeout, schema_errors
+
+    result = {k: reply[k] for k in ("text", "usage", "cost_usd", "model")}
+    result["json"] = None
+    if action.output == "json":
+        data = parse_json_reply(reply["text"])
+        if action.schema is not None:
+            try:
+                problems = schema_errors(action.schema, data)
+            except InvalidSchema as exc:
+                raise StepFailure("parse", f"the state's `schema` is not a valid JSON Schema: {exc}", result=result) from None
+            except SchemaTimeout as exc:
+                raise StepFailure("parse", f"checking the JSON against the schema took over {VALIDATION_TIMEOUT_S:g}s: "
+                                  f"its pattern {str(exc)[:80]!r} backtracks on this value; simplify the pattern",
+                                  result=result) from None
+            if problems:
+                raise StepFailure("parse", "the JSON does not match the schema: " + "; ".join(problems[:5]), result=result)
+        result["json"] = data
+    return result
+
+
+def evaluate_result(reply: dict[str, Any]) -> dict[str, Any]:
+    data = parse_json_reply(reply["text"])
+    verdict = data.get("verdict") if isinstance(data, dict) else None
+    if verdict not in ("accept", "reject"):
+        raise StepFailure(
+            "parse",
+            'the evaluator must reply {"verdict": "accept"|"reject", "feedback": "..."}; '
+            f"got verdict {verdict!r}",
+        )
+    feedback = data.get("feedback", "")
+    return {
+        "verdict": verdict,
+        "feedback": feedback if isinstance(feedback, str) else json.dumps(feedback),
+        "usage": reply["usage"],
+        "cost_usd": reply["cost_usd"],
+        "model": reply["model"],
+        "text": reply["text"],
+    }
+
+
+def render_or_fail(template: Template, context: Mapping[str, Any], what: str) -> str:
+    try:
+        return template.render(context)
+    except RenderError as exc:
+        raise StepFailure("parse", f"{what}: {exc}") from None

@@ -1,0 +1,224 @@
+"""`loop:` states: run another loop file as a child, or one child per item (fan-out).
+
+A child sees only its `with` inputs (checked against its `inputs`), its own states
+and the secrets it declares. It spends from a ledger nested in the parent's, so its
+caps are the smaller of its own and what the parent has left, and reservations of
+concurrent children are checked against the parent atomically (no awaits inside).
+"""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from ..budget import BudgetExceeded, Ledger
+from ...language.inputs import InputError, coerce_inputs
+from ..errors import StepFailure
+from ...language.model import ERROR_KINDS, Loop, LoopAction
+from ..run_state import BUDGET_EXHAUSTED, COMPLETED, WAITING, RunState, history_from_events
+from ...language.templates import Expression, RenderError
+from .checkpoint import wait_for_person
+
+if TYPE_CHECKING:
+    from ...language.compile import CompiledState
+    from ..engine import Engine
+
+
+class ChildRecorder:
+    """A child's commits: into the parent's run store (when it has one) under the child's
+    own record, each followed by a commit of the parent, whose budget figures include the
+    child's spending. Paid responses go to the parent's store, keyed by the child's run id,
+    so a child re-run after a crash replays its completed calls instead of paying again."""
+
+    def __init__(self, parent: Any, store_id: str, parent_run_id: str, commit_parent: Callable[[], None],
+                 redact: Callable[[Any], Any]):
+        self.parent = parent
+        self.redact = redact  # the child's inputs may hold a value its parent got from a secret
+        self.store = getattr(parent, "store", None)
+        self.store_id = store_id
+        self.parent_run_id = parent_run_id
+        self.commit_parent = commit_parent
+        # The parent's run lock fences the child's commits too.
+        self.lock = getattr(parent, "lock", None)
+        self.created = False
+
+    def load(self) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The child's committed record and events, when an earlier process started it."""
+        if self.store is None:
+            return None
+        from ..errors import StoreError
+
+        try:
+            return self.store.load_run(self.store_id), self.store.events(self.store_id)
+        except StoreError:
+            return None
+
+    def commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
+        if self.store is None:
+            return
+        record = self.redact(run.to_json())
+        record["parent"] = self.parent_run_id
+        if not self.created and self.load() is None:  # the first commit of this child
+            self.store.create_run(self.store_id, record, lock=self.lock)
+        self.created = True
+        self.store.commit(self.store_id, record, events, lock=self.lock)
+        self.commit_parent()
+
+    def get_response(self, key: str) -> dict[str, Any] | None:
+        return self.parent.get_response(key)
+
+    def put_response(self, key: str, value: dict[str, Any]) -> None:
+        self.parent.put_response(key, value)
+
+    def get_cached(self, key: str) -> dict[str, Any] | None:
+        return self.parent.get_cached(key)
+
+    def put_cached(self, key: str, value: dict[str, Any]) -> None:
+        self.parent.put_cached(key, value)
+
+
+def child_loop_path(parent: Loop, ref: str) -> Path:
+    from ...language.packaged_loops import resolve_loop_ref
+
+    if ref.startswith("pkg:"):
+        return resolve_loop_ref(ref)
+    return (parent.base_dir / ref).resolve()
+
+
+def _render_with(cs: "CompiledState", ctx: Mapping[str, Any]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name, template in cs.with_values.items():
+        if isinstance(template, Expression):
+            values[name] = template(ctx)
+        elif hasattr(template, "render"):
+            values[name] = template.render(ctx)
+        else:
+            values[name] = template
+    return values
+
+
+async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, Any]) -> dict[str, Any]:
+    from ...api.runs import load, new_run_state
+    from ...language.compile import compile_loop
+    from ..engine import Engine, Ports
+    from ..run_keys import child_run_id
+
+    action = cs.state.action
+    assert isinstance(action, LoopAction)
+    child = load(child_loop_path(parent.loop, action.path))
+    compiled = compile_loop(child)
+    if cs.for_each is not None:
+        try:
+            items = list(cs.for_each(ctx))
+        except (RenderError, TypeError) as exc:
+            raise StepFailure("parse", f"for_each of '{cs.state.name}': {exc}") from None
+    else:
+        items = [None]
+    limit = asyncio.Semaphore(max(1, action.concurrency))
+    visit = parent.run.visits.get(cs.state.name, 1)
+    # Display ids nest under the parent (`<parent>/<state>[/<index>]`); store keys use '.'.
+    base_id = f"{parent.run.run_id}/{cs.state.name}" + (f"@{visit}" if visit > 1 else "")
+
+    async def one(index: int, item: Any) -> dict[str, Any]:
+        scope = dict(ctx)
+        if cs.for_each is not None:
+            scope["item"], scope["index"] = item, index
+        run_id = f"{base_id}/{index}" if cs.for_each is not None else base_id
+        recorder = ChildRecorder(parent.ports.recorder, child_run_id(run_id), parent.run.run_id, parent.commit,
+                                 parent.redact.redact_obj)
+        earlier = recorder.load()
+        if earlier is not None and RunState.from_json(earlier[0]).is_final:
+            done = RunState.from_json(earlier[0])  # finished before a crash: keep, do not re-run
+            return {"status": done.status, "outputs": done.outputs, "run_id": run_id, "error": done.error}
+        if earlier is not None:
+            state = RunState.from_json(earlier[0])
+            state.history = history_from_events(earlier[1])
+            handed = parent.run.meta.get("child_decision") or {}
+            if state.status == WAITING and handed.get("child") == run_id:
+                state.decision = handed["decision"]  # a person decided on the parent's run
+                parent.run.meta.pop("child_decision", None)
+        else:
+            try:
+                values = coerce_inputs(child, _render_with(cs, scope))
+            except (InputError, RenderError) as exc:
+                return {"status": "failed", "outputs": {}, "error": {"kind": "parse", "message": str(exc)}}
+            meta = {"item": item, "index": index} if cs.for_each is not None else {}
+            state = new_run_state(child, run_id, values, meta)
+        secrets = {k: v for k, v in parent.ports.secret_values.items() if k in child.secrets}
+        ports = Ports(
+            provider=parent._get_provider,
+            recorder=recorder,
+            human=parent.ports.human,
+            workdir=parent.ports.workdir,
+            env={k: v for k, v in parent.ports.env.items() if k not in parent.ports.secret_values or k in secrets},
+            secret_values=secrets,
+            inherited_secrets=parent.redact.values,
+            skills=dict(parent.ports.skills) | _child_skills(child),
+            listeners=[_forward_to(parent, run_id)],
+            sleep=parent.ports.sleep,
+            real_waits=parent.ports.real_waits,
+            use_cache=parent.ports.use_cache,
+            keep_events=False,
+        )
+        async with limit:
+            name = f"sub-loop {run_id}"
+            ledger = (Ledger.from_json(child.budget, state.ledger, parent=parent.ledger, name=name) if state.ledger
+                      else parent.ledger.child(child.budget, name=name))
+            engine = Engine(compiled, state, ports, ledger=ledger, parent=parent)
+            await engine.execute()
+        out: dict[str, Any] = {"status": state.status, "outputs": state.outputs, "run_id": run_id}
+        if state.status != COMPLETED:
+            out["error"] = state.error
+        if state.status == WAITING:
+            out["waiting"] = state.waiting
+        return out
+
+    results = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+    waiting = [r for r in results if r["status"] == WAITING]
+    if waiting and parent.ports.recorder is not None and getattr(parent.ports.recorder, "store", None) is not None:
+        # A child waits for a person: so does the parent. `loopdsl approve PARENT` decides
+        # for that child, and `resume` hands the decision down (see waiting.resume_waiting).
+        first = waiting[0]
+        asked = first.get("waiting") or {}
+        wait_for_person(parent, cs.state, reason="child", child=first["run_id"],
+                                message=f"sub-loop {first['run_id']} at '{asked.get('state')}': {asked.get('message', '')}",
+                                choices=tuple(asked.get("choices") or ("approve", "reject")), timeout=None)
+    exhausted = [r for r in results if r["status"] == BUDGET_EXHAUSTED]
+    if cs.for_each is None:
+        only = results[0]
+        if exhausted:  # the shared budget ran out inside the child: the parent is out of it too
+            err = only.get("error") or {}
+            raise BudgetExceeded(str(err.get("which") or "tokens"),
+                                 f"sub-loop {action.path} stopped: {err.get('message', 'budget exhausted')}")
+        if only["status"] != COMPLETED:
+            err = only.get("error") or {}
+            kind = str(err["kind"]) if err.get("kind") in ERROR_KINDS else "gate"
+            raise StepFailure(kind, f"sub-loop {action.path} ended {only['status']}: {err.get('message', '')}",
+                              result={"status": only["status"], "outputs": only["outputs"]})
+        return {"status": only["status"], "outputs": only["outputs"], **only["outputs"]}
+    failures = sum(1 for r in results if r["status"] != COMPLETED)
+    shaped = [{"status": r["status"], "outputs": r["outputs"]} for r in results]
+    if failures > action.tolerate_failures and exhausted:
+        err = exhausted[0].get("error") or {}
+        raise BudgetExceeded(str(err.get("which") or "tokens"),
+                             f"{len(exhausted)} of {len(results)} children of '{cs.state.name}' stopped at the budget: "
+                             f"{err.get('message', '')}")
+    if failures > action.tolerate_failures:
+        raise StepFailure("gate", f"{failures} of {len(results)} children of '{cs.state.name}' failed "
+                          f"(tolerate_failures: {action.tolerate_failures})", result={"items": shaped, "failures": failures})
+    return {"items": shaped, "failures": failures}
+
+
+def _forward_to(parent: "Engine", run_id: str) -> Callable[[dict[str, Any]], None]:
+    """Child events nest under the parent's run, tagged with the child's run id."""
+
+    def forward(event: dict[str, Any]) -> None:
+        parent.emit("child", run_id=run_id, event=event)
+
+    return forward
+
+
+def _child_skills(child: Loop) -> dict[str, str]:
+    from ...api.runs import _skills
+
+    return _skills(child)

@@ -1,0 +1,602 @@
+"""The asyncio engine: runs a compiled loop, one state at a time, durably.
+
+The `transitions` machine only dispatches (its conditions evaluate `when` guards);
+every action runs here, outside its callbacks, through ports the engine is given
+(provider, human, recorder, clock). Commit points, in order, are what makes a run
+resumable after kill -9 at any moment:
+  - entering a state (current state, visit counts, results so far, budget spent);
+  - before a side effect that must not be repeated blindly (an LLM call's
+    reservation, a non-idempotent shell command): the `pending` marker;
+  - a run ending or starting to wait for a person.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable, Mapping
+
+from .budget import BudgetExceeded, Ledger
+from ..language.compile import EXHAUST, FAIL, NEXT, ROUTE, CompiledLoop, CompiledState, input_facts
+from .gates import GateRunner
+from .actions.llm import CallContext, LlmCaller, evaluate_result, llm_result, render_or_fail
+from .errors import StepFailure
+from ..language.model import EvaluateAction, LlmAction, State
+from .ports import Human, MemoryRecorder, NoHuman, Ports, Recorder, utc_now
+from .retry import backoff_delay
+from .errors import ScriptError, ScriptExhausted
+from .run_state import (
+    ABORTED,
+    BUDGET_EXHAUSTED,
+    COMPLETED,
+    FAILED,
+    RUNNING,
+    WAITING,
+    NotJsonValue,
+    RunState,
+    json_value,
+)
+from .redaction import Redactor
+from .process_tree import CommandRef, new_marker
+from .shell import CwdOutsideWorkspace, confined_cwd, run_command
+from ..language.templates import Expression, RenderError, install_globals
+from .actions.checkpoint import Waiting, checkpoint, resume_waiting, settle_interrupted_command
+
+# A key that is missing or refused does not come right by waiting: fail fast, even if `retry.on` lists it.
+NEVER_RETRIED = frozenset({"auth"})
+
+__all__ = ["Engine", "Human", "MemoryRecorder", "NoHuman", "Ports", "Recorder", "utc_now"]
+
+
+class _Dispatch:
+    """The object the transitions machine is bound to; it carries only `state`."""
+
+    state: str
+
+
+class Engine:
+    def __init__(self, compiled: CompiledLoop, run: RunState, ports: Ports, ledger: Ledger | None = None,
+                 parent: "Engine | None" = None):
+        self.parent = parent  # the engine of the loop whose `loop:` state runs this one
+        self.compiled = compiled
+        self.loop = compiled.loop
+        self.run = run
+        self.ports = ports
+        if ledger is None:
+            ledger = Ledger.from_json(self.loop.budget, run.ledger) if run.ledger else Ledger(self.loop.budget)
+        self.ledger = ledger
+        # A child loop also hides its ancestors' secrets: a value handed down through `with:`
+        # (or derived from one) must not reach the child's records in clear.
+        self.redact = Redactor([*ports.secret_values.values(), *ports.inherited_secrets])
+        self.events: list[dict[str, Any]] = []
+        self._unsaved: list[dict[str, Any]] = []
+        self._provider: Any = None
+        self._segment_start = time.monotonic()
+        # An in-memory run keeps the ledger's JSON up to date only when it ends or waits.
+        self.durable = getattr(ports.recorder, "durable", True)
+        self.dispatch = _Dispatch()
+        self.machine = compiled.new_machine(self.dispatch, self._guard)
+        self.machine.set_state(run.current or self.loop.start)
+        # Commands get no declared secret unless their own `env:` passes it (`{X: "{{ secrets.X }}"}`):
+        # a command that runs model-written code must not see credentials it was not given.
+        self.command_env = {k: v for k, v in ports.env.items() if k not in ports.secret_values}
+        self.gates = GateRunner(
+            self.loop.gates,
+            run_shell=run_command,
+            base_env=self.command_env,
+            cwd=ports.workdir,
+            redactor=self.redact,
+            secret_values=self.redact.values,
+            input_facts=input_facts(self.loop),
+        )
+        self.llm = LlmCaller(
+            self.loop, self.ledger, self._get_provider, ports.recorder, self._commit_pending, ports.env, ports.use_cache,
+            redact=self.redact.redact_obj if self.redact else (lambda value: value),
+            count_asked=self._count_asked,
+        )
+        self.context: dict[str, Any] = {}
+        self._build_context()
+        self._settle_completed_call()
+        self._account_for_crash()
+
+    def _settle_completed_call(self) -> None:
+        """A run killed between an LLM call's stored response and the next commit was
+        charged that call's whole reservation on reload; charge what it really cost."""
+        pending = self.run.pending
+        if not pending or pending.get("kind") != "llm" or "reserved" not in pending or pending.get("settled"):
+            return
+        stored = self.ports.recorder.get_response(pending["key"])
+        if stored is None or stored.get("cached"):
+            return
+        usage = stored.get("usage") or {}
+        reserved = pending["reserved"]
+        self.ledger.correct_charged(int(reserved["tokens"]), float(reserved["cost_usd"]),
+                                    int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0)),
+                                    float(stored.get("cost_usd") or 0.0))
+        pending["settled"] = True
+
+    def _account_for_crash(self) -> None:
+        """Spending committed by a process killed mid-attempt (a charged reservation, a call
+        completed just before the kill) never reached the per-state totals: give it to the
+        state that was running, so that the per-state table adds up to `spent`."""
+        usage = self.run.usage
+        tokens = self.ledger.tokens_spent - sum(int(u.get("tokens", 0)) for u in usage.values())
+        cost = self.ledger.cost_spent - sum(float(u.get("cost_usd", 0.0)) for u in usage.values())
+        if tokens <= 0 and cost <= 1e-12:
+            return
+        name = (self.run.pending or {}).get("state") or self.run.current
+        totals = usage.setdefault(name, {"tokens": 0, "cost_usd": 0.0, "seconds": 0.0, "attempts": 0})
+        totals["tokens"] += max(tokens, 0)
+        totals["cost_usd"] = round(totals["cost_usd"] + max(cost, 0.0), 12)
+
+    # ------------------------------------------------------------ plumbing
+    def _get_provider(self) -> Any:
+        if self._provider is None:
+            self._provider = self.ports.provider()
+        return self._provider
+
+    def emit(self, type_: str, **data: Any) -> None:
+        self.run.seq += 1
+        event = {"seq": self.run.seq, "t": utc_now(), "type": type_, **data}
+        if self.redact:
+            event = self.redact.redact_obj(event)
+            if isinstance(event.get("message"), str):  # error text may quote a secret cut short
+                event["message"] = self.redact.error(event["message"])
+        if self.ports.keep_events:
+            self.events.append(event)
+        self._unsaved.append(event)
+        for listener in self.ports.listeners:
+            listener(event)
+
+    def _active_seconds(self) -> float:
+        return self.run.active_s + (time.monotonic() - self._segment_start)
+
+    def commit(self) -> None:
+        now = time.monotonic()
+        self.run.active_s += now - self._segment_start
+        self._segment_start = now
+        if self.durable or self.run.status != RUNNING:
+            self.run.ledger = self.ledger.to_json()
+        # Results were redacted as they were stored (_store_result), events as emitted.
+        self.ports.recorder.commit(self.run, self._unsaved)
+        self._unsaved = []
+
+    def _commit_pending(self, pending: dict[str, Any] | None) -> None:
+        self.run.pending = pending
+        self.commit()
+
+    def _count_asked(self, state: str) -> None:
+        """How many replies/decisions each state has asked for: a scripted resume skips them."""
+        asked = self.run.meta.setdefault("asked", {})
+        asked[state] = asked.get(state, 0) + 1
+        if self.parent is not None:  # one reply script serves the parent and its children
+            self.parent._count_asked(state)
+
+    def _build_context(self) -> None:
+        run = self.run
+        ctx = self.context
+        ctx.clear()
+        ctx.update(run.results)
+        ctx["inputs"] = run.inputs
+        # A declared secret that is not set passes an empty value (`env: {GH_TOKEN: ...}` for
+        # an optional token: the tool then uses its own login).
+        ctx["secrets"] = {**{name: "" for name in self.loop.secrets}, **self.ports.secret_values}
+        for name in self.loop.states:  # `history.X` of a state that has not run yet is []
+            run.history.setdefault(name, [])
+        ctx["history"] = run.history
+        ctx["feedback"] = run.feedback
+        ctx["error"] = run.error
+        ctx["run"] = {"id": run.run_id, "date": run.date, "attempt": 1, "visits": 0}
+        ctx["budget"] = _BudgetView(self.ledger, self._active_seconds)
+        install_globals(ctx)
+        item = run.meta.get("item", _MISSING)
+        if item is not _MISSING:
+            ctx["item"] = item
+            ctx["index"] = run.meta.get("index")
+
+    def _refresh_context(self, state: str, attempt: int) -> dict[str, Any]:
+        ctx = self.context
+        ctx["feedback"] = self.run.feedback
+        ctx["error"] = self.run.error
+        ctx["run"] = {"id": self.run.run_id, "date": self.run.date, "attempt": attempt, "visits": self.run.visits.get(state, 0)}
+        return ctx
+
+    def _guard(self, expr: Expression, event: Any) -> bool:
+        return bool(expr(event.kwargs["ctx"]))
+
+    # ------------------------------------------------------------ the run
+    async def execute(self) -> RunState:
+        """Run until the loop ends or has to wait; returns the (committed) run state."""
+        run = self.run
+        if run.status == WAITING:
+            if not resume_waiting(self):
+                return run
+        try:
+            while run.status == RUNNING:
+                cstate = self.compiled.states[run.current]
+                state = cstate.state
+                if state.is_end:
+                    self._finish(state.end or FAILED, cstate)
+                    break
+                if state.max_visits is not None and run.visits.get(state.name, 0) > state.max_visits:
+                    self.emit("exhausted", state=state.name, visits=run.visits[state.name])
+                    if not self._follow(EXHAUST, state.on_exhausted):
+                        self._finish(FAILED, None, error={"state": state.name, "kind": "exhausted",
+                                                          "message": f"state '{state.name}' reached max_visits {state.max_visits}"})
+                    continue
+                await self._run_state(cstate)
+        except BudgetExceeded as exc:
+            self.emit("budget_exhausted", which=exc.which, message=exc.message, spent=self.ledger.spent())
+            self.run.pending = None
+            self._finish(BUDGET_EXHAUSTED, None, error={"state": run.current, "kind": "budget", "which": exc.which,
+                                                        "message": exc.message})
+        except Waiting:
+            pass
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            self._end_abruptly(ABORTED, "interrupted", "the run was interrupted (Ctrl-C or a signal)")
+            raise
+        except Exception as exc:
+            kind = "reply_script" if isinstance(exc, (ScriptError, ScriptExhausted)) else "internal"
+            self._end_abruptly(FAILED, kind, f"{type(exc).__name__}: {exc}")
+            raise
+        return run
+
+    def _end_abruptly(self, status: str, kind: str, message: str) -> None:
+        """Record the end of a run stopped by an exception, so the store never says `running`
+        for a run no process drives. Best effort: a failing commit (a full disk, a lost lock)
+        must not hide the exception that stopped the run."""
+        if self.run.is_final:
+            return
+        self.run.pending = None
+        try:
+            self.emit("stopped", state=self.run.current, kind=kind, message=message)
+            self._finish(status, None, error={"state": self.run.current, "kind": kind, "message": message})
+        except Exception:
+            pass
+
+    def _enter(self, dest: str) -> None:
+        run = self.run
+        run.current = dest
+        run.path.append(dest)
+        run.visits[dest] = run.visits.get(dest, 0) + 1
+        run.pending = None
+        self.emit("enter", state=dest, visit=run.visits[dest])
+        self.commit()
+
+    def _follow(self, trigger: str, target: str | None) -> bool:
+        if target is None:
+            return False
+        self.machine.events[trigger].trigger(self.dispatch)
+        self._enter(self.dispatch.state)
+        return True
+
+    async def _run_state(self, cs: CompiledState) -> None:
+        state = cs.state
+        run = self.run
+        visit = run.visits.get(state.name, 1)
+        pending = run.pending if run.pending and run.pending.get("state") == state.name else None
+        attempt = int(pending["attempt"]) if pending else 1
+        if pending and pending.get("kind") == "shell":
+            await settle_interrupted_command(self, state, pending)
+        if state.kind in ("llm", "evaluate"):
+            await self._wait_for_model_client()
+        while True:
+            if not (pending and pending.get("step_taken") and attempt == int(pending["attempt"])):
+                self.ledger.take_step()
+            pending = None
+            wall = self.loop.budget.wall_time
+            if wall is not None:
+                self.ledger.check_wall_time(self._active_seconds())
+            ctx = self._refresh_context(state.name, attempt)
+            started = time.monotonic()
+            spent_before = (self.ledger.tokens_spent, self.ledger.cost_spent)
+            self.emit("attempt", state=state.name, visit=visit, attempt=attempt, spent=self.ledger.spent())
+            try:
+                result = await self._bounded_attempt(cs, ctx, visit, attempt)
+            except StepFailure as failure:
+                self._account(state.name, started, spent_before)
+                if self.redact:  # a template or command error may quote a secret, whole or cut short
+                    failure.message = self.redact.error(failure.message)
+                retried = failure.kind in state.retry.on and failure.kind not in NEVER_RETRIED
+                if retried and attempt < state.retry.max_attempts:
+                    run.feedback = self.redact(failure.message) if self.redact else failure.message
+                    delay = backoff_delay(state.retry, attempt, failure.retry_after)
+                    failed = self._failed_result(failure)
+                    run.history.setdefault(state.name, []).append(failed)
+                    self.emit("retry", state=state.name, attempt=attempt, kind=failure.kind,
+                              message=failure.message, delay_s=round(delay, 3), result=failed,
+                              spent=self.ledger.spent())
+                    await self._sleep(delay)
+                    attempt += 1
+                    continue
+                self._fail_state(state, failure)
+                return
+            self._account(state.name, started, spent_before)
+            result["ok"] = True
+            result["error"] = None
+            self._store_result(state.name, result)
+            self.emit("ok", state=state.name, attempt=attempt, result=self.run.results[state.name])
+            self._route(cs, ctx)
+            return
+
+    async def _wait_for_model_client(self) -> None:
+        """Wait for the provider's client library (LiteLLM's import, started in the background)
+        before the state's clock starts: the wait is charged to neither the state's `timeout`
+        and time nor `budget.wall_time`, which pauses for it."""
+        provider = self._get_provider()
+        loaded = getattr(provider, "loaded", None)
+        if loaded is None or loaded():
+            return
+        self.emit("loading", what="model client")
+        paused = time.monotonic()
+        await provider.wait_until_loaded()
+        self._segment_start += time.monotonic() - paused
+
+    async def _sleep(self, seconds: float) -> None:
+        wall = self.loop.budget.wall_time
+        if wall is not None and self._active_seconds() + seconds > wall:
+            raise BudgetExceeded("wall_time", f"waiting {seconds:.1f}s to retry would pass the wall_time budget of {wall:g}s")
+        if self.ports.real_waits:
+            await self.ports.sleep(seconds)
+        else:
+            self._segment_start -= seconds  # not slept, but on the run's clock as if it had been
+
+    def _account(self, name: str, started: float, spent_before: tuple[int, float]) -> None:
+        """Per-state totals from the ledger's own movement: covers model calls, sub-loops'
+        spending and reservations charged for killed calls alike."""
+        totals = self.run.usage.setdefault(name, {"tokens": 0, "cost_usd": 0.0, "seconds": 0.0, "attempts": 0})
+        totals["attempts"] += 1
+        totals["seconds"] = round(totals["seconds"] + time.monotonic() - started, 6)
+        totals["tokens"] += self.ledger.tokens_spent - spent_before[0]
+        totals["cost_usd"] = round(totals["cost_usd"] + self.ledger.cost_spent - spent_before[1], 12)
+
+    def _store_result(self, name: str, result: dict[str, Any]) -> None:
+        if self.redact:
+            result = self.redact.redact_obj(result)
+        self.run.results[name] = result
+        self.run.history.setdefault(name, []).append(result)
+        self.context[name] = result
+
+    def _failed_result(self, failure: StepFailure) -> dict[str, Any]:
+        result = dict(failure.result or {})
+        result.update(ok=False, error={"kind": failure.kind, "message": failure.message})
+        return self.redact.redact_obj(result) if self.redact else result
+
+    def _fail_state(self, state: State, failure: StepFailure, *, recoverable: bool = True) -> None:
+        run = self.run
+        if self.redact:
+            failure.message = self.redact.error(failure.message)
+        error = {"state": state.name, "kind": failure.kind, "message": failure.message}
+        if self.redact:
+            error = self.redact.redact_obj(error)
+        self._store_result(state.name, self._failed_result(failure))
+        run.error = error
+        run.feedback = self.redact(failure.message) if self.redact else failure.message
+        self.emit("failed", **error, result=self.run.results[state.name], spent=self.ledger.spent())
+        if not recoverable or not self._follow(FAIL, state.on_failure):
+            self._finish(FAILED, None, error=error)
+
+    def _route(self, cs: CompiledState, ctx: dict[str, Any]) -> None:
+        state = cs.state
+        run = self.run
+        if state.next:
+            trigger = NEXT
+        elif state.transitions:
+            trigger = ROUTE
+        else:
+            self._fail_state(state, StepFailure("no_transition", f"state '{state.name}' has no next state"), recoverable=False)
+            return
+        try:
+            moved = self.machine.events[trigger].trigger(self.dispatch, ctx=ctx)
+        except RenderError as exc:
+            self._fail_state(state, StepFailure("no_transition", f"a `when` guard of '{state.name}' failed: {exc}"))
+            return
+        if not moved:  # DSL: no matching guard ends the run failed
+            self._fail_state(state, StepFailure("no_transition", f"no `when` of '{state.name}' matched and it has no default"),
+                             recoverable=False)
+            return
+        run.feedback = run.results[state.name].get("feedback", "") if state.kind == "evaluate" else ""
+        run.error = None
+        self._enter(self.dispatch.state)
+
+    # ------------------------------------------------------------ attempts
+    async def _bounded_attempt(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
+        timeout = cs.state.timeout
+        wall = self.loop.budget.wall_time
+        if timeout is None and wall is None:  # the common case: nothing to bound
+            return await self._attempt(cs, ctx, visit, attempt)
+        wall_left = None if wall is None else max(wall - self._active_seconds(), 0.0)
+        limit = min(t for t in (timeout, wall_left) if t is not None)
+        body = self._attempt(cs, ctx, visit, attempt)
+        try:
+            return await asyncio.wait_for(body, limit)
+        except asyncio.TimeoutError:
+            if timeout is not None and limit == timeout:
+                raise StepFailure("timeout", f"state '{cs.state.name}' took longer than its timeout of {timeout:g}s") from None
+            raise BudgetExceeded("wall_time", f"the run passed its wall_time budget of {wall:g}s") from None
+
+    async def _attempt(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
+        state = cs.state
+        if state.gates_before:
+            await self._gates("before", state, ctx, None)
+        result = await self._action(cs, ctx, visit, attempt)
+        if state.gates_after:
+            previous = ctx.get(state.name, _MISSING)
+            ctx[state.name] = dict(result, ok=True, error=None)
+            try:
+                await self._gates("after", state, ctx, result)
+            except StepFailure as failure:
+                failure.result = result
+                raise
+            finally:
+                if previous is _MISSING:
+                    ctx.pop(state.name, None)
+                else:
+                    ctx[state.name] = previous
+        return result
+
+    async def _gates(self, phase: str, state: State, ctx: dict[str, Any], result: dict[str, Any] | None) -> None:
+        gates = state.gates_before if phase == "before" else state.gates_after
+        outcomes = await self.gates.run(gates, ctx, result)
+        for o in outcomes:
+            self.emit("gate", state=state.name, phase=phase, gate=o.name, passed=o.passed,
+                      message=o.message, duration_s=round(o.duration_s, 4))
+        failed = [o for o in outcomes if not o.passed]
+        if failed:
+            raise StepFailure("gate", f"{phase}-gate '{failed[0].name}' failed: {failed[0].message}")
+
+    async def _action(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
+        state = cs.state
+        kind = state.kind
+        if kind == "set":
+            values: dict[str, Any] = {}
+            for name, value in cs.set_values.items():
+                if isinstance(value, Expression):
+                    try:
+                        values[name] = json_value(value(ctx))
+                    except (RenderError, NotJsonValue) as exc:
+                        raise StepFailure("parse", f"set {name}: {exc}") from None
+                else:
+                    values[name] = value
+            return values
+        if kind == "shell":
+            return await self._shell(cs, ctx, visit, attempt)
+        if kind in ("llm", "evaluate"):
+            return await self._llm(cs, ctx, visit, attempt)
+        if kind == "checkpoint":
+            return await checkpoint(self, cs, ctx)
+        if kind == "loop":
+            from .actions.subloop import run_child_state
+
+            return await run_child_state(self, cs, ctx)
+        raise StepFailure("no_transition", f"state kind '{kind}' cannot run")
+
+    async def _shell(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
+        shell = cs.shell
+        assert shell is not None
+        env = dict(self.command_env)
+        try:
+            for key, template in shell.env.items():
+                env[key] = template.render(ctx)
+            cwd = self.ports.workdir
+            if shell.cwd is not None:
+                cwd = confined_cwd(cwd, shell.cwd.render(ctx))
+            if shell.command is not None:
+                script, placeholders = shell.command.prepare(ctx)
+                env.update(placeholders)
+                argv = None
+            else:
+                script, argv = None, [t.render(ctx) for t in shell.argv or ()]
+        except (RenderError, CwdOutsideWorkspace) as exc:
+            raise StepFailure("parse", f"rendering the command of '{cs.state.name}': {exc}") from None
+        marker = new_marker()
+        pending = {"kind": "shell", "state": cs.state.name, "visit": visit, "attempt": attempt, "step_taken": True,
+                   "command": {"marker": marker}}
+        if not cs.state.idempotent:  # committed before it starts: a crash from here on needs a person
+            self._commit_pending(pending)
+
+        def started(ref: CommandRef) -> None:
+            # Recorded before it is waited on: after a kill -9 of loopdsl, `resume` finds it still running.
+            self._commit_pending(dict(pending, command=ref.to_json()))
+
+        res = await run_command(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=self.redact,
+                                marker=marker, on_start=started)
+        result = res.as_result()
+        if res.timed_out:
+            raise StepFailure("timeout", f"command timed out after {shell.spec.timeout:g}s", result=result)
+        if res.exit_code not in shell.spec.ok_exit:
+            tail = (res.stderr or res.stdout)[-2000:].strip()
+            raise StepFailure("shell_exit", f"command exited with {res.exit_code}" + (f": {tail}" if tail else ""), result=result)
+        return result
+
+    async def _llm(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
+        action = cs.state.action
+        assert isinstance(action, (LlmAction, EvaluateAction)) and cs.prompt is not None
+        prompt = render_or_fail(cs.prompt, ctx, f"rendering the prompt of '{cs.state.name}'")
+        system = render_or_fail(cs.system, ctx, "rendering the system text") if cs.system else None
+        skill_text = self.ports.skills.get(action.skill, "") if isinstance(action, LlmAction) and action.skill else ""
+        messages = self.llm.messages(action, prompt, system, skill_text)
+        before = (self.ledger.tokens_spent, self.ledger.cost_spent)
+        try:
+            reply = await self.llm.call(action, messages, CallContext(self.run.run_id, cs.state.name, visit, attempt, skill_text))
+        except StepFailure as failure:
+            # A call that failed may still have been charged (a timeout, a dropped connection):
+            # it is listed beside the paid calls so that `show` adds up to `spent`.
+            tokens, cost = self.ledger.tokens_spent - before[0], self.ledger.cost_spent - before[1]
+            if tokens > 0 or cost > 0:
+                self.emit("llm", state=cs.state.name, attempt=attempt, model=self.loop.models[action.model].model,
+                          failed=failure.kind, charged={"tokens": tokens, "cost_usd": cost}, usage=None,
+                          cost_usd=cost, spent=self.ledger.spent())
+            raise
+        self.emit("llm", state=cs.state.name, attempt=attempt, model=reply.get("model"), usage=reply.get("usage"),
+                  cost_usd=reply.get("cost_usd"), replayed=bool(reply.get("replayed")), cached=bool(reply.get("cached")),
+                  spent=self.ledger.spent())
+        if isinstance(action, EvaluateAction):
+            return evaluate_result(reply)
+        return llm_result(action, reply)
+
+    # ------------------------------------------------------------ ending
+    def _render_outputs(self, cs: CompiledState | None) -> tuple[dict[str, Any], list[str]]:
+        """The run's outputs, and a message per output that could not be rendered (its value
+        is then null): a `completed` end must not pass off a broken output as done."""
+        outputs: dict[str, Any] = {}
+        problems: list[str] = []
+        ctx = self._refresh_context(self.run.current, 1)
+        templates = dict(self.compiled.outputs)
+        if cs is not None:
+            templates.update(cs.output)
+        for name, template in templates.items():
+            try:
+                if isinstance(template, Expression):
+                    outputs[name] = json_value(template(ctx))
+                elif hasattr(template, "render"):
+                    outputs[name] = template.render(ctx)
+                else:
+                    outputs[name] = template
+            except (RenderError, NotJsonValue) as exc:
+                outputs[name] = None  # e.g. names a state this path never ran
+                self.emit("output_error", output=name, message=str(exc))
+                problems.append(f"output '{name}': {exc}")
+        return outputs, problems
+
+    def _finish(self, status: str, cs: CompiledState | None, error: dict[str, Any] | None = None) -> None:
+        run = self.run
+        run.status = status
+        if error is not None:
+            run.error = error
+        run.outputs, problems = self._render_outputs(cs)
+        if problems and status == COMPLETED:
+            status = run.status = FAILED
+            run.error = {"state": run.current, "kind": "output", "message": "; ".join(problems)}
+            if self.redact:
+                run.error = self.redact.redact_obj(run.error)
+        if self.redact:
+            run.outputs = self.redact.redact_obj(run.outputs)
+        run.ended_at = utc_now()
+        self.emit("end", status=status, state=run.current, outputs=run.outputs, spent=self.ledger.spent())
+        self.commit()
+
+
+_MISSING = object()
+
+
+class _BudgetView(Mapping[str, Any]):
+    """`budget.spent` / `budget.remaining` for templates, computed only when a template reads them."""
+
+    _KEYS = ("spent", "remaining")
+
+    def __init__(self, ledger: Ledger, elapsed: Callable[[], float]):
+        self._ledger = ledger
+        self._elapsed = elapsed
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "spent":
+            return self._ledger.spent()
+        if key == "remaining":
+            return self._ledger.remaining(self._elapsed())
+        raise KeyError(key)
+
+    def __iter__(self) -> Any:
+        return iter(self._KEYS)
+
+    def __len__(self) -> int:
+        return len(self._KEYS)

@@ -1,0 +1,90 @@
+"""The ports an engine runs through: where it records, who decides, and the clock stamp.
+
+Passed in, never global, so that tests and the durable layer choose them: an in-memory
+recorder for API runs, the run store for durable ones; nobody, a terminal or a reply
+script for checkpoint decisions.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Mapping, Protocol
+
+from .run_state import RunState
+
+
+class Recorder(Protocol):
+    def commit(self, run: RunState, events: list[dict[str, Any]]) -> None: ...
+    def get_response(self, key: str) -> dict[str, Any] | None: ...
+    def put_response(self, key: str, value: dict[str, Any]) -> None: ...
+    def get_cached(self, key: str) -> dict[str, Any] | None: ...
+    def put_cached(self, key: str, value: dict[str, Any]) -> None: ...
+
+
+class Human(Protocol):
+    async def decide(self, state: str, message: str, choices: tuple[str, ...]) -> dict[str, Any] | None: ...
+
+
+class MemoryRecorder:
+    """Keeps paid responses in memory; for runs that need no durability (tests, API)."""
+
+    durable = False
+
+    def __init__(self) -> None:
+        self.responses: dict[str, dict[str, Any]] = {}
+        self.commits = 0
+
+    def commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
+        self.commits += 1
+
+    def get_response(self, key: str) -> dict[str, Any] | None:
+        return self.responses.get(key)
+
+    def put_response(self, key: str, value: dict[str, Any]) -> None:
+        self.responses[key] = value
+
+    get_cached = get_response
+    put_cached = put_response
+
+
+class NoHuman:
+    """No one to ask: a checkpoint makes the run wait (exit 4) for `loopdsl approve`."""
+
+    async def decide(self, state: str, message: str, choices: tuple[str, ...]) -> dict[str, Any] | None:
+        return None
+
+
+@dataclass
+class Ports:
+    provider: Callable[[], Any]  # returns a providers.Provider; called on the first LLM call only
+    recorder: Recorder = field(default_factory=MemoryRecorder)
+    human: Human = field(default_factory=NoHuman)
+    workdir: Path = field(default_factory=Path.cwd)
+    env: Mapping[str, str] = field(default_factory=dict)  # complete environment for commands
+    secret_values: Mapping[str, str] = field(default_factory=dict)
+    # Secret values of the loops above a child loop: redacted in its records, never given to it.
+    inherited_secrets: tuple[str, ...] = ()
+    skills: Mapping[str, str] = field(default_factory=dict)  # skill path -> text
+    listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    # False (loop tests): retry waits are counted against wall_time but not slept through.
+    real_waits: bool = True
+    use_cache: bool = False
+    keep_events: bool = True
+
+
+_last_stamp: list[Any] = [0, ""]
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC to the millisecond; formatting is cached per millisecond because a
+    fast loop stamps several events within one."""
+    now = time.time()
+    ms = int(now * 1000)
+    if ms != _last_stamp[0]:
+        _last_stamp[0] = ms
+        _last_stamp[1] = datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    return str(_last_stamp[1])

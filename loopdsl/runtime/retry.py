@@ -1,0 +1,24 @@
+"""Backoff between attempts: exponential, capped, with jitter; Retry-After wins when longer."""
+from __future__ import annotations
+
+import random
+
+from ..language.model import RetryPolicy
+
+
+def backoff_delay(
+    policy: RetryPolicy, failed_attempt: int, retry_after: float | None = None, rng: random.Random | None = None
+) -> float:
+    """Seconds to wait after attempt number `failed_attempt` (1-based) failed.
+
+    "Equal jitter": half the exponential delay is kept, the other half is random, so
+    retries of many runs spread out without any of them retrying immediately.
+    """
+    b = policy.backoff
+    delay = min(b.max, b.initial * (b.factor ** max(failed_attempt - 1, 0)))
+    if b.jitter and delay > 0:
+        delay = delay / 2 + (rng or random).uniform(0, delay / 2)
+    if retry_after is not None and retry_after > delay:
+        # The provider said when it will take us again: asking earlier only burns an attempt.
+        delay = retry_after
+    return delay

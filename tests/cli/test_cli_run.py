@@ -1,0 +1,165 @@
+"""`loopdsl run` and friends as a user meets them: real subprocesses (`python -m loopdsl`),
+real files, exit codes and messages. The loops here are shell-only, so no subprocess
+pays for importing LiteLLM.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parents[1] / "data" / "runs"
+TYPED = DATA / "typed_inputs.yaml"
+CHECKPOINT = DATA / "checkpoint.yaml"
+BROKEN = DATA / "lint_errors.yaml"
+
+
+def loopdsl(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "LOOPDSL_STORE"}
+    env["LOOPDSL_USER"] = "cli-test"
+    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120, input=stdin if stdin is not None else "")
+
+
+def assert_clean_usage_error(proc: subprocess.CompletedProcess[str]) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def test_typed_inputs_json_events_and_exit_0(tmp_path: Path) -> None:
+    proc = loopdsl("run", str(TYPED), "--input", "count=3", "--input", "name=a b;c", "--input", "flag=yes",
+                   "--json", "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    events = [json.loads(line) for line in lines]  # every line is one JSON object
+    assert all(isinstance(e, dict) and "type" in e for e in events)
+    summary = events[-1]
+    assert summary["type"] == "summary" and summary["status"] == "completed"
+    assert summary["outputs"] == {"described": "3|a b;c|true|12"}
+    assert [e["state"] for e in events if e["type"] == "enter"] == ["finish"]
+    assert (tmp_path / "typed.txt").read_text() == "3|a b;c|true|12"
+
+
+def test_inputs_file_and_quiet(tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs.yaml"
+    inputs.write_text("count: 5\nname: from-file\nratio: 0.5\n")
+    proc = loopdsl("run", str(TYPED), "--inputs", str(inputs), "--quiet", "--store", str(tmp_path / "store"),
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == ""  # --quiet: nothing but the exit code
+    assert (tmp_path / "typed.txt").read_text() == "5|from-file|false|0.5"
+
+
+def test_bad_integer_names_the_input(tmp_path: Path) -> None:
+    proc = loopdsl("run", str(TYPED), "--input", "count=three", "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert_clean_usage_error(proc)
+    assert "count" in proc.stderr and "integer" in proc.stderr and "three" in proc.stderr
+    assert not (tmp_path / "typed.txt").exists()
+
+
+def test_input_out_of_range_and_missing_required(tmp_path: Path) -> None:
+    low = loopdsl("run", str(TYPED), "--input", "count=0", "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert_clean_usage_error(low)
+    assert "count" in low.stderr and "at least 1" in low.stderr
+    missing = loopdsl("run", str(TYPED), "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert_clean_usage_error(missing)
+    assert "'count' is required" in missing.stderr
+
+
+def test_unknown_input_suggests_the_right_name(tmp_path: Path) -> None:
+    proc = loopdsl("run", str(TYPED), "--input", "count=1", "--input", "nmae=x", "--store", str(tmp_path / "store"),
+                   cwd=tmp_path)
+    assert_clean_usage_error(proc)
+    assert "nmae" in proc.stderr and "did you mean 'name'" in proc.stderr
+
+
+# ---------------------------------------------------------------- exit codes
+
+
+def test_failed_run_exits_1(tmp_path: Path) -> None:
+    loop = tmp_path / "fails.yaml"
+    loop.write_text(textwrap.dedent("""\
+        loopdsl: 1
+        name: fails
+        start: boom
+        states:
+          boom: {shell: "echo broken >&2; exit 5", next: done}
+          done: {end: completed}
+        """))
+    proc = loopdsl("run", str(loop), "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "failed" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_checkpoint_waits_exit_4_then_approve_and_resume(tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
+    first = loopdsl("run", str(CHECKPOINT), "--json", "--store", store, cwd=tmp_path)
+    assert first.returncode == 4, first.stderr
+    summary = json.loads(first.stdout.splitlines()[-1])
+    assert summary["status"] == "waiting"
+    run_id = summary["run_id"]
+    assert any(json.loads(line)["type"] == "waiting" for line in first.stdout.splitlines())
+    approved = loopdsl("approve", run_id, "--comment", "ship it", "--store", store, cwd=tmp_path)
+    assert approved.returncode == 0, approved.stderr
+    assert "approve" in approved.stdout and "cli-test" in approved.stdout
+    resumed = loopdsl("resume", run_id, "--json", "--store", store, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    final = json.loads(resumed.stdout.splitlines()[-1])
+    assert final["status"] == "completed"
+    assert final["outputs"] == {"decided": "approve by cli-test: ship it"}
+    assert (tmp_path / "shipped.txt").exists()
+
+
+def test_missing_script_file_is_a_usage_error(tmp_path: Path) -> None:
+    proc = loopdsl("run", str(TYPED), "--input", "count=1", "--script", str(tmp_path / "nope.yaml"), cwd=tmp_path)
+    assert_clean_usage_error(proc)
+    assert "nope.yaml" in proc.stderr
+
+
+def test_missing_loop_file_is_a_usage_error(tmp_path: Path) -> None:
+    proc = loopdsl("run", str(tmp_path / "absent.yaml"), cwd=tmp_path)
+    assert_clean_usage_error(proc)
+    assert "absent.yaml" in proc.stderr
+
+
+def test_lint_errors_exit_2_with_diagnostics(tmp_path: Path) -> None:
+    proc = loopdsl("run", str(BROKEN), "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert_clean_usage_error(proc)
+    # path:line:col: severity: message [rule]
+    assert f"{BROKEN}:" in proc.stderr
+    assert "error:" in proc.stderr and "[" in proc.stderr
+    assert "finsh" in proc.stderr and "did you mean" in proc.stderr
+    assert not (tmp_path / "store").exists()  # nothing ran, no run was recorded
+
+
+# ---------------------------------------------------------------- graph
+
+
+def test_graph_mermaid_with_guards_and_dot(tmp_path: Path) -> None:
+    mermaid = loopdsl("graph", str(CHECKPOINT), cwd=tmp_path)
+    assert mermaid.returncode == 0, mermaid.stderr
+    assert "stateDiagram-v2" in mermaid.stdout
+    assert "ask --> ship: route [ask.decision == 'approve']" in mermaid.stdout
+    assert "ask --> stop: route\n" in mermaid.stdout
+    assert "[*] --> ask" in mermaid.stdout
+    dot = loopdsl("graph", str(CHECKPOINT), "--format", "dot", cwd=tmp_path)
+    assert dot.returncode == 0, dot.stderr
+    assert dot.stdout.lstrip().startswith("digraph")
+    assert "\"ask\" -> \"ship\" [label=\"route [ask.decision == 'approve']\"]" in dot.stdout
+
+
+@pytest.mark.parametrize("command", ["graph", "run"])
+def test_commands_report_lint_errors_the_same_way(command: str, tmp_path: Path) -> None:
+    proc = loopdsl(command, str(BROKEN), "--store", str(tmp_path / "s"), cwd=tmp_path) if command == "run" else \
+        loopdsl(command, str(BROKEN), cwd=tmp_path)
+    assert_clean_usage_error(proc)
+    assert "unknown" in proc.stderr.lower() or "did you mean" in proc.stderr

@@ -1,0 +1,162 @@
+"""The store commands at the command line: exit codes, messages, the `runs` table.
+
+Every mistake is a `loopdsl: error:` line with a hint and exit 2, never a traceback.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import loopdsl
+from loopdsl.api.durable import abort
+from loopdsl.adapters.store.run_store import RunStore
+
+DATA = Path(__file__).parents[1] / "data" / "durable"
+
+
+def _cli(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
+    environ.update(env)
+    return subprocess.run([sys.executable, "-m", "loopdsl", *args], check=False, cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+
+
+def _user_error(done: subprocess.CompletedProcess[str], *fragments: str, hint: bool = True) -> None:
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("loopdsl: error: "), done.stderr
+    assert not hint or any(line.startswith("  hint: ") for line in lines[1:]), done.stderr
+    for fragment in fragments:
+        assert fragment in done.stderr
+
+
+def test_runs_table_lists_id_loop_status_started_spent_newest_first(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    empty = _cli(["runs", "--store", str(store)], tmp_path)
+    assert empty.returncode == 0 and empty.stdout.split() == ["ID", "LOOP", "STATUS", "STARTED", "SPENT"]
+
+    done = loopdsl.run(DATA / "counter.yaml", store=store, workdir=tmp_path)
+    waiting = loopdsl.run(DATA / "checkpoint.yaml", store=store, workdir=tmp_path)
+    aborted = loopdsl.run(DATA / "checkpoint.yaml", store=store, workdir=tmp_path)
+    abort(aborted.run_id, store=store)
+
+    # LOOPDSL_STORE picks the store when --store is not given.
+    table = _cli(["runs"], tmp_path, LOOPDSL_STORE=str(store))
+    assert table.returncode == 0, table.stderr
+    header, *rows = table.stdout.splitlines()
+    assert header.split() == ["ID", "LOOP", "STATUS", "STARTED", "SPENT"]
+    cells = [row.split() for row in rows]
+    assert [(c[0], c[1], c[2]) for c in cells] == [
+        (aborted.run_id, "approval", "aborted"), (waiting.run_id, "approval", "waiting"), (done.run_id, "counter", "completed"),
+    ]
+    started = RunStore(store).load(done.run_id)["started_at"][:19].replace("T", " ")
+    assert rows[-1].split(None, 3)[3].startswith(started) and rows[-1].endswith("$0.0000")
+    # The columns line up under the header.
+    assert all(row.index(status) == header.index("STATUS") for row, status in zip(rows, ("aborted", "waiting", "completed")))
+
+    listed = json.loads(_cli(["runs", "--store", str(store), "--json"], tmp_path).stdout)
+    assert [r["run_id"] for r in listed] == [aborted.run_id, waiting.run_id, done.run_id]
+    assert set(listed[0]) == {"run_id", "loop", "status", "interrupted", "started_at", "ended_at", "ledger"}
+
+
+@pytest.mark.parametrize("command", [["show"], ["resume"], ["approve"], ["reject"], ["decide", None, "ship"], ["abort"]])
+def test_commands_on_an_unknown_run_say_so(tmp_path: Path, command: list[str | None]) -> None:
+    store = tmp_path / "store"
+    loopdsl.run(DATA / "counter.yaml", store=store, workdir=tmp_path)
+    args = [c if c is not None else "nosuch" for c in command] if None in command else [*command, "nosuch"]
+    _user_error(_cli([*args, "--store", str(store)], tmp_path), "no run matches 'nosuch'", "loopdsl runs")
+
+
+def test_commands_that_do_not_fit_the_runs_state_are_refused(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    done = loopdsl.run(DATA / "counter.yaml", store=store, workdir=tmp_path).run_id
+    _user_error(_cli(["resume", done, "--store", str(store)], tmp_path),
+                f"run {done} already ended with status completed", f"loopdsl show {done}")
+    _user_error(_cli(["decide", done, "ship", "--store", str(store)], tmp_path),
+                f"run {done} is not waiting for a decision (status: completed)", hint=False)
+    _user_error(_cli(["abort", done, "--store", str(store)], tmp_path), "already ended with status completed", hint=False)
+
+
+def test_clean_outside_a_repository_and_a_store_path_that_is_a_file(tmp_path: Path) -> None:
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    _user_error(_cli(["clean", "--store", str(tmp_path / "store")], outside), "not inside a git repository")
+    a_file = tmp_path / "afile"
+    a_file.write_text("not a store\n")
+    done = _cli(["runs", "--store", str(a_file)], tmp_path)
+    assert done.returncode == 2 and "is a file" in done.stderr and "Traceback" not in done.stderr
+    assert a_file.read_text() == "not a store\n"
+
+
+def test_concurrency_conflicts_exit_0_when_skipped_and_1_when_failed(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    group = DATA / "group.yaml"
+    first = loopdsl.run(group, store=store, workdir=tmp_path)
+    failed = _cli(["run", str(group), "--store", str(store)], tmp_path)
+    assert failed.returncode == 1
+    assert f"loopdsl: run(s) {first.run_id} of group 'nightly' still active" in failed.stderr
+    skip = tmp_path / "skip.yaml"
+    skip.write_text(group.read_text().replace("on_conflict: fail", "on_conflict: skip"))
+    skipped = _cli(["run", str(skip), "--store", str(store)], tmp_path)
+    assert skipped.returncode == 0 and "loopdsl: skipped: run(s)" in skipped.stderr
+    assert "Traceback" not in failed.stderr + skipped.stderr
+    assert len(RunStore(store).list_runs()) == 1
+
+
+# --------------------------------------------------------------------------- damaged records
+
+WRONG_SHAPES = [
+    ["not", "an", "object"],
+    {"status": "running"},
+    {"loop": "counter", "status": 5},
+    {"loop": "counter", "status": "running", "visits": "abc"},
+    {"loop": "counter", "status": "completed", "results": {"count": 3}},
+    {"loop": "counter", "status": "running", "ledger": {"outstanding": 5}},
+    {"loop": "counter", "status": "waiting", "path": [1, 2], "waiting": {"state": []}},
+]
+
+
+@pytest.mark.parametrize("shape", WRONG_SHAPES, ids=[str(i) for i in range(len(WRONG_SHAPES))])
+def test_a_record_of_the_wrong_shape_is_named_and_does_not_hide_the_others(tmp_path: Path, shape: object) -> None:
+    store = tmp_path / "store"
+    good = loopdsl.run(DATA / "counter.yaml", store=store, workdir=tmp_path)
+    bad = loopdsl.run(DATA / "counter.yaml", store=store, workdir=tmp_path)
+    with RunStore(store) as opened:  # valid JSON, written the way another tool would
+        opened._cache.set(f"run/{bad.run_id}/record", shape)
+
+    for command in (["show", bad.run_id], ["show", bad.run_id, "--json"], ["resume", bad.run_id], ["abort", bad.run_id]):
+        _user_error(_cli([*command, "--store", str(store)], tmp_path), f"run {bad.run_id}", str(store), "damaged")
+
+    table = _cli(["runs", "--store", str(store)], tmp_path)
+    assert table.returncode == 0, table.stderr
+    rows = {row.split()[0]: row.split()[2] for row in table.stdout.splitlines()[1:]}
+    assert rows == {good.run_id: "completed", bad.run_id: "damaged"}
+    assert f"run {bad.run_id} in {store} is damaged" in table.stderr
+    listed = json.loads(_cli(["runs", "--store", str(store), "--json"], tmp_path).stdout)
+    assert [(r["run_id"], r["status"]) for r in listed] == [(bad.run_id, "damaged"), (good.run_id, "completed")]
+    assert _cli(["show", good.run_id, "--store", str(store)], tmp_path).returncode == 0
+
+
+def test_a_set_value_that_is_not_json_fails_the_state_and_ends_the_run(tmp_path: Path) -> None:
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("loopdsl: 1\nname: setter\ndescription: sets a method\nbudget: {steps: 5}\nstart: a\n"
+                    "states:\n  a:\n    set: {x: \"feedback.upper\", b: \"budget\"}\n    next: done\n"
+                    "  done: {end: completed}\n")
+    assert _cli(["lint", str(loop)], tmp_path).returncode == 0
+    store = tmp_path / "store"
+    done = _cli(["run", str(loop), "--store", str(store)], tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "set x: a builtin_function_or_method is not a JSON value" in done.stdout + done.stderr
+    (record,) = RunStore(store).list_runs()
+    assert record["status"] == "failed" and record["error"]["kind"] == "parse"
+    # A mapping view (`budget`) is stored as its plain JSON value.
+    loop.write_text(loop.read_text().replace('x: "feedback.upper", ', ""))
+    again = _cli(["run", str(loop), "--store", str(store)], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert set(RunStore(store).list_runs()[0]["results"]["a"]["b"]) == {"spent", "remaining"}

@@ -1,0 +1,247 @@
+"""`loopdsl audit`: readiness scores from the published rubric, judged from the loop model."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import loopdsl
+from loopdsl.cli.commands import cli
+from loopdsl.lint.pipeline import load_loop
+from loopdsl.project import audit_checks
+from loopdsl.project.audit import audit_project
+from loopdsl.project.init import scaffold
+from loopdsl.project.install_source import from_spec
+from loopdsl.project.rubric import RUBRIC, RULES
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parents[1] / "data" / "project"
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_rubric_weights_sum_to_100_and_match_the_published_table() -> None:
+    assert sum(r.weight for r in RUBRIC) == 100
+    doc = (ROOT / "docs" / "audit.md").read_text()
+    table = dict(re.findall(r"^\| `([a-z-]+)` \| (\d+) \|", doc, re.MULTILINE))
+    assert table == {r.id: str(r.weight) for r in RUBRIC}
+
+
+@pytest.fixture(scope="module")
+def weak_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
+    store = tmp_path_factory.mktemp("empty-store")
+    weak = DATA / "weak"
+    code, text, _ = invoke("audit", str(weak), "--suggest", "--store", str(store))
+    _, as_json, _ = invoke("audit", str(weak), "--format", "json", "--store", str(store))
+    return code, text, json.loads(as_json)
+
+
+EXPECTED_LOSSES = {
+    # rule id -> (a phrase of the finding, a phrase of its fix)
+    "budget-caps": ("budget has no `cost_usd`", "add `cost_usd: 0.25` to `budget:`"),
+    "bounded-cycles": ("the cycle through draft, review has no state with max_visits", "add `max_visits: N`"),
+    "gated-model-calls": ("model call in draft is needed: it is the start state", "gates: {before: [...]}"),
+    "separate-evaluator": ("evaluator review uses the same model and temperature as draft", "different temperature"),
+    "guarded-side-effects": ("publish acts outside the run's workspace (git push, HTTP write)", "`checkpoint:` state"),
+    "declared-secrets": ("publish reads $DEPLOY_TOKEN", "add DEPLOY_TOKEN to `secrets:`"),
+    "complete-skills": ("lacks the sections READ, JUDGE, STOP", "WHEN, READ, JUDGE, OUTPUT and STOP"),
+    "schedule-set": ("the loop has no `schedule`", 'schedule: {cron:'),
+    "tests-pass": ("test weak fails", "loopdsl test"),
+    "lint-clean": ("[evaluator-mirrors-generator]", "different model"),
+    "recent-runs": ("the loop has never run here", "export that to a scheduler"),
+}
+
+
+def test_weak_loop_loses_every_point_with_rule_id_and_fix(weak_report: tuple[int, str, dict]) -> None:
+    code, text, data = weak_report
+    assert code == 0  # no --threshold: the score is reported, not enforced
+    (loop,) = data["loops"]
+    assert loop["score"] == 0
+    lost = {c["rule"]: c["findings"] for c in loop["checks"] if not c["passed"]}
+    assert set(lost) == set(EXPECTED_LOSSES) == set(RULES)
+    for rule, (message, fix) in EXPECTED_LOSSES.items():
+        assert any(message in f["message"] and fix in f["fix"] and f["rule"] == rule for f in lost[rule]), (rule, lost[rule])
+        # The text report names each lost point by its rule id, with its fix under --suggest.
+        assert re.search(rf"\[{rule}\] .*{re.escape(message)}", text), rule
+    assert text.count("fix: ") == sum(len(f) for f in lost.values())
+    assert text.strip().splitlines()[-1] == "project: 0/100 (1 loop)"
+
+
+def test_threshold_sets_the_exit_code(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    assert invoke("audit", str(DATA / "weak"), "--threshold", "1", "--store", str(store))[0] == 1
+    assert invoke("audit", str(DATA / "weak"), "--threshold", "0", "--store", str(store))[0] == 0
+
+
+def test_strong_loop_scores_95_then_100_after_a_recent_completed_run(tmp_path: Path) -> None:
+    project = tmp_path / "strong"
+    shutil.copytree(DATA / "strong", project)
+    store = tmp_path / "store"
+    before = audit_project(project, store=store)
+    (loop,) = before.loops
+    assert loop.score == 95, [(c.rule, [f.message for f in c.findings]) for c in loop.checks if not c.passed]
+    assert [c.rule for c in loop.checks if not c.passed] == ["recent-runs"]
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    import subprocess
+
+    from loopdsl.project.looptest import git_env
+
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "start"]):
+        subprocess.run(["git", *args], cwd=repo, env=git_env(), check=True)
+    (repo / "f.txt").write_text("x\n")
+    subprocess.run(["git", "add", "f.txt"], cwd=repo, env=git_env(), check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "f"], cwd=repo, env=git_env(), check=True)
+    script = tmp_path / "replies.yaml"
+    script.write_text("draft: ['f.txt: a file']\nreview: ['{\"verdict\": \"accept\", \"feedback\": \"ok\"}']\n")
+    result = loopdsl.run(project / "loops" / "notes.yaml", script=script, store=store, workdir=repo)
+    assert result.status == "completed"
+
+    after = audit_project(project, store=store)
+    assert after.loops[0].score == 100 and after.score == 100
+    # A run older than --days does not count.
+    later = datetime(2999, 1, 1, tzinfo=timezone.utc)
+    stale = audit_project(project, store=store, now=later, days=7)
+    assert stale.loops[0].score == 95
+
+
+def _loop(tmp_path: Path, text: str) -> object:
+    path = tmp_path / "l.yaml"
+    path.write_text(text)
+    return load_loop(path)
+
+
+CYCLES = """loopdsl: 1
+name: cycles
+models:
+  m: {model: openai/gpt-4o-mini, max_tokens: 10}
+  c: {model: anthropic/claude-haiku-4-5, max_tokens: 10}
+budget: {tokens: 1000, cost_usd: 0.01, wall_time: 1m}
+start: a
+states:
+  a:
+    llm: {model: m, prompt: "x"}
+    MAXA
+    next: b
+  b:
+    evaluate: {model: c, prompt: "{{ a.text }}"}
+    transitions:
+      - {to: c, when: "b.verdict == 'accept'"}
+      - {to: a}
+  c:
+    evaluate: {model: c, prompt: "{{ a.text }}"}
+    MAXC
+    transitions:
+      - {to: done, when: "c.verdict == 'accept'"}
+      - {to: c_retry}
+  c_retry:
+    set: {n: "1"}
+    next: c
+  done: {end: completed}
+"""
+
+
+def _cycle_findings(tmp_path: Path, max_a: str, max_c: str) -> list[str]:
+    loop = _loop(tmp_path, CYCLES.replace("MAXA", max_a).replace("MAXC", max_c))
+    ctx = audit_checks.AuditContext(loop=loop, file=Path("l.yaml"), tree=[loop], tests=[], runs=[], store_dir=None,  # type: ignore[arg-type]
+                                    days=7, now=datetime.now(timezone.utc), lint=[])
+    return [f.message for f in audit_checks.check_cycles(ctx).findings]
+
+
+def test_a_cycle_is_bounded_only_when_it_passes_a_state_with_max_visits(tmp_path: Path) -> None:
+    both = _cycle_findings(tmp_path, "", "")
+    assert len(both) == 2 and any("a, b" in m for m in both) and any("c, c_retry" in m for m in both)
+    # Bounding the first cycle leaves the second one open: every cycle needs its own bound.
+    only_first = _cycle_findings(tmp_path, "max_visits: 3", "")
+    assert only_first == ["the cycle through c, c_retry has no state with max_visits, and the budget has no steps"]
+    assert _cycle_findings(tmp_path, "max_visits: 3", "max_visits: 2") == []
+
+
+def test_a_checkpoint_on_every_path_guards_an_external_effect(tmp_path: Path) -> None:
+    base = """loopdsl: 1
+name: fx
+budget: {steps: 5, wall_time: 1m}
+start: decide
+states:
+  decide:
+    set: {go: "true"}
+    transitions:
+      - {to: ask, when: "decide.go"}
+      - {to: push}
+  ask:
+    checkpoint: {message: "push?"}
+    transitions:
+      - {to: push, when: "ask.decision == 'approve'"}
+      - {to: done}
+  push:
+    shell: git push origin HEAD
+    next: done
+  done: {end: completed}
+"""
+    loop = _loop(tmp_path, base)
+    ctx = audit_checks.AuditContext(loop=loop, file=Path("l.yaml"), tree=[loop], tests=[], runs=[], store_dir=None,  # type: ignore[arg-type]
+                                    days=7, now=datetime.now(timezone.utc), lint=[])
+    findings = audit_checks.check_side_effects(ctx).findings
+    assert len(findings) == 1 and "push acts outside" in findings[0].message  # the path decide -> push skips `ask`
+    guarded = _loop(tmp_path, base.replace("      - {to: push}\n  ask", "      - {to: done}\n  ask"))
+    ctx.loop, ctx.tree = guarded, [guarded]  # type: ignore[assignment]
+    assert audit_checks.check_side_effects(ctx).findings == []
+
+
+PATTERN_NAMES = ["changelog-drafter", "ci-sweeper", "daily-triage", "dependency-sweeper", "issue-triage",
+                 "post-merge-cleanup", "pr-babysitter"]
+
+
+@pytest.mark.parametrize("name", PATTERN_NAMES)
+def test_bundled_patterns_audit_at_least_90(name: str, tmp_path: Path) -> None:
+    scaffold(tmp_path, name, install=from_spec("loopdsl==0.1.0"))
+    report = audit_project(tmp_path, store=tmp_path / "no-store")
+    (loop,) = report.loops
+    lost = {c.rule: [f.message for f in c.findings] for c in loop.checks if c.applicable and not c.passed}
+    # A fresh scaffold has never run; everything else is the loop's own doing.
+    assert "tests-pass" not in lost and "lint-clean" not in lost, lost
+    assert loop.score >= 90, lost
+
+
+def _suggested_commands(text: str) -> list[str]:
+    return [cmd for line in text.splitlines() if line.strip().startswith("fix:")
+            for cmd in re.findall(r"`(loopdsl [^`]+)`", line)]
+
+
+@pytest.mark.parametrize("where", ["parent", "inside"])
+def test_every_suggested_command_runs_as_printed_from_where_audit_ran(where: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    project = tmp_path / "my project"  # a space: the printed paths must be quoted
+    shutil.copytree(DATA / "weak", project)
+    shutil.copytree(DATA / "strong" / "loops", project / "loops", dirs_exist_ok=True)
+    shutil.copytree(DATA / "strong" / "skills", project / "skills", dirs_exist_ok=True)
+    (project / "loops" / "broken.yaml").write_text("loopdsl: 1\nname: broken\nstart: nowhere\nstates: {}\n")
+    cwd, target = (tmp_path, "my project") if where == "parent" else (project / "loops", "..")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+
+    def sh(command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "--noprofile", "--norc", "-c", command], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+
+    audited = sh(f"loopdsl audit '{target}' --suggest --store '{tmp_path / 'no-store'}'")
+    assert audited.returncode == 0, audited.stderr
+    commands = _suggested_commands(audited.stdout)
+    assert {c.split()[1] for c in commands} >= {"cost", "test", "lint", "schedule"}, audited.stdout
+    for command in commands:
+        done = sh(command)
+        # 0 or 1 (the command found what the audit found); never 2, a command that cannot run as printed.
+        assert done.returncode in (0, 1), f"{command!r} in {cwd}: exit {done.returncode}\n{done.stderr}"
+        assert "Traceback" not in done.stderr and "cannot read" not in done.stderr, command

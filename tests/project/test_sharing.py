@@ -1,0 +1,510 @@
+"""Sharing loops between repositories: imports, sub-loops by relative path, pinning,
+portability, and a kill -9 inside a child that `loopdsl resume` finishes.
+
+Two real git repositories are made in tmp dirs from tests/data/sharing/: repo A
+(`shared/gates.yaml`: gates and a model alias; `shared/loops/check.yaml`: the sub-loop,
+with a skill) is cloned beside repo B, whose `loops/review.yaml` imports A's gates as
+`acme.*` and runs A's check loop by relative path. The model alias points at the
+loopback stub (model aliases cannot be templated, so the files are written with the
+stub's address substituted). The installed-package half is in tests/test_packages.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from stub_server import StubServer
+
+import loopdsl
+from loopdsl.cli.commands import cli
+from loopdsl.adapters.store.run_store import RunStore
+
+DATA = Path(__file__).parents[1] / "data" / "sharing"
+STUB_PLACEHOLDER = "http://stub.invalid/v1"
+OFFLINE_BASE = "http://127.0.0.1:9/v1"  # runs that use a reply script never reach it
+PAUSE = "1.0"  # how long the child's slow shell state sleeps (the kill lands inside it)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=Sharing Test", "-c", "user.email=sharing@example.invalid",
+         "-c", "init.defaultBranch=main", *args],
+        cwd=cwd, check=True, capture_output=True, text=True,
+    )
+    return done.stdout
+
+
+def copy_tree(source: Path, dest: Path, api_base: str) -> None:
+    """Copy `source` into `dest`, pointing every model alias at `api_base`."""
+    for file in sorted(source.rglob("*")):
+        if file.is_dir() or "__pycache__" in file.parts:
+            continue
+        target = dest / file.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(file.read_text(encoding="utf-8").replace(STUB_PLACEHOLDER, api_base), encoding="utf-8")
+
+
+def make_git_repo(path: Path, source: Path | None, api_base: str) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    if source is not None:
+        copy_tree(source, path, api_base)
+    git(path, "init", "-q")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "--allow-empty", "-m", "initial")
+    return path
+
+
+def two_repos(root: Path, api_base: str = OFFLINE_BASE) -> tuple[Path, Path]:
+    """Repo A (published at origin/, cloned beside B) and repo B, both real git repos."""
+    origin = make_git_repo(root / "origin" / "repo-a", DATA / "repo-a", api_base)
+    work = root / "work"
+    work.mkdir(parents=True)
+    git(work, "clone", "-q", str(origin), "repo-a")
+    repo_b = make_git_repo(work / "repo-b", DATA / "repo-b", api_base)
+    return work / "repo-a", repo_b
+
+
+def write_script(path: Path, replies: dict[str, list[str]]) -> Path:
+    """A reply script (state -> replies) with fixed usage, so budgets are predictable."""
+    data = {state: [{"text": t, "usage": {"prompt_tokens": 30, "completion_tokens": 20}} for t in texts]
+            for state, texts in replies.items()}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def invoke(args: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The real CLI in-process (no LiteLLM import unless a command calls a model)."""
+    monkeypatch.chdir(cwd)
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def launch(python: str, args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    """`PYTHON -m loopdsl ARGS` as its own process."""
+    env = {k: v for k, v in os.environ.items() if k != "LOOPDSL_STORE"}
+    env.update(PYTHONUNBUFFERED="1", LOOPDSL_USER="sharing-test")
+    return subprocess.Popen([python, "-m", "loopdsl", *args], cwd=cwd, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_until(reached: Callable[[], bool], proc: subprocess.Popen[str], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not reached():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"the process ended (exit {proc.returncode}) before {what}\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def kill_9(proc: subprocess.Popen[str]) -> bool:
+    """SIGKILL the process (no cleanup of any kind); True when it was still running."""
+    alive = proc.poll() is None
+    if alive:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    return alive
+
+
+def summary_line(stdout: str) -> dict[str, Any]:
+    """The `--json` summary event of a `loopdsl run/resume`."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{") and '"type": "summary"' in line:
+            return json.loads(line)
+    raise AssertionError(f"no summary in the output:\n{stdout}")
+
+
+def prompts(stub: StubServer) -> Counter[str]:
+    """Requests the stub received, per prompt (the last message's text)."""
+    return Counter(str(r.body["messages"][-1]["content"]) for r in stub.requests)
+
+
+def top_level_runs(store: Path) -> list[dict[str, Any]]:
+    with RunStore(store) as probe:
+        return [r for r in probe.list_runs() if not r.get("parent")]
+
+
+def kill_inside_child_then_resume(python: str, loop: Path, cwd: Path, store: Path, marks: Path,
+                                  child_states: list[str]) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+    """Run `loop` in its own process; each time a child in `child_states` (in order) leaves
+    its marker, SIGKILL the process and resume. Returns the run id, the final `--json`
+    summary and the committed record of each child at the moment of its kill."""
+    args = ["run", str(loop), "--store", str(store), "--input", f"marks={marks}", "--input", f"pause={PAUSE}",
+            "--json", "-q"]
+    proc = launch(python, args, cwd)
+    run_id = ""
+    at_kill: list[dict[str, Any]] = []
+    for tag in child_states:
+        marker = f"{tag}.*"
+
+        def left_its_marker(marker: str = marker) -> bool:
+            return any(marks.glob(marker))
+
+        wait_until(left_its_marker, proc, f"the marker of child '{tag}'")
+        assert kill_9(proc), f"the process had ended before the kill inside child '{tag}'"
+        run_id = run_id or top_level_runs(store)[0]["run_id"]
+        with RunStore(store) as probe:
+            parent = probe.load(run_id)
+            child = probe.load(f"{run_id}.check_{tag}")
+        assert parent["status"] == "running" and parent["current"] == f"check_{tag}"
+        at_kill.append(child)
+        proc = launch(python, ["resume", run_id, "--store", str(store), "--json", "-q"], cwd)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
+    return run_id, summary_line(out), at_kill
+
+
+# --------------------------------------------------------------------------- two repositories
+
+
+def test_repo_b_imports_and_runs_repo_a_loops_and_resumes_after_kill_inside_the_child(
+        tmp_path: Path, stub_server: StubServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    _repo_a, repo_b = two_repos(tmp_path, stub_server.api_base)
+    loop = repo_b / "loops" / "review.yaml"
+    assert "../../repo-a/shared/gates.yaml" in loop.read_text()
+
+    # Lints clean, including A's files it pulls in.
+    linted = invoke(["lint", "loops"], repo_b, monkeypatch)
+    assert linted.exit_code == 0, linted.output
+    assert linted.stdout == ""
+
+    # The uninterrupted run (in-process, real HTTP to the stub): the baseline.
+    replies = ["a note about releases", "looks fine"]
+    for text in replies:
+        stub_server.reply_text(text)
+    base_dir = tmp_path / "baseline"
+    (base_dir / "marks").mkdir(parents=True)
+    baseline = loopdsl.run(loop, {"marks": str(base_dir / "marks"), "pause": "0"}, store=base_dir / "store",
+                           workdir=base_dir)
+    assert baseline.status == "completed", baseline.state.error
+    assert baseline.outputs == {"draft": "a note about releases", "local": "looks fine", "local_slept": "slept"}
+    # A's gates ran in B's loop (as acme.stamp) and in A's child loop (as stamp): each
+    # appends the id of the run it ran in, in the run's working directory.
+    stamps = (base_dir / "stamps.log").read_text().split()
+    assert stamps == [baseline.run_id, f"{baseline.run_id}/check_local"]
+    assert prompts(stub_server) == Counter({"draft a note about releases": 1, "check[local]: a note about releases": 1})
+
+    # The same loop as a real `loopdsl run` process, SIGKILLed inside the child's slow
+    # shell state, then `loopdsl resume`d.
+    stub_server.reset()
+    for text in replies:
+        stub_server.reply_text(text)
+    marks, store = tmp_path / "marks", tmp_path / "store"
+    marks.mkdir()
+    run_id, final, at_kill = kill_inside_child_then_resume(sys.executable, loop, repo_b, store, marks, ["local"])
+    assert at_kill[0]["status"] == "running" and at_kill[0]["current"] == "slow"
+    assert at_kill[0]["parent"] == run_id and at_kill[0]["results"]["ask"]["text"] == "looks fine"
+
+    assert final["status"] == "completed" and final["run_id"] == run_id
+    assert final["outputs"] == baseline.outputs
+    assert final["path"] == baseline.path
+    # No LLM call paid twice: each prompt reached the stub once over run + resume.
+    assert prompts(stub_server) == Counter({"draft a note about releases": 1, "check[local]: a note about releases": 1})
+    assert stub_server.unscripted == 0
+    assert (repo_b / "stamps.log").read_text().split() == [run_id, f"{run_id}/check_local"]
+    with RunStore(store) as probe:
+        child = probe.load(f"{run_id}.check_local")
+    assert child["status"] == "completed" and child["parent"] == run_id
+    assert len(list(marks.glob("local.*"))) == 2  # the killed slow step ran again, nothing else did
+
+
+# --------------------------------------------------------------------------- imports
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+LIB_A = "gates:\n  clean: {shell: \"true\"}\n"
+LIB_B = "gates:\n  clean: {expr: \"true\"}\n"
+
+
+def test_import_alias_namespaces_gates_and_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _repo_a, repo_b = two_repos(tmp_path)
+    _write(repo_b / "lib" / "a.yaml", LIB_A)
+    _write(repo_b / "lib" / "b.yaml", LIB_B)
+    _write(repo_b / "alias.yaml", """\
+loopdsl: 1
+name: alias
+imports:
+  - {path: lib/a.yaml, as: left}
+  - {path: lib/b.yaml, as: right}
+  - {path: ../repo-a/shared/gates.yaml, as: acme}
+start: go
+states:
+  go:
+    llm: {model: fast, prompt: "hello"}
+    gates: {after: [left.clean, right.clean, clean]}
+    next: done
+  done: {end: completed}
+""")
+    result = invoke(["lint", "alias.yaml"], repo_b, monkeypatch)
+    assert result.exit_code == 1
+    assert [line for line in result.stdout.splitlines() if line.startswith("alias.yaml:")] == [
+        'alias.yaml:10:18: error: state "go" uses unknown model "fast" (did you mean "acme.fast"?) [unknown-model]',
+        'alias.yaml:11:46: error: unknown gate "clean" (did you mean "left.clean"?) [unknown-gate]',
+    ]
+    assert "(defined: acme.said_something, acme.stamp, left.clean, right.clean)" in result.stdout
+
+    # With the prefixes the loop lints and the namespaced gates run.
+    fixed = (repo_b / "alias.yaml").read_text().replace("model: fast", "model: acme.fast").replace(
+        "right.clean, clean]", "right.clean, acme.stamp]")
+    (repo_b / "alias.yaml").write_text(fixed)
+    assert invoke(["lint", "alias.yaml"], repo_b, monkeypatch).exit_code == 0
+    run = loopdsl.run(repo_b / "alias.yaml", script=write_script(tmp_path / "s.json", {"go": ["hi"]}), workdir=repo_b)
+    assert run.status == "completed"
+    assert (repo_b / "stamps.log").read_text().split() == [run.run_id]
+    assert [e["gate"] for e in run.events if e["type"] == "gate"] == ["left.clean", "right.clean", "acme.stamp"]
+
+
+def test_import_clash_shows_both_definitions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(tmp_path / "lib" / "a.yaml", LIB_A)
+    _write(tmp_path / "lib" / "b.yaml", LIB_B)
+    _write(tmp_path / "clash.yaml", """\
+loopdsl: 1
+name: clash
+imports: [lib/a.yaml, lib/b.yaml]
+start: go
+states:
+  go: {shell: "true", gates: {after: [clean]}, next: done}
+  done: {end: completed}
+""")
+    result = invoke(["lint", "clash.yaml"], tmp_path, monkeypatch)
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [
+        'clash.yaml:3:23: error: gate "clean" from "lib/b.yaml" clashes with another gate of that name [import-clash]',
+        "   3 | imports: [lib/a.yaml, lib/b.yaml]",
+        "     |                       ^",
+        '  lib/a.yaml:2:3: note: first gate "clean" is defined here',
+        '  lib/b.yaml:2:3: note: second gate "clean" is defined here',
+        "  hint: import one of the files with `{path: lib/b.yaml, as: NAME}` to use its names as NAME.clean",
+    ]
+
+
+def test_import_cycle_shows_both_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(tmp_path / "lib" / "one.yaml", "imports: [two.yaml]\ngates:\n  one: {expr: \"true\"}\n")
+    _write(tmp_path / "lib" / "two.yaml", "imports: [{path: one.yaml, as: back}]\ngates:\n  two: {expr: \"true\"}\n")
+    _write(tmp_path / "cycle.yaml", """\
+loopdsl: 1
+name: cycle
+imports: [lib/one.yaml]
+start: go
+states:
+  go: {shell: "true", gates: {after: [one, two]}, next: done}
+  done: {end: completed}
+""")
+    result = invoke(["lint", "cycle.yaml"], tmp_path, monkeypatch)
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [
+        "lib/two.yaml:1:12: error: import cycle: lib/one.yaml -> lib/two.yaml -> lib/one.yaml [import-cycle]",
+        "   1 | imports: [{path: one.yaml, as: back}]",
+        "     |            ^",
+        '  cycle.yaml:3:11: note: "lib/one.yaml" is imported here first',
+        "  hint: imports must form a tree: move the shared gates/models into a file both import",
+    ]
+
+
+def test_missing_import_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo_a, repo_b = two_repos(tmp_path)
+    shutil.rmtree(repo_a)  # B's checkout has no A beside it
+    result = invoke(["lint", "loops/review.yaml"], repo_b, monkeypatch)
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == ('loops/review.yaml:11:6: error: imported file "../../repo-a/shared/gates.yaml" '
+                        "does not exist [missing-file]")
+    assert "  hint: the path is relative to the importing file's folder" in lines
+    assert ('loops/review.yaml:23:11: error: sub-loop file "../../repo-a/shared/loops/check.yaml" '
+            "does not exist [missing-file]") in lines
+    # Running it says the same, without a traceback.
+    ran = invoke(["run", "loops/review.yaml", "--no-store"], repo_b, monkeypatch)
+    assert ran.exit_code == 2
+    assert 'imported file "../../repo-a/shared/gates.yaml" does not exist' in ran.stderr
+    assert "Traceback" not in ran.output
+
+
+CHECKPOINT_LOOP = """\
+loopdsl: 1
+name: gated
+imports: [{path: ../../repo-a/shared/gates.yaml, as: acme}]
+start: prepare
+states:
+  prepare: {shell: "echo ready", gates: {after: [acme.stamp]}, next: approve}
+  approve:
+    checkpoint: {message: "ship it?"}
+    transitions:
+      - {to: done, when: "approve.decision == 'approve'"}
+      - {to: stopped}
+  done: {end: completed}
+  stopped: {end: failed}
+"""
+
+
+def test_changed_import_fails_lint_locked_and_refuses_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo_a, repo_b = two_repos(tmp_path)
+    _write(repo_b / "loops" / "gated.yaml", CHECKPOINT_LOOP)
+    assert invoke(["lock", "loops"], repo_b, monkeypatch).exit_code == 0
+    store = tmp_path / "store"
+    waiting = loopdsl.run(repo_b / "loops" / "gated.yaml", store=store, workdir=repo_b)
+    assert waiting.status == "waiting"
+    assert invoke(["approve", waiting.run_id, "--store", str(store)], repo_b, monkeypatch).exit_code == 0
+
+    # Team A changes its gates (and B pulls): the pin and the waiting run both notice.
+    gates = repo_a / "shared" / "gates.yaml"
+    gates.write_text(gates.read_text().replace("echo {{ run.id }}", "echo changed {{ run.id }}"))
+    git(repo_a, "commit", "-qam", "change the stamp gate")
+    locked = invoke(["lint", "--locked", "loops"], repo_b, monkeypatch)
+    assert locked.exit_code == 1
+    changed = [line for line in locked.stdout.splitlines() if "[lock-changed]" in line]
+    assert len(changed) == 2  # both loops of B use A's gates
+    assert all("'../repo-a/shared/gates.yaml' changed since loopdsl.lock was written" in line for line in changed)
+
+    refused = invoke(["resume", waiting.run_id, "--store", str(store)], repo_b, monkeypatch)
+    assert refused.exit_code == 2
+    assert f"loopdsl: error: changed since run {waiting.run_id} started: {gates.resolve()}" in refused.stderr
+    assert "hint: resume with --force" in refused.stderr
+    with RunStore(store) as probe:
+        assert probe.load(waiting.run_id)["status"] == "waiting"
+
+    forced = invoke(["resume", waiting.run_id, "--store", str(store), "--force", "-q"], repo_b, monkeypatch)
+    assert forced.exit_code == 0, forced.output
+    with RunStore(store) as probe:
+        assert probe.load(waiting.run_id)["status"] == "completed"
+
+
+# --------------------------------------------------------------------------- pinning
+
+
+def test_lock_pins_every_file_and_show_lists_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo_a, repo_b = two_repos(tmp_path)
+    written = invoke(["lock", "loops"], repo_b, monkeypatch)
+    assert written.exit_code == 0 and "(1 loop(s))" in written.stdout
+    lock = json.loads((repo_b / "loopdsl.lock").read_text())
+    files = {
+        "loops/review.yaml": repo_b / "loops" / "review.yaml",
+        "../repo-a/shared/gates.yaml": repo_a / "shared" / "gates.yaml",
+        "../repo-a/shared/loops/check.yaml": repo_a / "shared" / "loops" / "check.yaml",
+        "../repo-a/shared/skills/check/SKILL.md": repo_a / "shared" / "skills" / "check" / "SKILL.md",
+    }
+    assert lock["files"] == {key: loopdsl_sha(path) for key, path in files.items()}
+    assert invoke(["lint", "--locked", "loops"], repo_b, monkeypatch).exit_code == 0
+
+    # A run records each resolved file with its sha256; `show` lists them.
+    script = write_script(tmp_path / "s.json", {"draft": ["a note"], "ask": ["fine"]})
+    run = loopdsl.run(repo_b / "loops" / "review.yaml", script=script, store=tmp_path / "store", workdir=repo_b)
+    assert run.status == "completed"
+    assert run.state.meta["files"] == {str(path.resolve()): loopdsl_sha(path) for path in files.values()}
+    shown = invoke(["show", run.run_id, "--store", str(tmp_path / "store")], repo_b, monkeypatch)
+    listed = shown.stdout.split("files:\n", 1)[1].splitlines()
+    for path in files.values():
+        assert f"  {loopdsl_sha(path)[:16]}  {path.resolve()}" in listed
+
+    # Edit the sub-loop's skill in A: `lint --locked` names it.
+    skill = repo_a / "shared" / "skills" / "check" / "SKILL.md"
+    skill.write_text(skill.read_text() + "\nBe brief.\n")
+    failed = invoke(["lint", "--locked", "loops"], repo_b, monkeypatch)
+    assert failed.exit_code == 1
+    assert failed.stdout.splitlines()[0] == (
+        f"loops/review.yaml:1:1: error: '../repo-a/shared/skills/check/SKILL.md' changed since loopdsl.lock "
+        f"was written (locked {lock['files']['../repo-a/shared/skills/check/SKILL.md'][:12]}, "
+        f"now {loopdsl_sha(skill)[:12]}) [lock-changed]")
+
+    # A new dependency that was never locked is `lock-missing`.
+    invoke(["lock", "loops"], repo_b, monkeypatch)
+    _write(repo_b / "lib" / "extra.yaml", LIB_A)
+    loop = repo_b / "loops" / "review.yaml"
+    loop.write_text(loop.read_text().replace("imports:\n", "imports:\n  - {path: ../lib/extra.yaml, as: extra}\n"))
+    missing = invoke(["lint", "--locked", "loops"], repo_b, monkeypatch)
+    assert missing.exit_code == 1
+    assert ("loops/review.yaml:1:1: error: 'lib/extra.yaml' is used by this loop but not pinned in loopdsl.lock "
+            "[lock-missing]") in missing.stdout.splitlines()
+
+
+def loopdsl_sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------- portability
+
+
+def test_a_loop_folder_copied_into_another_repository_lints_locks_and_runs_unchanged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo_a, _repo_b = two_repos(tmp_path)
+    shared = repo_a / "shared"
+    # Pin the folder where it lives: the lock sits in the folder, paths relative to it.
+    assert invoke(["lock", "loops"], shared, monkeypatch).exit_code == 0
+    assert invoke(["lint", "--locked", "loops"], shared, monkeypatch).exit_code == 0
+
+    # Copy the folder (loops, sub-loop, imports, skill, lock) into an unrelated repository.
+    repo_c = make_git_repo(tmp_path / "elsewhere" / "repo-c", None, OFFLINE_BASE)
+    vendored = repo_c / "ci" / "vendor" / "acme"
+    shutil.copytree(shared, vendored)
+    git(repo_c, "add", "-A")
+    git(repo_c, "commit", "-qm", "vendor acme loops")
+
+    for file in vendored.rglob("*"):
+        if file.is_file():
+            text = file.read_text(encoding="utf-8")
+            assert str(tmp_path) not in text and os.sep + "work" + os.sep not in text, f"absolute path in {file}"
+    lock = json.loads((vendored / "loopdsl.lock").read_text())
+    assert sorted(lock["files"]) == ["gates.yaml", "loops/check.yaml", "loops/pipeline.yaml",
+                                     "skills/check/SKILL.md"]
+
+    linted = invoke(["lint", "--locked", "ci/vendor/acme/loops"], repo_c, monkeypatch)
+    assert linted.exit_code == 0, linted.output
+    script = write_script(tmp_path / "s.json", {"draft": ["one line"], "ask": ["fine"]})
+    run = loopdsl.run(vendored / "loops" / "pipeline.yaml", script=script, store=tmp_path / "store", workdir=repo_c)
+    assert run.status == "completed", run.state.error
+    assert run.outputs == {"draft": "one line", "verdict": "fine"}
+    assert (repo_c / "stamps.log").read_text().split() == [run.run_id, f"{run.run_id}/check"]
+    assert all(path.startswith(str(vendored.resolve())) for path in run.state.meta["files"])
+
+
+# --------------------------------------------------------------------------- known bugs
+
+
+def test_a_run_id_prefix_is_not_ambiguous_because_of_its_children(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _repo_a, repo_b = two_repos(tmp_path)
+    script = write_script(tmp_path / "s.json", {"draft": ["a note"], "ask": ["fine"]})
+    run = loopdsl.run(repo_b / "loops" / "review.yaml", script=script, store=tmp_path / "store", workdir=repo_b)
+    shown = invoke(["show", run.run_id[:5], "--store", str(tmp_path / "store")], repo_b, monkeypatch)
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.stdout.startswith(f"run {run.run_id}: completed")
+
+
+# --------------------------------------------------------------------------- the user doc
+
+
+def test_docs_sharing_pyproject_is_the_one_the_package_tests_build_and_its_yaml_parses() -> None:
+    import re
+
+    import tomllib
+    from ruamel.yaml import YAML
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "sharing.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```$", doc, flags=re.MULTILINE | re.DOTALL)
+    tomls = [body for lang, body in blocks if lang == "toml"]
+    assert len(tomls) == 1
+    built = tomllib.loads((DATA / "package" / "pyproject.toml").read_text(encoding="utf-8"))
+    assert tomllib.loads(tomls[0]) == built  # tests/test_packages.py installs exactly this
+    yamls = [body for lang, body in blocks if lang == "yaml"]
+    assert len(yamls) >= 5
+    for body in yamls:
+        assert YAML(typ="safe").load(body) is not None

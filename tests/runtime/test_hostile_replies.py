@@ -1,0 +1,156 @@
+"""Hostile model replies (huge integers, deep nesting) are `parse` failures, never crashes:
+real `python -m loopdsl run` subprocesses with scripted replies."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loopdsl.language import bounded_json
+from loopdsl.language.user_schema import SchemaTimeout, ecma_pattern, schema_errors
+from loopdsl.runtime.redaction import Redactor
+
+LOOP = Path(__file__).parents[1] / "data" / "limits" / "json_reply.yaml"
+SECRET = "sekrit-value-123"
+
+
+def run_loop(tmp_path: Path, replies: list[str], *extra: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps({"ask": replies}))
+    env = {k: v for k, v in os.environ.items() if k != "LOOPDSL_STORE"}
+    env["TOK"] = SECRET
+    return subprocess.run([sys.executable, "-m", "loopdsl", "run", str(LOOP), "--script", str(script),
+                           "--store", str(tmp_path / "store"), *extra],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+HOSTILE = {
+    "5000-digit integer": "1" * 5000,
+    "100,000-deep array": "[" * 100_000 + "]" * 100_000,
+    "600-deep array (the redactor walks it)": "[" * 600 + '"x"' + "]" * 600,
+    "deep object": '{"a":' * 5000 + "1" + "}" * 5000,
+    "infinity": "[1e999]",
+}
+
+
+@pytest.mark.parametrize("reply", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_hostile_reply_is_a_parse_failure_that_is_retried(tmp_path: Path, reply: str) -> None:
+    proc = run_loop(tmp_path, [reply, '{"ok": 1}'], "--json")
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    retries = [e for e in events if e.get("type") == "retry"]
+    assert [e["kind"] for e in retries] == ["parse"], retries
+
+
+def test_only_hostile_replies_fail_the_run_cleanly(tmp_path: Path) -> None:
+    proc = run_loop(tmp_path, ["[" * 100_000, "1" * 5000])
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    assert "internal error" not in proc.stderr
+    assert "nests deeper than" in proc.stdout + proc.stderr or "digits" in proc.stdout + proc.stderr
+
+
+def test_bounded_loads_limits() -> None:
+    assert bounded_json.loads('{"a": [1, 2.5, "[[[["]}') == {"a": [1, 2.5, "[[[["]}
+    assert bounded_json.loads("[" * 100 + "]" * 100) is not None
+    for text in ("[" * 101 + "]" * 101, "9" * 1001, "-" + "9" * 1001, "NaN", "[-Infinity]", "1e400"):
+        with pytest.raises(bounded_json.JsonLimitError):
+            bounded_json.loads(text)
+    with pytest.raises(json.JSONDecodeError):
+        bounded_json.loads('{"a": ')
+
+
+def test_redactor_walks_any_depth_without_recursion() -> None:
+    value: object = SECRET
+    for _ in range(50_000):
+        value = [value]
+    redacted = Redactor([SECRET]).redact_obj({"k": value})["k"]
+    for _ in range(50_000):
+        assert isinstance(redacted, list)
+        redacted = redacted[0]
+    assert redacted == "***"
+
+
+def test_measure_counts_shared_parts_each_time() -> None:
+    a = ["x" * 1000] * 10
+    size, depth, walked = bounded_json.measure([[a] * 10] * 10, max_size=10**9)
+    assert size > 1000 * 1000 and depth == 3 and walked == 2 * (10 + 10 + 10)  # each distinct list twice
+    size, _, _ = bounded_json.measure([[a] * 10] * 10, max_size=5000)
+    assert size > 5000
+
+
+def test_backtracking_schema_pattern_is_bounded_in_time(tmp_path: Path) -> None:
+    """`^(a|a)*$` on 40 a's and a '!' takes hours in a backtracking engine; the check gives
+    up at its deadline and the reply is a parse failure like any other."""
+    loop = Path(__file__).parents[1] / "data" / "limits" / "schema_pattern.yaml"
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps({"ask": [json.dumps({"s": "a" * 40 + "!"}), '{"s": "aaaa"}']}))
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--script", str(script),
+                           "--store", str(tmp_path / "store"), "--json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    retries = [e for e in map(json.loads, proc.stdout.splitlines()) if e.get("type") == "retry"]
+    assert len(retries) == 1 and retries[0]["kind"] == "parse" and "backtracks" in retries[0]["message"]
+    assert elapsed < 120  # without the deadline: hours
+
+
+def test_user_schema_patterns_are_ecma_and_bounded() -> None:
+    name = {"type": "string", "pattern": "^[a-z]+$"}
+    assert schema_errors(name, "abc") == []
+    assert schema_errors(name, "abc\n") != []  # `$` is the end of the text, as in ECMA-262
+    keys = {"type": "object", "patternProperties": {"^k$": {"type": "integer"}}, "additionalProperties": False}
+    assert schema_errors(keys, {"k": 1}) == []
+    assert len(schema_errors(keys, {"k\n": 1})) == 1
+    started = time.monotonic()
+    with pytest.raises(SchemaTimeout):
+        schema_errors({"type": "string", "pattern": "^(a|a)*$"}, "a" * 40 + "!", timeout=0.5)
+    assert time.monotonic() - started < 30
+    assert ecma_pattern(r"^a$|[$]\$x$") == r"^a\Z|[$]\$x\Z"
+
+
+@pytest.mark.parametrize("text", ["x: " + "[" * 3000 + "]" * 3000, "count: " + "{a: " * 2000 + "1" + "}" * 2000],
+                         ids=["deep-list", "deep-map"])
+def test_deep_inputs_file_is_a_usage_error(tmp_path: Path, text: str) -> None:
+    inputs = tmp_path / "inputs.yaml"
+    inputs.write_text(text + "\n")
+    loop = Path(__file__).parents[1] / "data" / "runs" / "typed_inputs.yaml"
+    proc = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--inputs", str(inputs),
+                           "--store", str(tmp_path / "store")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "nested deeper than" in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_a_set_value_too_big_to_print_fails_the_state_not_the_run(tmp_path: Path) -> None:
+    """An integer past Python's 4,300-digit print limit would crash the store's encoder."""
+    loop = tmp_path / "bigint.yaml"
+    loop.write_text("loopdsl: 1\nname: bigint\nstart: a\nstates:\n  a:\n    set: {x: \"10 ** 5000\"}\n"
+                    "    next: done\n  done:\n    end: completed\n")
+    proc = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--store", str(tmp_path / "store")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    assert "internal error" not in proc.stderr and "a power" in proc.stderr
+
+
+def test_a_long_integer_input_is_stored_and_shown(tmp_path: Path) -> None:
+    """What the store can write (an int of up to 4,300 digits) it reads back for `show`."""
+    loop = tmp_path / "longint.yaml"
+    loop.write_text("loopdsl: 1\nname: longint\ninputs:\n  n: {type: integer}\nstart: done\nstates:\n"
+                    "  done:\n    end: completed\n")
+    store = str(tmp_path / "store")
+    env = {k: v for k, v in os.environ.items() if k != "LOOPDSL_STORE"}
+    run = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--input", "n=" + "7" * 4000,
+                          "--store", store, "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    run_id = json.loads(run.stdout.splitlines()[-1])["run_id"]
+    shown = subprocess.run([sys.executable, "-m", "loopdsl", "show", run_id, "--store", store, "--json"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert json.loads(shown.stdout)["run"]["inputs"]["n"] == int("7" * 4000)

@@ -1,0 +1,124 @@
+"""A command outlives `kill -9` of the loopdsl running it; `resume` must not start a second
+copy beside it. Its process group and marker are in the store before it is waited on: an
+idempotent step's leftover is stopped (with the `setsid` child it started) before the step
+runs again; a non-idempotent one waits for a person, and is stopped once they approve.
+Also: a `setsid` child does not survive the wall-time stop of a run. Real processes only.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import crash_torture as ct
+
+import loopdsl
+from loopdsl.adapters.store.run_store import MARKER_NAME, RunStore
+from loopdsl.runtime.errors import StoreError
+
+DATA = Path(__file__).parents[1] / "data" / "durable"
+
+
+def _alive(pid: int) -> bool:
+    out = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True, check=False).stdout
+    return bool(out.strip()) and not out.strip().startswith("Z")
+
+
+def _escaped(marks: Path) -> list[int]:
+    return [int(p.read_text()) for p in marks.glob("escaped.*") if p.read_text().strip()]
+
+
+@pytest.fixture
+def marks(tmp_path: Path) -> Path:
+    path = tmp_path / "marks"
+    path.mkdir()
+    yield path
+    # Whatever a failing test left running: the escaped children, and every process whose
+    # environment names this test's folder (the commands get it as a placeholder value).
+    needle = f"={path}".encode()
+    leftovers = set(_escaped(path))
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and any(v.endswith(needle) for v in (entry / "environ").read_bytes().split(b"\0")):
+                leftovers.add(int(entry.name))
+    for pid in leftovers - {os.getpid()}:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _recorded(store: Path) -> bool:
+    """The running command's process group is in the store (what `resume` relies on)."""
+    if not (store / MARKER_NAME).exists():
+        return False  # not created yet (opening it now would race its creation)
+    try:
+        with RunStore(store) as probe:
+            runs = probe.list_runs()
+    except StoreError:
+        return False
+    return bool(runs) and bool(((runs[0].get("pending") or {}).get("command") or {}).get("pgid"))
+
+
+def _start_and_kill(tmp_path: Path, marks: Path, idempotent: bool) -> tuple[Path, str]:
+    loop = tmp_path / "leftover.yaml"
+    loop.write_text((DATA / "leftover.yaml").read_text().replace("idempotent: true", f"idempotent: {str(idempotent).lower()}"))
+    store = tmp_path / "store"
+    proc = ct.launch(["run", str(loop), "--store", str(store), "--input", f"marks={marks}"], tmp_path)
+    try:
+        ct.wait_until(lambda: (marks / "first").exists() and len(_escaped(marks)) == 1 and _recorded(store), proc,
+                      what="the command's start, recorded in the store", timeout=30)
+    finally:
+        killed = ct.kill(proc)
+    assert killed  # kill -9 landed while the command ran
+    run_id = ct.run_id_from_cli(store, tmp_path)
+    assert run_id is not None
+    return store, run_id
+
+
+def test_resume_stops_an_idempotent_steps_leftover_before_running_it_again(tmp_path: Path, marks: Path) -> None:
+    store, run_id = _start_and_kill(tmp_path, marks, idempotent=True)
+    first_escaped = _escaped(marks)[0]
+    assert _alive(first_escaped)  # kill -9 of loopdsl left the command running
+    done = ct.cli(["resume", run_id, "--store", str(store)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    # The first copy was stopped before the second started: it never wrote its "end".
+    assert (marks / "log").read_text() == "start\nstart\nend\n"
+    assert not _alive(first_escaped)
+    shown = ct.cli(["show", run_id, "--store", str(store), "--json"], tmp_path)
+    assert '"stopped_leftover"' in shown.stdout
+
+
+def test_a_non_idempotent_steps_leftover_waits_for_a_person(tmp_path: Path, marks: Path) -> None:
+    store, run_id = _start_and_kill(tmp_path, marks, idempotent=False)
+    first_escaped = _escaped(marks)[0]
+    waiting = ct.cli(["resume", run_id, "--store", str(store)], tmp_path)
+    assert waiting.returncode == 4, waiting.stderr
+    assert "still running" in waiting.stdout + waiting.stderr
+    assert _alive(first_escaped) and (marks / "log").read_text() == "start\n"  # neither stopped nor re-run
+    assert ct.cli(["approve", run_id, "--store", str(store)], tmp_path).returncode == 0
+    done = ct.cli(["resume", run_id, "--store", str(store)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (marks / "log").read_text() == "start\nstart\nend\n"
+    assert not _alive(first_escaped)
+
+
+def test_a_setsid_child_does_not_survive_the_wall_time_stop(tmp_path: Path, marks: Path) -> None:
+    loop = tmp_path / "slow.yaml"
+    loop.write_text(
+        "loopdsl: 1\nname: slow\ndescription: outlives its wall time\ninputs:\n  marks: {type: string}\n"
+        "budget: {steps: 5, wall_time: 1.5}\nstart: work\nstates:\n  work:\n"
+        "    shell: (setsid sleep 300 & echo $! > {{ inputs.marks }}/escaped.$$) && sleep 300\n"
+        "    idempotent: true\n    next: done\n  done: {end: completed}\n"
+    )
+    started = time.monotonic()
+    result = loopdsl.run(loop, {"marks": str(marks)})
+    assert result.status == "budget_exhausted" and time.monotonic() - started < 10
+    escaped = _escaped(marks)
+    assert len(escaped) == 1 and not _alive(escaped[0])
