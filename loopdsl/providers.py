@@ -76,6 +76,9 @@ class LlmRequest:
     api_key: str | None = field(default=None, repr=False, compare=False)  # never persisted
     timeout: float | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    # The caller charges this call at its own price (a loop's `price:` or the price table),
+    # so LiteLLM's cost lookup (~0.6 ms a reply for a model it does not know) is skipped.
+    priced: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
@@ -304,7 +307,7 @@ def _response_to_llm(litellm: Any, response: Any, request: LlmRequest) -> LlmRes
                            cost_usd=None, model=str(getattr(response, "model", None) or request.model), usage_known=False)
     hidden = getattr(response, "_hidden_params", None) or {}
     cost = hidden.get("response_cost") if isinstance(hidden, Mapping) else None
-    if cost is None:
+    if cost is None and not request.priced:
         try:
             cost = litellm.completion_cost(completion_response=response)
         except Exception:  # noqa: BLE001 - LiteLLM raises for a model it cannot price: unknown, not free
