@@ -30,7 +30,7 @@ def _event_key(run_id: str, index: int) -> str:
 # re-encode and rewrite the whole history (its cost grew with the run). Full chunks of
 # PATH_CHUNK states live in rows of their own, written once; the record keeps the rest and
 # the number of chunks in `path_chunks` (format 2 of the store).
-PATH_CHUNK = 256
+PATH_CHUNK = 64
 
 
 def _path_key(run_id: str, index: int) -> str:

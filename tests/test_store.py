@@ -267,7 +267,7 @@ def test_a_long_path_reads_back_whole_and_the_record_row_stays_small(store: RunS
     for step in range(1, 1201):
         path = [f"s{i % 7}" for i in range(step)]
         store.commit("long", {"status": "running", "path": path}, [{"n": step}])
-        if step in (300, 1068):  # the same length past a multiple of 256 (the chunk)
+        if step in (300, 1068):  # the same length past a multiple of 64 (the chunk)
             sizes.append(_record_row_bytes(store_dir, "long"))
             assert store.load("long")["path"] == path
     assert sizes[1] <= sizes[0] + 10  # 3.5x the path, not 3.5x the bytes per commit
