@@ -126,13 +126,19 @@ class RunStore:
                 timeout=30,
                 disk=JsonOnlyDisk,
                 eviction_policy="none",  # never evict a run or a paid response
-                cull_limit=10,  # still purge expired lock rows as we write
+                # No culling SELECT after every write (~7 us a commit): an expired lock row
+                # reads as absent, is reused by the run's next `add` and deleted on release.
+                cull_limit=0,
                 statistics=False,
                 tag_index=False,
                 sqlite_journal_mode="wal",
                 # NORMAL in WAL mode: a commit survives the death of the process (the
                 # durability target); FULL would add an fsync per commit for power loss.
                 sqlite_synchronous=1,
+                # A commit rewrites the same few pages (the record, the count): a longer WAL
+                # copies each into the database once per checkpoint instead of every 1,000
+                # frames (~160 steps), and fsyncs less often. 4,000 pages = 16 MB at most.
+                sqlite_wal_autocheckpoint=4000,
             )
         except sqlite3.DatabaseError as exc:
             raise StoreError(
