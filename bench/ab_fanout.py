@@ -3,27 +3,18 @@
     python bench/ab_fanout.py --base ../main [--rounds 3] [--children 200] [--latency 0.1]
 
 Each round runs the three sides one after the other against the same loopback stub, each
-in its own process (fanout.py's `--child` mode of the matching checkout), and prints the
+in its own process (fanout.py's `--child` mode importing that checkout's loopdsl), and prints the
 best of the rounds with each fan-out's ratio to the bare gather.
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
-
-
-def fanout_module(tree: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, tree / "bench" / "fanout.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # its `measure` runs its own checkout's file
-    return module
+sys.path.insert(0, str(HERE / "bench"))
 
 
 def main() -> None:
@@ -35,11 +26,12 @@ def main() -> None:
     args = parser.parse_args()
     from tests.stub_server import StubReply, StubServer
 
-    base, this = fanout_module(args.base.resolve(), "fanout_base"), fanout_module(HERE, "fanout_this")
+    import fanout as this  # this driver; each side's process imports its own checkout's loopdsl
     seconds: dict[str, list[float]] = {"bare": [], "base": [], "this": []}
+    cpu: dict[str, list[float]] = {"bare": [], "base": [], "this": []}
     with StubServer() as stub:
         sides = {"bare": lambda: this.measure("bare", stub.api_base, args.children),
-                 "base": lambda: base.measure("loopdsl", stub.api_base, args.children),
+                 "base": lambda: this.measure("loopdsl", stub.api_base, args.children, root=args.base.resolve()),
                  "this": lambda: this.measure("loopdsl", stub.api_base, args.children)}
         for index in range(args.rounds):
             for name, run in sides.items():
@@ -48,11 +40,16 @@ def main() -> None:
                                for _ in range(args.children * 5)])
                 figures = run()
                 seconds[name].append(figures["seconds"])
-                print(f"round {index + 1} {name:4s} {figures['seconds']:6.2f} s", flush=True)
+                cpu[name].append(figures["cpu_s"])
+                print(f"round {index + 1} {name:4s} {figures['seconds']:6.2f} s, CPU {figures['cpu_s']:5.2f} s", flush=True)
     best = {name: min(values) for name, values in seconds.items()}
     print(f"{args.children} children x 5 calls, best of {args.rounds} rounds: bare {best['bare']:.2f} s, "
           f"base {best['base']:.2f} s ({best['base'] / best['bare']:.2f}x), "
           f"this {best['this']:.2f} s ({best['this'] / best['bare']:.2f}x)")
+    low = {name: min(values) for name, values in cpu.items()}
+    print(f"CPU seconds, least of the rounds: bare {low['bare']:.2f}, base {low['base']:.2f}, this {low['this']:.2f} "
+          f"(loopdsl's own: base {(low['base'] - low['bare']) / args.children * 1000:.1f} ms, "
+          f"this {(low['this'] - low['bare']) / args.children * 1000:.1f} ms a child)")
 
 
 if __name__ == "__main__":
