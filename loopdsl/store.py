@@ -10,7 +10,9 @@ text: diskcache pickles by default, and unpickling a planted row runs code
 
 Key layout (all keys are strings):
   runs                       list of run ids in creation order (the index)
-  run/<id>/record            the run record the engine gives, plus `updated_at`
+  run/<id>/record            the run record the engine gives, plus `updated_at`; a path of
+                             64 states or more keeps only its tail here, with `path_chunks`
+  run/<id>/path/<n:06d>      full chunks of 64 states of that path, each written once
   run/<id>/n                 number of events of the run
   run/<id>/event/<n:010d>    one event, append-only
   lock/<name>                the holder of a run lock (expires unless refreshed)
@@ -234,8 +236,10 @@ class RunStore:
                 cache.set(_event_key(run_id, count), list(events))
                 cache.set(_count_key(run_id), count + 1)
             cache.set(_record_key(run_id), stamped)
-        if head:
+        if head and stamped.get("status") in ACTIVE_STATUSES:
             self._path_written[run_id] = head
+        else:  # an ended run commits little more: forget it (a long-lived process runs many)
+            self._path_written.pop(run_id, None)
 
     def _split_path(self, run_id: str, record: dict[str, Any]) -> tuple[list[str], list[tuple[int, list[str]]]]:
         """Move the full chunks of a long path out of `record`: (the head they hold, the
