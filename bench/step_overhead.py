@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import sys
 import tempfile
 import time
@@ -28,7 +29,10 @@ from loopdsl.language.model import build_loop
 from loopdsl.adapters.store.run_store import RunStore
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-PEERS = Path(__file__).resolve().parents[2] / "shared" / "bench" / "peers_step_overhead.py"
+# The shared peer benchmark beside the checkout; LOOPDSL_BENCH_PEERS names it elsewhere
+# (a git worktree of the project sits one level deeper).
+PEERS = Path(os.environ.get("LOOPDSL_BENCH_PEERS")
+             or Path(__file__).resolve().parents[2] / "shared" / "bench" / "peers_step_overhead.py")
 
 
 def bench_loop(n: int):

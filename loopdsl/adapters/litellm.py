@@ -211,7 +211,7 @@ def _response_to_llm(litellm: Any, response: Any, request: LlmRequest) -> LlmRes
                            cost_usd=None, model=str(getattr(response, "model", None) or request.model), usage_known=False)
     hidden = getattr(response, "_hidden_params", None) or {}
     cost = hidden.get("response_cost") if isinstance(hidden, Mapping) else None
-    if cost is None:
+    if cost is None and not request.priced:
         try:
             cost = litellm.completion_cost(completion_response=response)
         except Exception:  # noqa: BLE001 - LiteLLM raises for a model it cannot price: unknown, not free

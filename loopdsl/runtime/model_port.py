@@ -24,6 +24,9 @@ class LlmRequest:
     api_key: str | None = field(default=None, repr=False, compare=False)  # never persisted
     timeout: float | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    # The caller charges this call at its own price (a loop's `price:` or the price table),
+    # so LiteLLM's cost lookup (~0.6 ms a reply for a model it does not know) is skipped.
+    priced: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))

@@ -26,6 +26,17 @@ def _event_key(run_id: str, index: int) -> str:
     return f"run/{run_id}/event/{index:010d}"
 
 
+# A run's path grows by one state a step, so a record holding all of it made every commit
+# re-encode and rewrite the whole history (its cost grew with the run). Full chunks of
+# PATH_CHUNK states live in rows of their own, written once; the record keeps the rest and
+# the number of chunks in `path_chunks` (format 2 of the store).
+PATH_CHUNK = 64
+
+
+def _path_key(run_id: str, index: int) -> str:
+    return f"run/{run_id}/path/{index:06d}"
+
+
 def _check_run_id(run_id: str) -> None:
     ok = (
         isinstance(run_id, str)

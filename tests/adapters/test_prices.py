@@ -90,7 +90,7 @@ def test_pricing_never_imports_litellm() -> None:
         """
         import json, sys, time
         start = time.perf_counter()
-        from loopdsl import prices
+        from loopdsl.language import prices
         price = prices.model_price("openai/gpt-4o-mini")
         window = prices.max_input_tokens("anthropic/claude-haiku-4-5")
         elapsed = time.perf_counter() - start

@@ -81,6 +81,22 @@ def test_unknown_model_cost_is_none_not_zero(litellm: Any, stub_server: StubServ
     assert (response.prompt_tokens, response.completion_tokens) == (20, 4)
 
 
+def test_a_priced_call_skips_litellms_cost_lookup(litellm: Any, stub_server: StubServer,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # The engine charges a priced model at its own price, so LiteLLM's lookup (slow for a
+    # model it does not know: ~0.6 ms a reply, most of a fan-out child's overhead) is not run.
+    looked_up: list[Any] = []
+    real = litellm.completion_cost
+    monkeypatch.setattr(litellm, "completion_cost", lambda **kw: looked_up.append(kw) or real(**kw))
+    stub_server.reply_text("priced", prompt_tokens=20, completion_tokens=4)
+    request = stub_request(stub_server, model="openai/my-local-llm", priced=True)
+    response = run(LiteLLMProvider().complete(request, state="s"))
+    assert (response.prompt_tokens, response.completion_tokens, response.cost_usd) == (20, 4, None)
+    assert looked_up == []
+    stub_server.reply_text("unpriced", prompt_tokens=20, completion_tokens=4)
+    run(LiteLLMProvider().complete(stub_request(stub_server, model="openai/my-local-llm"), state="s"))
+    assert len(looked_up) == 1  # without a price of our own, LiteLLM is still asked
+
 @pytest.mark.parametrize("header, expected", [("7", 7.0), ("0.5", 0.5)])
 def test_429_is_rate_limit_with_retry_after(litellm: Any, stub_server: StubServer, header: str, expected: float) -> None:
     stub_server.reply_rate_limit(header)

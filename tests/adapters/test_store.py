@@ -253,6 +253,57 @@ def test_commit_is_atomic_when_an_event_is_not_json(store: RunStore) -> None:
     assert store.events("r1") == [{"i": 1}, {"i": 2}]
 
 
+def _record_row_bytes(store_dir: Path, run_id: str) -> int:
+    with sqlite3.connect(store_dir / "cache.db") as con:
+        (size,) = con.execute("SELECT length(value) FROM Cache WHERE key = ?", (f"run/{run_id}/record",)).fetchone()
+    return size
+
+
+def test_a_long_path_reads_back_whole_and_the_record_row_stays_small(store: RunStore, store_dir: Path) -> None:
+    # Each step appends to the path; a record holding all of it made every commit cost more
+    # than the one before (encoding and writing the whole history again).
+    store.create_run("long", {"status": "running", "path": []})
+    sizes = []
+    for step in range(1, 1201):
+        path = [f"s{i % 7}" for i in range(step)]
+        store.commit("long", {"status": "running", "path": path}, [{"n": step}])
+        if step in (300, 1068):  # the same length past a multiple of 64 (the chunk)
+            sizes.append(_record_row_bytes(store_dir, "long"))
+            assert store.load("long")["path"] == path
+    assert sizes[1] <= sizes[0] + 10  # 3.5x the path, not 3.5x the bytes per commit
+    assert "path_chunks" not in store.load("long")
+    with RunStore(store_dir) as other:  # another process (no memory of what was written)
+        assert other.load("long")["path"] == path
+        assert other.list_runs()[0]["path"] == path
+        other.commit("long", {"status": "done", "path": [*path, "end"]}, [])
+    assert store.load("long")["path"] == [*path, "end"]
+    assert len(store.events("long")) == 1200
+    # A caller that commits a different path is stored as it says, chunks included.
+    store.commit("long", {"status": "done", "path": ["x"] * 600}, [])
+    assert store.load("long")["path"] == ["x"] * 600
+
+
+def test_a_missing_part_of_the_path_is_a_damaged_run(store: RunStore, store_dir: Path) -> None:
+    store.create_run("holed", {"status": "running", "path": []})
+    store.commit("holed", {"status": "running", "path": ["a"] * 700}, [])
+    store.create_run("fine", {"status": "running", "path": []})
+    with sqlite3.connect(store_dir / "cache.db") as con:
+        con.execute("DELETE FROM Cache WHERE key = 'run/holed/path/000001'")
+    with pytest.raises(StoreError, match="damaged: part 1 of its path is missing"):
+        store.load("holed")
+    listed = {r["run_id"]: r["status"] for r in store.list_runs()}
+    assert listed == {"holed": "damaged", "fine": "running"}
+
+
+def test_a_format_1_store_is_upgraded_and_still_read(store_dir: Path) -> None:
+    with RunStore(store_dir) as s:
+        s.create_run("old", {"status": "completed", "path": ["a", "b"]})
+    (store_dir / MARKER_NAME).write_text(json.dumps({"format": 1, "tool": "loopdsl"}))
+    with RunStore(store_dir) as s:
+        assert s.load("old")["path"] == ["a", "b"]
+    assert json.loads((store_dir / MARKER_NAME).read_text())["format"] == FORMAT_VERSION == 2
+
+
 def test_response_and_cache_namespaces_are_separate(store: RunStore) -> None:
     key = response_key("r1", "draft", 1, 1, {"model": "m", "messages": []})
     assert store.get_response(key) is None

@@ -567,7 +567,7 @@ def test_the_fast_resolver_is_ruamels_yaml_1_2_resolver(value: str) -> None:
 
 CHECK_SCRIPT = """\
 import json
-from loopdsl import yaml_events
+from loopdsl.language import yaml_events
 from loopdsl.language.loader import load_text
 doc, diags = load_text(open("loop.yaml").read())
 print(json.dumps({"fast": yaml_events.FAST_PARSER_AVAILABLE, "data": doc.data if doc else None,

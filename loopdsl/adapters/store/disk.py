@@ -19,7 +19,8 @@ from diskcache.core import MODE_RAW, UNKNOWN
 from ...language import bounded_json
 from ...runtime.errors import StoreError
 
-FORMAT_VERSION = 1
+# 2: a long path is kept in chunk rows (store_keys.PATH_CHUNK); format 1 stores are upgraded.
+FORMAT_VERSION = 2
 MARKER_NAME = "loopdsl-store.json"
 DB_NAME = diskcache.core.DBNAME  # "cache.db"
 
@@ -117,6 +118,8 @@ def _prepare_directory(directory: Path) -> None:
                 f"(store format {fmt}; this version reads format {FORMAT_VERSION})",
                 "upgrade loopdsl (pip install -U loopdsl), or use another store via LOOPDSL_STORE",
             )
+        if fmt < FORMAT_VERSION:
+            _write_marker(directory)  # its rows still read; an older loopdsl now refuses it
     else:
         if any(directory.iterdir()):
             raise StoreError(

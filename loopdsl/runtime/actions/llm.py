@@ -152,6 +152,8 @@ class LlmCaller:
                 api_key=self._api_key(alias) if index == 0 else None,
                 timeout=alias.timeout,
                 params=dict(alias.params) if index == 0 else {},
+                # `_charge` prices the first model itself whenever it has a price.
+                priced=index == 0 and priced[0][1] is not None,
             )
             canonical = request.canonical()
             key = request_key(cc.run_id, cc.state, cc.visit, cc.attempt, index, model)

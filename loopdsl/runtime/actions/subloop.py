@@ -118,6 +118,11 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
     visit = parent.run.visits.get(cs.state.name, 1)
     # Display ids nest under the parent (`<parent>/<state>[/<index>]`); store keys use '.'.
     base_id = f"{parent.run.run_id}/{cs.state.name}" + (f"@{visit}" if visit > 1 else "")
+    # The same for every child of this state: computed once, not once per item (a fan-out of
+    # 200 would read the child's skill files 200 times).
+    secrets = {k: v for k, v in parent.ports.secret_values.items() if k in child.secrets}
+    env = {k: v for k, v in parent.ports.env.items() if k not in parent.ports.secret_values or k in secrets}
+    skills = dict(parent.ports.skills) | _child_skills(child)
 
     async def one(index: int, item: Any) -> dict[str, Any]:
         scope = dict(ctx)
@@ -144,16 +149,15 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
                 return {"status": "failed", "outputs": {}, "error": {"kind": "parse", "message": str(exc)}}
             meta = {"item": item, "index": index} if cs.for_each is not None else {}
             state = new_run_state(child, run_id, values, meta)
-        secrets = {k: v for k, v in parent.ports.secret_values.items() if k in child.secrets}
         ports = Ports(
             provider=parent._get_provider,
             recorder=recorder,
             human=parent.ports.human,
             workdir=parent.ports.workdir,
-            env={k: v for k, v in parent.ports.env.items() if k not in parent.ports.secret_values or k in secrets},
+            env=dict(env),
             secret_values=secrets,
             inherited_secrets=parent.redact.values,
-            skills=dict(parent.ports.skills) | _child_skills(child),
+            skills=skills,
             listeners=[_forward_to(parent, run_id)],
             sleep=parent.ports.sleep,
             real_waits=parent.ports.real_waits,
