@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, Mapping, Union
+
+from .state_graph import LoopGraph
 
 YamlPath = tuple[Union[str, int], ...]
 
@@ -319,6 +322,11 @@ class Loop:
     @property
     def base_dir(self) -> Path:
         return self.source.parent if self.source else Path.cwd()
+
+    @cached_property
+    def graph(self) -> LoopGraph:
+        """The state graph, built once per loop (the loop is frozen, so it never goes stale)."""
+        return LoopGraph(self)
 
 
 # ---------------------------------------------------------------- building
