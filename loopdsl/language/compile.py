@@ -25,8 +25,7 @@ from .templates import (
     compile_template,
 )
 
-# Triggers, one per kind of edge; see State.targets().
-NEXT, ROUTE, FAIL, EXHAUST, TIME_OUT = "next", "route", "fail", "exhaust", "time_out"
+from .state_graph import EXHAUST, FAIL, NEXT, ROUTE, TIME_OUT  # noqa: F401  (the engine fires these)
 
 
 @dataclass(frozen=True)

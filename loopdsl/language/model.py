@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, Mapping, Union
 
-from .state_graph import LoopGraph
+from .state_graph import EXHAUST, FAIL, NEXT, ROUTE, TIME_OUT, LoopGraph
 
 YamlPath = tuple[Union[str, int], ...]
 
@@ -262,15 +262,15 @@ class State:
         """Every (trigger, destination, yaml path) edge out of this state."""
         edges: list[tuple[str, str, YamlPath]] = []
         if self.next:
-            edges.append(("next", self.next, self.path + ("next",)))
+            edges.append((NEXT, self.next, self.path + ("next",)))
         for i, t in enumerate(self.transitions):
-            edges.append(("route", t.to, self.path + ("transitions", i, "to")))
+            edges.append((ROUTE, t.to, self.path + ("transitions", i, "to")))
         if self.on_failure:
-            edges.append(("fail", self.on_failure, self.path + ("on_failure",)))
+            edges.append((FAIL, self.on_failure, self.path + ("on_failure",)))
         if self.on_exhausted:
-            edges.append(("exhaust", self.on_exhausted, self.path + ("on_exhausted",)))
+            edges.append((EXHAUST, self.on_exhausted, self.path + ("on_exhausted",)))
         if self.on_timeout:
-            edges.append(("time_out", self.on_timeout, self.path + ("on_timeout",)))
+            edges.append((TIME_OUT, self.on_timeout, self.path + ("on_timeout",)))
         return edges
 
 

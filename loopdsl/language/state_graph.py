@@ -18,8 +18,12 @@ if TYPE_CHECKING:
     from .model import Loop, State, YamlPath
 
 
+# Triggers, one per kind of edge (State.targets() lists them; the machine fires them).
+NEXT, ROUTE, FAIL, EXHAUST, TIME_OUT = "next", "route", "fail", "exhaust", "time_out"
+
+
 class Edge(NamedTuple):
-    trigger: str  # next, route, fail, exhaust or time_out (see State.targets())
+    trigger: str  # one of the triggers above
     source: str
     dest: str
     when: str | None  # a `transitions` entry's condition (route edges only)
@@ -167,7 +171,7 @@ class LoopGraph:
 
 def _edges_out(state: State) -> list[Edge]:
     whens = iter(t.when for t in state.transitions)
-    return [Edge(trigger, state.name, dest, next(whens) if trigger == "route" else None, path)
+    return [Edge(trigger, state.name, dest, next(whens) if trigger == ROUTE else None, path)
             for trigger, dest, path in state.targets()]
 
 
