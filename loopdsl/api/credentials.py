@@ -43,11 +43,10 @@ class MissingCredential:
 def model_calls(loop: Loop) -> list[ModelCall]:
     """Each (alias, model) that a reachable model state of `loop` or of its sub-loops may call, once."""
     from ..project.discover import loop_tree
-    from ..language.state_graph import reachable
 
     calls: dict[tuple[str, str, str], ModelCall] = {}
     for member in loop_tree(loop):
-        live = reachable(member)
+        live = member.graph.reachable
         for name, state in member.states.items():
             action = state.action
             if name not in live or not isinstance(action, (LlmAction, EvaluateAction)):

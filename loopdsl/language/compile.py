@@ -25,8 +25,7 @@ from .templates import (
     compile_template,
 )
 
-# Triggers, one per kind of edge; see State.targets().
-NEXT, ROUTE, FAIL, EXHAUST, TIME_OUT = "next", "route", "fail", "exhaust", "time_out"
+from .state_graph import EXHAUST, FAIL, NEXT, ROUTE, TIME_OUT  # noqa: F401  (the engine fires these)
 
 
 @dataclass(frozen=True)
@@ -171,23 +170,12 @@ def compile_state(state: State, facts: InputFacts = NO_FACTS) -> CompiledState:
 
 
 def machine_config(loop: Loop) -> MachineConfig:
-    transitions: list[tuple[str, str, str, str | None]] = []
-    for state in loop.states.values():
-        if state.next:
-            transitions.append((NEXT, state.name, state.next, None))
-        for t in state.transitions:
-            transitions.append((ROUTE, state.name, t.to, t.when))
-        if state.on_failure:
-            transitions.append((FAIL, state.name, state.on_failure, None))
-        if state.on_exhausted:
-            transitions.append((EXHAUST, state.name, state.on_exhausted, None))
-        if state.on_timeout:
-            transitions.append((TIME_OUT, state.name, state.on_timeout, None))
+    transitions = tuple((e.trigger, e.source, e.dest, e.when) for e in loop.graph.edges)
     return MachineConfig(
         states=tuple(loop.states),
         initial=loop.start,
         final=tuple(s.name for s in loop.states.values() if s.is_end),
-        transitions=tuple(transitions),
+        transitions=transitions,
     )
 
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, Mapping, Union
+
+from .state_graph import EXHAUST, FAIL, NEXT, ROUTE, TIME_OUT, LoopGraph
 
 YamlPath = tuple[Union[str, int], ...]
 
@@ -259,15 +262,15 @@ class State:
         """Every (trigger, destination, yaml path) edge out of this state."""
         edges: list[tuple[str, str, YamlPath]] = []
         if self.next:
-            edges.append(("next", self.next, self.path + ("next",)))
+            edges.append((NEXT, self.next, self.path + ("next",)))
         for i, t in enumerate(self.transitions):
-            edges.append(("route", t.to, self.path + ("transitions", i, "to")))
+            edges.append((ROUTE, t.to, self.path + ("transitions", i, "to")))
         if self.on_failure:
-            edges.append(("fail", self.on_failure, self.path + ("on_failure",)))
+            edges.append((FAIL, self.on_failure, self.path + ("on_failure",)))
         if self.on_exhausted:
-            edges.append(("exhaust", self.on_exhausted, self.path + ("on_exhausted",)))
+            edges.append((EXHAUST, self.on_exhausted, self.path + ("on_exhausted",)))
         if self.on_timeout:
-            edges.append(("time_out", self.on_timeout, self.path + ("on_timeout",)))
+            edges.append((TIME_OUT, self.on_timeout, self.path + ("on_timeout",)))
         return edges
 
 
@@ -319,6 +322,11 @@ class Loop:
     @property
     def base_dir(self) -> Path:
         return self.source.parent if self.source else Path.cwd()
+
+    @cached_property
+    def graph(self) -> LoopGraph:
+        """The state graph, built once per loop (the loop is frozen, so it never goes stale)."""
+        return LoopGraph(self)
 
 
 # ---------------------------------------------------------------- building

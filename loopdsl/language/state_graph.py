@@ -1,73 +1,185 @@
-"""Questions about a loop's state graph that the audit and the cost estimate ask."""
+"""One home for a loop's state graph: its edges by trigger and every walk over them.
+
+`LoopGraph` derives the edges once (from `State.targets()`, in firing order) and answers
+what lint, audit, cost, dry-run and compile ask: successors and predecessors, reachability,
+breadth-first parents and shortest paths, strongly connected components and dominators.
+A loop builds its graph once (`Loop.graph`); every user reads that one.
+"""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, NamedTuple
 
-from .model import Loop
-from collections.abc import Iterator, Mapping
+from .dominators import DominatorTree
 
-
-def successors(loop: Loop, name: str) -> list[str]:
-    return [dest for _trigger, dest, _path in loop.states[name].targets() if dest in loop.states]
-
-
-def reachable(loop: Loop, start: str | None = None, avoid: Iterable[str] = ()) -> set[str]:
-    """States reachable from `start` (default: the loop's start) without entering `avoid`."""
-    blocked = set(avoid)
-    first = start or loop.start
-    if first in blocked or first not in loop.states:
-        return set()
-    seen = {first}
-    queue = deque([first])
-    while queue:
-        for nxt in successors(loop, queue.popleft()):
-            if nxt not in seen and nxt not in blocked:
-                seen.add(nxt)
-                queue.append(nxt)
-    return seen
+if TYPE_CHECKING:
+    from .model import Loop, State, YamlPath
 
 
-def unbounded_cycles(loop: Loop, bounded: set[str]) -> list[list[str]]:
-    """Cycles that pass through no state in `bounded` (reachable ones), as state lists.
-
-    A cycle avoids every bounded state exactly when it lies inside the graph left after
-    removing them, so the strongly connected components of that graph (the same Tarjan
-    lint uses) that contain a cycle are the answer: one list of states per component.
-    """
-    from .state_graph import strongly_connected
-
-    live = reachable(loop) - bounded
-    order = [name for name in loop.states if name in live]
-    edges = {name: [n for n in successors(loop, name) if n in live] for name in order}
-    position = {name: i for i, name in enumerate(loop.states)}
-    found = [sorted(component, key=position.__getitem__)
-             for component in strongly_connected(order, edges)
-             if len(component) > 1 or component[0] in edges[component[0]]]
-    return sorted(found, key=lambda component: position[component[0]])
+# Triggers, one per kind of edge (State.targets() lists them; the machine fires them).
+NEXT, ROUTE, FAIL, EXHAUST, TIME_OUT = "next", "route", "fail", "exhaust", "time_out"
 
 
-def in_cycle(loop: Loop, name: str) -> bool:
-    return any(name in component for component in unbounded_cycles(loop, set()))
+class Edge(NamedTuple):
+    trigger: str  # one of the triggers above
+    source: str
+    dest: str
+    when: str | None  # a `transitions` entry's condition (route edges only)
+    path: YamlPath  # where the destination is written
 
 
-def guarded_by(loop: Loop, target: str, guards: set[str]) -> bool:
-    """Whether every path from the start to `target` passes through a state in `guards`."""
-    if target in guards:
-        return True
-    return target not in reachable(loop, avoid=guards)
+class LoopGraph:
+    def __init__(self, loop: Loop):
+        self.loop = loop
+        self.out: dict[str, list[Edge]] = {name: _edges_out(state) for name, state in loop.states.items()}
+
+    @cached_property
+    def edges(self) -> tuple[Edge, ...]:
+        """Every edge, state by state, in the order the machine tries them."""
+        return tuple(edge for edges in self.out.values() for edge in edges)
+
+    @cached_property
+    def successors(self) -> dict[str, list[str]]:
+        """Destinations of each state over every edge kind, known states only."""
+        states = self.loop.states
+        return {name: [e.dest for e in edges if e.dest in states] for name, edges in self.out.items()}
+
+    @cached_property
+    def predecessors(self) -> dict[str, list[str]]:
+        """Sources of edges into each state, each source once."""
+        preds: dict[str, list[str]] = {name: [] for name in self.loop.states}
+        for name, dests in self.successors.items():
+            for dest in dests:
+                if name not in preds[dest]:
+                    preds[dest].append(name)
+        return preds
+
+    @cached_property
+    def reachable(self) -> set[str]:
+        """States some path from the start reaches (the start included)."""
+        return self.reachable_from(self.loop.start)
+
+    def reachable_from(self, start: str, avoid: Iterable[str] = ()) -> set[str]:
+        """States reachable from `start` (itself included) without entering `avoid`."""
+        blocked = set(avoid)
+        if start in blocked or start not in self.loop.states:
+            return set()
+        return set(self.breadth_first((start,), lambda edge: edge.dest not in blocked))
+
+    def reachable_reading(self, resolve: Callable[[str], Iterable[str]]) -> set[str]:
+        """States reachable from the start when each unknown destination is read as the
+        states `resolve` gives for it (lint reads a misspelt name as its did-you-mean)."""
+        states = self.loop.states
+        seen: set[str] = set()
+        stack = [self.loop.start]
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for edge in self.out.get(name, ()):
+                stack.extend([edge.dest] if edge.dest in states else resolve(edge.dest))
+        return seen
+
+    def reached_from(self, source: str) -> set[str]:
+        """States some path from `source` leads to in one step at least (memoised)."""
+        cache: dict[str, set[str]] = self.__dict__.setdefault("_reached_from", {})
+        if source not in cache:
+            seen: set[str] = set()
+            for first in self.successors.get(source, ()):
+                if first not in seen:
+                    seen |= self.reachable_from(first)
+            cache[source] = seen
+        return cache[source]
+
+    def reaching(self, goals: Iterable[str]) -> set[str]:
+        """`goals` and every state from which some path leads to one of them."""
+        found = set(goals)
+        frontier = list(found)
+        while frontier:
+            for pred in self.predecessors.get(frontier.pop(), ()):
+                if pred not in found:
+                    found.add(pred)
+                    frontier.append(pred)
+        return found
+
+    def breadth_first(self, starts: Sequence[str], follow: Callable[[Edge], bool] | None = None) -> dict[str, str | None]:
+        """Each state reached from `starts` over known edges `follow` accepts, mapped to its
+        breadth-first parent (None for a start), in the order the search reaches them."""
+        parent: dict[str, str | None] = dict.fromkeys(starts)
+        queue = deque(parent)
+        while queue:
+            name = queue.popleft()
+            for edge in self.out.get(name, ()):
+                if edge.dest in self.loop.states and edge.dest not in parent and (follow is None or follow(edge)):
+                    parent[edge.dest] = name
+                    queue.append(edge.dest)
+        return parent
+
+    def shortest_path(self, start: str, target: str, follow: Callable[[Edge], bool] | None = None) -> list[str] | None:
+        """A fewest-edges path start..target over edges `follow` accepts, or None."""
+        parent = self.breadth_first((start,), follow)
+        return _path_to(parent, target) if target in parent else None
+
+    def shortest_cycle(self, start: str, members: set[str]) -> list[str]:
+        """A fewest-edges cycle from `start` back to itself inside `members` ([start, start]
+        when there is none)."""
+        parent = self.breadth_first((start,), lambda edge: edge.dest in members)
+        for node in parent:
+            if start in self.successors[node]:
+                return _path_to(parent, node) + [start]
+        return [start, start]
+
+    def components(self, nodes: Iterable[str]) -> tuple[list[list[str]], dict[str, list[str]]]:
+        """Strongly connected components of the subgraph on `nodes` (in Tarjan's order) and
+        that subgraph's edges."""
+        order = list(nodes)
+        kept = set(order)
+        sub_edges = {n: [d for d in self.successors[n] if d in kept] for n in order}
+        return strongly_connected(order, sub_edges), sub_edges
+
+    def cycles_within(self, nodes: Iterable[str]) -> list[list[str]]:
+        """The components of the subgraph on `nodes` that contain a cycle, in Tarjan's order."""
+        components, sub_edges = self.components(nodes)
+        return [c for c in components if len(c) > 1 or c[0] in sub_edges[c[0]]]
+
+    def unbounded_cycles(self, bounded: set[str]) -> list[list[str]]:
+        """Reachable cycles through no state in `bounded`: one list of states per strongly
+        connected component, states and components in the loop's order."""
+        live = self.reachable - bounded
+        position = {name: i for i, name in enumerate(self.loop.states)}
+        found = [sorted(c, key=position.__getitem__)
+                 for c in self.cycles_within(n for n in self.loop.states if n in live)]
+        return sorted(found, key=lambda component: position[component[0]])
+
+    @cached_property
+    def cyclic(self) -> frozenset[str]:
+        """Reachable states that lie on some cycle."""
+        return frozenset(name for component in self.unbounded_cycles(set()) for name in component)
+
+    def guarded_by(self, target: str, guards: set[str]) -> bool:
+        """Whether every path from the start to `target` passes through a state in `guards`."""
+        return target in guards or target not in self.reachable_from(self.loop.start, avoid=guards)
+
+    @cached_property
+    def dominators(self) -> DominatorTree:
+        """Which states every path from the start to a state passes through."""
+        return DominatorTree(self.loop.start, self.successors)
 
 
-def predecessors(loop: Loop, target: str) -> list[tuple[str, str, bool]]:
-    """(source, trigger, conditional) for each edge into `target`; `conditional` when the edge
-    belongs to a `transitions` list in which some entry has a `when`."""
-    out = []
-    for name, state in loop.states.items():
-        has_guard = any(t.when for t in state.transitions)
-        for trigger, dest, _path in state.targets():
-            if dest == target:
-                out.append((name, trigger, trigger == "route" and has_guard))
-    return out
+def _edges_out(state: State) -> list[Edge]:
+    whens = iter(t.when for t in state.transitions)
+    return [Edge(trigger, state.name, dest, next(whens) if trigger == ROUTE else None, path)
+            for trigger, dest, path in state.targets()]
+
+
+def _path_to(parent: Mapping[str, str | None], target: str) -> list[str]:
+    path = [target]
+    while (up := parent[path[-1]]) is not None:
+        path.append(up)
+    return list(reversed(path))
 
 
 def strongly_connected(nodes: list[str], edges: Mapping[str, list[str]]) -> list[list[str]]:

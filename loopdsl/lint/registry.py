@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..language.diagnostics import Diagnostic, Severity
 from ..language.dominators import DominatorTree
 from ..language.model import NAME_RE, RESERVED_NAMES, Loop, State, YamlPath
+from ..language.state_graph import LoopGraph
 
 if TYPE_CHECKING:
     from ..language.imports import ImportResult
@@ -126,56 +127,32 @@ class LintContext:
     def states(self) -> Mapping[str, State]:
         return self.loop.states
 
-    @cached_property
+    @property
+    def graph(self) -> LoopGraph:
+        return self.loop.graph
+
+    @property
     def edges(self) -> dict[str, list[str]]:
         """Successors of each state over every edge kind, known destinations only."""
-        return {
-            name: [dest for _, dest, _ in state.targets() if dest in self.states]
-            for name, state in self.states.items()
-        }
+        return self.loop.graph.successors
 
-    @cached_property
+    @property
     def reachable(self) -> set[str]:
-        seen: set[str] = set()
-        if self.loop.start not in self.states:
-            return seen
-        stack = [self.loop.start]
-        while stack:
-            name = stack.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            stack.extend(self.edges[name])
-        return seen
+        return self.loop.graph.reachable
 
     def reached_from(self, source: str) -> set[str]:
-        """States some path from `source` leads to (one step at least), memoised per source."""
-        cache: dict[str, set[str]] = self.__dict__.setdefault("_reached_from", {})
-        if source not in cache:
-            seen: set[str] = set()
-            stack = list(self.edges.get(source, ()))
-            while stack:
-                name = stack.pop()
-                if name not in seen:
-                    seen.add(name)
-                    stack.extend(self.edges[name])
-            cache[source] = seen
-        return cache[source]
+        """States some path from `source` leads to (one step at least)."""
+        return self.loop.graph.reached_from(source)
 
-    @cached_property
+    @property
     def predecessors(self) -> dict[str, list[str]]:
-        preds: dict[str, list[str]] = {name: [] for name in self.states}
-        for name, dests in self.edges.items():
-            for dest in dests:
-                if name not in preds[dest]:
-                    preds[dest].append(name)
-        return preds
+        return self.loop.graph.predecessors
 
     @cached_property
     def dominators(self) -> DominatorTree:
         """Which states every path from `start` to a state passes through. Empty when the graph
         is incomplete: no state is then known to have run before another."""
-        return DominatorTree(self.loop.start, self.edges if self.graph_complete else {})
+        return self.loop.graph.dominators if self.graph_complete else DominatorTree(self.loop.start, {})
 
     @cached_property
     def local_models(self) -> list[str]:
@@ -282,7 +259,7 @@ def unknown_state(ctx: LintContext) -> Iterator[Diagnostic]:
             hint=f"`start` must name one of the states: {quoted_list(names)}",
         )
     for state in ctx.states.values():
-        for trigger, dest, path in state.targets():
+        for trigger, _source, dest, _when, path in ctx.graph.out[state.name]:
             if dest in ctx.states:
                 continue
             yield ctx.diag(

@@ -13,7 +13,6 @@ from typing import Any
 
 from ..language.model import EvaluateAction, LlmAction, Loop, LoopAction, ShellSpec, State
 from . import effects
-from ..language import state_graph as graphs
 from .audit_types import AuditContext, CheckResult, Finding
 
 __all__ = ["CHECKS", "AuditContext", "CheckResult", "Finding"]
@@ -34,7 +33,7 @@ def _where(loop: Loop, state: str | None = None) -> str:
 
 
 def _model_states(loop: Loop) -> list[State]:
-    live = graphs.reachable(loop)
+    live = loop.graph.reachable
     return [s for s in loop.states.values() if s.name in live and isinstance(s.action, (LlmAction, EvaluateAction))]
 
 
@@ -75,7 +74,7 @@ def check_cycles(ctx: AuditContext) -> CheckResult:
         if loop is not ctx.loop and loop.budget.steps is not None:
             continue  # a child with its own step cap is bounded
         bounded = {s.name for s in loop.states.values() if s.max_visits is not None}
-        for component in graphs.unbounded_cycles(loop, bounded):
+        for component in loop.graph.unbounded_cycles(bounded):
             result.findings.append(Finding(
                 "bounded-cycles", _where(loop, component[0]),
                 f"the cycle through {', '.join(component)} has no state with max_visits, and the budget has no steps",
@@ -99,22 +98,8 @@ def decision_edge(loop: Loop, source: str, trigger: str) -> bool:
 
 def _undecided_path(loop: Loop, target: str) -> list[str] | None:
     """A path from the start to `target` on which no deterministic check decides anything, or None."""
-    from collections import deque
-
-    parent: dict[str, str | None] = {loop.start: None}
-    queue = deque([loop.start])
-    while queue:
-        name = queue.popleft()
-        if name == target:
-            path = [name]
-            while parent[path[-1]] is not None:
-                path.append(parent[path[-1]])  # type: ignore[arg-type]
-            return list(reversed(path))
-        for trigger, dest, _p in loop.states[name].targets():
-            if dest in loop.states and dest not in parent and not decision_edge(loop, name, trigger):
-                parent[dest] = name
-                queue.append(dest)
-    return None
+    return loop.graph.shortest_path(
+        loop.start, target, lambda edge: not decision_edge(loop, edge.source, edge.trigger))
 
 
 def check_gates(ctx: AuditContext) -> CheckResult:
@@ -199,11 +184,11 @@ def check_side_effects(ctx: AuditContext) -> CheckResult:
         done.add(id(loop))
         worktree = worktree or loop.workspace.worktree
         guards = _checkpoints(loop)
-        live = graphs.reachable(loop)
+        live = loop.graph.reachable
         for state in loop.states.values():
             if state.name not in live:
                 continue
-            guarded = parent_guarded or graphs.guarded_by(loop, state.name, guards)
+            guarded = parent_guarded or loop.graph.guarded_by(state.name, guards)
             if isinstance(state.action, LoopAction):
                 path = _child(loop, state.action)
                 for child in ctx.tree:

@@ -24,7 +24,6 @@ from typing import Any
 
 from ..runtime.budget import rates_for
 from ..language.model import EvaluateAction, LlmAction, Loop, LoopAction, ModelAlias, Price
-from ..language import state_graph as graphs
 from .prompt_size import prompt_size
 
 UNBOUNDED = None
@@ -112,7 +111,7 @@ def _visits(loop: Loop, name: str) -> int | None:
     state = loop.states[name]
     if state.max_visits is not None:
         return int(state.max_visits)
-    if not graphs.in_cycle(loop, name):
+    if name not in loop.graph.cyclic:
         return 1
     return loop.budget.steps  # each visit takes at least one step; None: unbounded
 
@@ -132,7 +131,7 @@ def plan_calls(loop: Loop, multiplier: int | None = 1, _seen: frozenset[Path] = 
     from .discover import child_path
 
     plans: list[CallPlan] = []
-    live = graphs.reachable(loop)
+    live = loop.graph.reachable
     for name in loop.states:
         if name not in live:
             continue

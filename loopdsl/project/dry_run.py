@@ -8,13 +8,11 @@ wants before a first run: which states can run, in order, with their gates and e
 """
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..language.model import Gate, Loop
 from .cost import CallPlan, Figure, plan_calls, worst_case
-from ..language.state_graph import in_cycle
 
 
 @dataclass
@@ -90,16 +88,8 @@ def _gate_names(gates: tuple[Gate, ...]) -> list[str]:
 
 
 def dry_run(loop: Loop) -> DryRun:
-    order: list[str] = []
-    seen = {loop.start}
-    queue = deque([loop.start])
-    while queue:
-        name = queue.popleft()
-        order.append(name)
-        for _trigger, dest, _path in loop.states[name].targets():
-            if dest in loop.states and dest not in seen:
-                seen.add(dest)
-                queue.append(dest)
+    order = list(loop.graph.breadth_first((loop.start,)))
+    seen = set(order)
     calls = plan_calls(loop)
     own_calls = {c.state: c for c in calls if c.loop == loop.name}
     plans = []
@@ -110,8 +100,8 @@ def dry_run(loop: Loop) -> DryRun:
             kind=state.end and f"end:{state.end}" or state.kind,
             gates_before=_gate_names(state.gates_before),
             gates_after=_gate_names(state.gates_after),
-            visits=state.max_visits if state.max_visits is not None else (None if in_cycle(loop, name) else 1),
-            targets=sorted({d for _t, d, _p in state.targets()}),
+            visits=state.max_visits if state.max_visits is not None else (None if name in loop.graph.cyclic else 1),
+            targets=sorted({edge.dest for edge in loop.graph.out[name]}),
             call=own_calls.get(name),
         ))
     unreachable = [n for n in loop.states if n not in seen]

@@ -2,30 +2,18 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 from ...language.diagnostics import Diagnostic
 from ..registry import LintContext, graph_rule, rule, state_key
-from ...language.state_graph import strongly_connected
 
 
 def _reachable_despite_typos(ctx: LintContext) -> set[str]:
     """States reachable when each unknown destination is read as its did-you-mean: a state
     is not "unreachable" just because a misspelt `next` (reported by unknown-state) misses it."""
     names = sorted(ctx.states)
-    seen: set[str] = set()
-    stack = [ctx.loop.start]
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for _, dest, _ in ctx.states[name].targets():
-            if dest in ctx.states:
-                stack.append(dest)
-            else:
-                stack.extend(difflib.get_close_matches(str(dest), names, n=1, cutoff=0.6))
-    return seen
+    return ctx.graph.reachable_reading(
+        lambda dest: difflib.get_close_matches(str(dest), names, n=1, cutoff=0.6))
 
 
 @graph_rule
@@ -49,22 +37,15 @@ def no_path_to_end(ctx: LintContext) -> Iterator[Diagnostic]:
     # A state with an unknown destination may have been meant to end: unknown-state says so.
     can_end = {
         n for n, s in ctx.states.items()
-        if s.is_end or any(dest not in ctx.states for _, dest, _ in s.targets())
+        if s.is_end or any(edge.dest not in ctx.states for edge in ctx.graph.out[n])
     }
-    # Backwards from the states that can end: whatever leads to one can end too.
-    frontier = list(can_end)
-    while frontier:
-        for pred in ctx.predecessors[frontier.pop()]:
-            if pred not in can_end:
-                can_end.add(pred)
-                frontier.append(pred)
+    # Whatever leads to a state that can end can end too.
+    can_end = ctx.graph.reaching(can_end)
     stuck = [n for n in ctx.states if n not in can_end and n in ctx.reachable]
-    stuck_set = set(stuck)
-    sub_edges = {n: [d for d in ctx.edges[n] if d in stuck_set] for n in stuck}
     order = {n: i for i, n in enumerate(ctx.states)}
     # Report where the run gets stuck (a dead end, or a group of states that only lead to
     # each other), not every state upstream of it.
-    components = strongly_connected(stuck, sub_edges)
+    components, sub_edges = ctx.graph.components(stuck)
     member_of = {n: i for i, comp in enumerate(components) for n in comp}
     for i, component in enumerate(components):
         if any(member_of[d] != i for n in component for d in sub_edges[n]):
@@ -89,28 +70,6 @@ def no_path_to_end(ctx: LintContext) -> Iterator[Diagnostic]:
         )
 
 
-def _cycle_through(start: str, members: set[str], edges: Mapping[str, list[str]]) -> list[str]:
-    """A shortest cycle from `start` back to itself inside `members` (BFS)."""
-    parents: dict[str, str] = {}
-    frontier = [start]
-    while frontier:
-        nxt: list[str] = []
-        for node in frontier:
-            for dest in edges[node]:
-                if dest not in members:
-                    continue
-                if dest == start:
-                    path = [node]
-                    while path[-1] != start:
-                        path.append(parents[path[-1]])
-                    return list(reversed(path)) + [start]
-                if dest not in parents:
-                    parents[dest] = node
-                    nxt.append(dest)
-        frontier = nxt
-    return [start, start]
-
-
 @graph_rule
 def unbounded_cycle(ctx: LintContext) -> Iterator[Diagnostic]:
     budget = ctx.loop.budget
@@ -127,15 +86,10 @@ def unbounded_cycle(ctx: LintContext) -> Iterator[Diagnostic]:
         and s.max_visits is None
         and not (spend_capped and s.kind in ("llm", "evaluate"))
     ]
-    free_set = set(free)
-    sub_edges = {n: [d for d in ctx.edges[n] if d in free_set] for n in free}
     order = {n: i for i, n in enumerate(ctx.states)}
-    for component in strongly_connected(free, sub_edges):
-        members = set(component)
-        if len(component) == 1 and component[0] not in sub_edges[component[0]]:
-            continue
+    for component in ctx.graph.cycles_within(free):
         first = min(component, key=order.__getitem__)
-        cycle = " -> ".join(_cycle_through(first, members, sub_edges))
+        cycle = " -> ".join(ctx.graph.shortest_cycle(first, set(component)))
         caps = "`budget.steps` or `budget.wall_time`" + (
             "" if spend_capped else " (or `tokens`/`cost_usd` when the cycle calls a model)"
         )

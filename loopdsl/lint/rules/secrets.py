@@ -8,7 +8,6 @@ a model wrote. Where templates may read secrets at all is checked in rules_templ
 from __future__ import annotations
 
 import re
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -75,19 +74,14 @@ def _writes_runnable_file(spec: ShellSpec) -> bool:
 def _after_writers(ctx: LintContext, writers: list[_Command]) -> dict[str, _Command]:
     """Each state that can run after a writer (or is one), with the nearest such writer:
     one breadth-first walk from all writers at once, so lint stays linear in states."""
-    first: dict[str, _Command] = {}
-    queue: deque[str] = deque()
+    roots: dict[str, _Command] = {}
     for writer in writers:
         assert writer.state is not None
-        if writer.state not in first:
-            first[writer.state] = writer
-            queue.append(writer.state)
-    while queue:
-        name = queue.popleft()
-        for dest in ctx.edges.get(name, ()):
-            if dest not in first:
-                first[dest] = first[name]
-                queue.append(dest)
+        roots.setdefault(writer.state, writer)
+    first: dict[str, _Command] = {}
+    # Breadth-first order lists each parent before its children.
+    for name, parent in ctx.graph.breadth_first(list(roots)).items():
+        first[name] = roots[name] if parent is None else first[parent]
     return first
 
 
