@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -130,24 +131,28 @@ def test_loader_survives_yaml_token_soup(source: str) -> None:
     check_loader(source)
 
 
+@pytest.mark.slow
 @examples(200)
 @given(mutated_loops())
 def test_loader_survives_mutated_loops(source: str | bytes) -> None:
     check_loader(source)
 
 
+@pytest.mark.slow
 @examples(150)
 @given(mutated_loops())
 def test_lint_pipeline_survives_mutated_loops(source: str | bytes) -> None:
     check_pipeline(source)
 
 
+@pytest.mark.slow
 @examples(150)
 @given(dsl_like_documents())
 def test_lint_pipeline_survives_dsl_shaped_noise(source: str) -> None:
     check_pipeline(source)
 
 
+@pytest.mark.slow
 @examples(60)
 @given(st.integers(min_value=0, max_value=2**32), st.sampled_from(range(len(SEEDS))))
 def test_lint_pipeline_survives_hostile_structure(case: int, seed: int) -> None:
@@ -155,6 +160,7 @@ def test_lint_pipeline_survives_hostile_structure(case: int, seed: int) -> None:
     check_pipeline(fuzz.hostile_structure(random.Random(case), SEEDS[seed], huge=False))
 
 
+@pytest.mark.slow
 def test_fuzz_script_finds_nothing_on_a_short_run(tmp_path: Path) -> None:
     """The script itself runs end to end and reports zero failures on 40 cases."""
     code = fuzz.main(["--cases", "40", "--seed", "7", "--out", str(tmp_path)])
