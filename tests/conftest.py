@@ -18,13 +18,6 @@ settings.register_profile("thorough", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the tests marked `slow` first (the order is otherwise kept): with pytest-xdist's
-    work-stealing (`--dist worksteal`, set in pyproject.toml) the workers then end on short
-    tests and finish together instead of one waiting for the other's last long test."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture
 def stub_server() -> Iterator[StubServer]:
     """An OpenAI-compatible stub on 127.0.0.1 (free port), serving only during the test."""
