@@ -1,10 +1,21 @@
-"""Generic fixtures shared by the test suite."""
+"""Generic fixtures and suite-wide settings shared by the test suite."""
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 from stub_server import StubServer
+
+# Hypothesis profiles. `ci` (the default, so `pytest -n auto` in CI uses it) runs half the
+# examples of the property tests that scale with the profile (tests/test_fuzz.py), without a
+# per-example deadline (a loaded machine is not a bug) and without writing a .hypothesis
+# folder; `thorough` (HYPOTHESIS_PROFILE=thorough) runs their full counts. Tests whose count
+# is part of what they assert (the budget properties: >= 1,000 cases) keep it in every profile.
+settings.register_profile("ci", max_examples=50, deadline=None, database=None)
+settings.register_profile("thorough", max_examples=100, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from outer_env import make_venv, outer_site_dirs
 
 # Not setuptools or pip: a venv may bring its own.
@@ -24,6 +25,7 @@ def _origins(python: str) -> dict[str, str]:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_a_nested_venv_imports_what_the_runner_imports(tmp_path: Path) -> None:
     assert outer_site_dirs()
     nested = make_venv(tmp_path / "venv")

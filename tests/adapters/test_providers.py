@@ -239,6 +239,7 @@ def test_canonical_request_has_no_credentials() -> None:
 
 
 # -- ensure_litellm in a fresh process -------------------------------------------------------------
+@pytest.mark.slow
 def test_ensure_litellm_sets_safe_defaults_without_overriding_the_user(tmp_path: Path) -> None:
     (tmp_path / ".env").write_text("LOOPDSL_TEST_FROM_DOTENV=loaded\n")
     code = textwrap.dedent(

@@ -32,6 +32,7 @@ def test_validate_accepts_strict_and_is_strict_either_way() -> None:
     assert "always strict" in loopdsl("validate", "--help").stdout
 
 
+@pytest.mark.slow
 def test_init_name_names_the_loop_its_files_and_its_test_still_passes(tmp_path: Path) -> None:
     made = loopdsl("init", "proj", "--pattern", "daily-triage", "--name", "repo-triage",
                    "--pip-spec", "loopdsl==0.1.0", cwd=tmp_path)

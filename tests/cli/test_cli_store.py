@@ -122,6 +122,7 @@ WRONG_SHAPES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", WRONG_SHAPES, ids=[str(i) for i in range(len(WRONG_SHAPES))])
 def test_a_record_of_the_wrong_shape_is_named_and_does_not_hide_the_others(tmp_path: Path, shape: object) -> None:
     store = tmp_path / "store"

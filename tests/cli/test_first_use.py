@@ -110,6 +110,7 @@ def test_a_missing_key_stops_the_run_before_its_first_state(scaffold: Path, tmp_
     assert not (scaffold / ".loopdsl").exists()  # no run recorded, no worktree made
 
 
+@pytest.mark.slow
 def test_api_key_env_and_fallbacks_are_checked_too(tmp_path: Path) -> None:
     loop = tmp_path / "loop.yaml"
     loop.write_text(textwrap.dedent("""\
@@ -168,6 +169,7 @@ def test_an_auth_error_is_never_retried_even_when_listed(stub_server: StubServer
 
 
 # -- LiteLLM's import is never charged to a run -------------------------------------------------------
+@pytest.mark.slow
 def test_the_import_wait_is_charged_to_neither_the_state_nor_wall_time(stub_server: StubServer, tmp_path: Path) -> None:
     stub_server.reply_text("hi there", prompt_tokens=5, completion_tokens=2)
     # wall_time and the state's timeout (3 s) are both shorter than the (slowed) 5 s import.

@@ -506,6 +506,7 @@ def _fuzz_module() -> Any:
     return module
 
 
+@pytest.mark.slow
 def test_fast_and_reference_parsers_agree_on_fuzzed_loops() -> None:
     fuzz = _fuzz_module()
     seeds = fuzz.seed_texts()

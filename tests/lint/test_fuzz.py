@@ -1,7 +1,8 @@
 """Property tests: no input makes the loader or the lint pipeline raise.
 
 A smaller, shrinking cousin of bench/fuzz_lint.py (whose mutators and pipeline it reuses):
-about 1,500 generated inputs in all. Every diagnostic must carry a rule id and a line
+about 1,500 generated inputs in all with `HYPOTHESIS_PROFILE=thorough`, half that in the
+default `ci` profile (tests/conftest.py). Every diagnostic must carry a rule id and a line
 that is 0 (whole file) or a real 1-based line of the input.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -42,8 +44,11 @@ SEED_JSON = [json.dumps(doc.data) for doc, _ in map(load_text, SEEDS) if doc is 
 
 
 def examples(count: int) -> Any:
-    # 500 + 500 + 200 + 150 + 150 = 1,500 inputs; derandomized so CI runs are repeatable.
-    return settings(max_examples=count, deadline=None, derandomize=True,
+    # 500 + 500 + 200 + 150 + 150 + 60 = 1,560 inputs in the `thorough` hypothesis profile,
+    # scaled by the loaded profile's max_examples against hypothesis' default of 100 (the
+    # default `ci` profile, tests/conftest.py, runs half); derandomized so CI runs are repeatable.
+    scaled = max(1, count * settings.default.max_examples // 100)
+    return settings(max_examples=scaled, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 yaml_alphabet = st.sampled_from(
@@ -126,24 +131,28 @@ def test_loader_survives_yaml_token_soup(source: str) -> None:
     check_loader(source)
 
 
+@pytest.mark.slow
 @examples(200)
 @given(mutated_loops())
 def test_loader_survives_mutated_loops(source: str | bytes) -> None:
     check_loader(source)
 
 
+@pytest.mark.slow
 @examples(150)
 @given(mutated_loops())
 def test_lint_pipeline_survives_mutated_loops(source: str | bytes) -> None:
     check_pipeline(source)
 
 
+@pytest.mark.slow
 @examples(150)
 @given(dsl_like_documents())
 def test_lint_pipeline_survives_dsl_shaped_noise(source: str) -> None:
     check_pipeline(source)
 
 
+@pytest.mark.slow
 @examples(60)
 @given(st.integers(min_value=0, max_value=2**32), st.sampled_from(range(len(SEEDS))))
 def test_lint_pipeline_survives_hostile_structure(case: int, seed: int) -> None:
@@ -151,6 +160,7 @@ def test_lint_pipeline_survives_hostile_structure(case: int, seed: int) -> None:
     check_pipeline(fuzz.hostile_structure(random.Random(case), SEEDS[seed], huge=False))
 
 
+@pytest.mark.slow
 def test_fuzz_script_finds_nothing_on_a_short_run(tmp_path: Path) -> None:
     """The script itself runs end to end and reports zero failures on 40 cases."""
     code = fuzz.main(["--cases", "40", "--seed", "7", "--out", str(tmp_path)])

@@ -217,6 +217,7 @@ def _suggested_commands(text: str) -> list[str]:
             for cmd in re.findall(r"`(loopdsl [^`]+)`", line)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["parent", "inside"])
 def test_every_suggested_command_runs_as_printed_from_where_audit_ran(where: str, tmp_path: Path) -> None:
     import os

@@ -86,12 +86,13 @@ def test_a_git_url_install_is_exported_pinned_to_its_commit(source: tuple[Path, 
     assert valid.returncode == 0, valid.stdout + valid.stderr
 
 
-@pytest.fixture
-def served(tmp_path: Path, source: tuple[Path, str]) -> Iterator[str]:
-    """A wheel of this checkout, served over loopback HTTP; yields its URL."""
-    dist = tmp_path / "dist"
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, source: tuple[Path, str]) -> Iterator[str]:
+    """A wheel of this checkout, served over loopback HTTP; yields its URL. Built once for the
+    module (seconds of pip): the tests only download it."""
+    dist = tmp_path_factory.mktemp("dist")
     built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                  "-w", str(dist), str(source[0])], cwd=tmp_path)
+                  "-w", str(dist), str(source[0])], cwd=dist)
     assert built.returncode == 0, built.stderr
     (wheel,) = dist.glob("loopdsl-*.whl")
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(dist))

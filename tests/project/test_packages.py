@@ -72,6 +72,7 @@ def acme(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
         stub.stop()
 
 
+@pytest.mark.slow
 def test_patterns_lists_the_installed_loops_with_their_version(acme: Installed, tmp_path: Path) -> None:
     listed = _run([acme.python, "-m", "loopdsl", "patterns"], cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
@@ -87,6 +88,7 @@ def test_patterns_lists_the_installed_loops_with_their_version(acme: Installed, 
     assert "`loopdsl patterns` lists them" in missing.stderr
 
 
+@pytest.mark.slow
 def test_an_installed_loop_runs_by_name_with_its_imports_skill_and_sub_loop(acme: Installed, tmp_path: Path) -> None:
     acme.stub.reset()
     acme.stub.reply_text("one line about changelog")
@@ -106,6 +108,7 @@ def test_an_installed_loop_runs_by_name_with_its_imports_skill_and_sub_loop(acme
     assert prompts(acme.stub) == Counter({"draft a line about changelog": 1, "check[pipeline]: one line about changelog": 1})
 
 
+@pytest.mark.slow
 def test_repo_b_runs_the_packaged_check_as_a_sub_loop_and_resumes_after_kill_inside_it(
         acme: Installed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _repo_a, repo_b = two_repos(tmp_path, acme.stub.api_base)

@@ -229,6 +229,7 @@ _ops = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(
     caps=st.tuples(st.integers(0, 120), st.integers(0, 120), st.integers(0, 15)),

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import loopdsl
 from loopdsl.adapters.terminal import Progress, show_text, summary
 from loopdsl.adapters.store.run_store import RunStore
@@ -27,6 +29,7 @@ def _per_state_tokens(text: str) -> int:
     return sum(int(re.search(r"(\d+) tokens", row).group(1)) for row in rows)  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_a_timed_out_call_is_counted_alike_by_progress_summary_and_show(stub_server: StubServer, tmp_path: Path) -> None:
     stub_server.reply_slow(4.0)
     loop = loop_file(tmp_path, stub_server, alias_extra="timeout: 0.5s", top_extra="budget: {tokens: 5000}")
@@ -49,6 +52,7 @@ def test_a_timed_out_call_is_counted_alike_by_progress_summary_and_show(stub_ser
     assert _per_state_tokens(summary(result.state)) == result.tokens
 
 
+@pytest.mark.slow
 def test_after_a_crash_resume_keeps_the_caps_and_the_per_state_table_adds_up(stub_server: StubServer, tmp_path: Path) -> None:
     # The first call hangs; the process is killed while it is in flight (its reservation is
     # charged on resume), and the resumed run's call is answered.

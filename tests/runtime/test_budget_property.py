@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -209,6 +210,7 @@ def check_run(data: dict[str, Any], plan: list[Reply], base_prompt: int, work: P
     return result.status
 
 
+@pytest.mark.slow
 def test_budgets_are_hard_caps_over_generated_loops() -> None:
     seen: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -46,6 +46,7 @@ def _run_args(loop: Path, store: Path, marks: Path) -> list[str]:
     return ["run", str(loop), "--store", str(store), "--input", f"marks={marks}", "--input", f"pause={PAUSE}"]
 
 
+@pytest.mark.slow
 def test_killed_at_ten_points_ends_like_an_uninterrupted_run(tmp_path: Path, counting_stub: ct.CountingStub) -> None:
     # The uninterrupted run, on its own stub, runs alongside the crashed one.
     base_stub = ct.CountingStub().start()
@@ -185,6 +186,7 @@ def _waits_for_a_person(tmp_path: Path, store: Path, run_id: str) -> None:
     assert rec["status"] == "waiting" and rec["waiting"]["reason"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_cut_off_command_waits_and_approve_runs_it_again(tmp_path: Path) -> None:
     marks, store, run_id = _cut_off_mid_command(tmp_path, idempotent=False)
     _waits_for_a_person(tmp_path, store, run_id)
@@ -195,6 +197,7 @@ def test_cut_off_command_waits_and_approve_runs_it_again(tmp_path: Path) -> None
     assert ct.markers(marks, "work") == 2
 
 
+@pytest.mark.slow
 def test_cut_off_command_rejected_ends_the_run_failed(tmp_path: Path) -> None:
     marks, store, run_id = _cut_off_mid_command(tmp_path, idempotent=False)
     _waits_for_a_person(tmp_path, store, run_id)
@@ -204,6 +207,7 @@ def test_cut_off_command_rejected_ends_the_run_failed(tmp_path: Path) -> None:
     assert ct.markers(marks, "work") == 1  # never run again
 
 
+@pytest.mark.slow
 def test_cut_off_idempotent_command_is_run_again_without_asking(tmp_path: Path) -> None:
     marks, store, run_id = _cut_off_mid_command(tmp_path, idempotent=True)
     done = ct.cli(["resume", run_id, "--store", str(store)], tmp_path)
@@ -215,6 +219,7 @@ def test_cut_off_idempotent_command_is_run_again_without_asking(tmp_path: Path) 
 # ----------------------------------------------------------------- the stored-response key
 
 
+@pytest.mark.slow
 def test_prompt_reading_the_budget_is_not_paid_again_after_a_crash(tmp_path: Path,
                                                                    counting_stub: ct.CountingStub) -> None:
     """Killed after the paid reply was stored but before the state committed: on resume the

@@ -61,6 +61,7 @@ def showcase(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 # ----------------------------------------------------------------- show and runs
 
 
+@pytest.mark.slow
 def test_show_reports_path_results_gates_usage_timings_and_files(tmp_path: Path, showcase: Any) -> None:
     _stub, loop = showcase
     store = tmp_path / "store"
@@ -115,6 +116,7 @@ def test_inputs_are_stored_secrets_never_and_the_store_is_private(tmp_path: Path
     assert stat.S_IMODE((store / "cache.db").stat().st_mode) == 0o600
 
 
+@pytest.mark.slow
 def test_cache_reuses_an_identical_response_across_runs_at_cost_zero(tmp_path: Path, showcase: Any) -> None:
     stub, loop = showcase
     store = tmp_path / "store"

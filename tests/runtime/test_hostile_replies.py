@@ -84,6 +84,7 @@ def test_measure_counts_shared_parts_each_time() -> None:
     assert size > 5000
 
 
+@pytest.mark.slow
 def test_backtracking_schema_pattern_is_bounded_in_time(tmp_path: Path) -> None:
     """`^(a|a)*$` on 40 a's and a '!' takes hours in a backtracking engine; the check gives
     up at its deadline and the reply is a parse failure like any other."""

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import crash_torture as ct
@@ -29,6 +31,7 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]
     return proc.returncode, out + err
 
 
+@pytest.mark.slow
 def test_a_suspended_process_taken_over_stops_and_records_nothing(tmp_path: Path) -> None:
     marks, store = tmp_path / "marks", tmp_path / "store"
     marks.mkdir()
