@@ -1,26 +1,13 @@
 """Finding a project's loop files, loop tests and sub-loops."""
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..language.files import YAML_SUFFIXES, walk
 from ..language.model import Loop, LoopAction
 
-# Folders that never hold a project's own loops or tests.
-SKIPPED_DIRS = frozenset({".git", ".loopdsl", "node_modules", ".venv", "venv", "__pycache__", ".tox",
-                          ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis"})
 TEST_SUFFIXES = (".test.yaml", ".test.yml")
-YAML_SUFFIXES = (".yaml", ".yml")
-
-
-def walk(root: Path) -> list[Path]:
-    """Every file under `root`, sorted, skipping tool and cache folders."""
-    found: list[Path] = []
-    for here, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
-        found.extend(Path(here) / f for f in sorted(files))
-    return found
 
 
 def is_test_file(path: Path) -> bool:
