@@ -21,6 +21,7 @@ from ...language.model import (
 from ..registry import LintContext, did_you_mean, quoted_list, rule, state_key
 from .templates import names_read
 from ...language.skills import check_skill
+from ...language.schedules import cron_is_valid, time_zone
 
 # ================================================================ models
 
@@ -420,9 +421,7 @@ def bad_schedule(ctx: LintContext) -> Iterator[Diagnostic]:
     schedule = ctx.loop.schedule
     if schedule is None:
         return
-    from croniter import croniter  # deferred: only scheduled loops pay for it
-
-    if not croniter.is_valid(schedule.cron):
+    if not cron_is_valid(schedule.cron):
         yield ctx.diag(
             "bad-schedule",
             f'"{schedule.cron}" is not a valid cron expression',
@@ -431,11 +430,7 @@ def bad_schedule(ctx: LintContext) -> Iterator[Diagnostic]:
             hint='five fields: minute hour day-of-month month day-of-week, e.g. "0 9 * * 1-5" '
             "(09:00 on weekdays)",
         )
-    import zoneinfo
-
-    try:
-        zoneinfo.ZoneInfo(schedule.timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    if time_zone(schedule.timezone) is None:
         yield ctx.diag(
             "bad-schedule",
             f'unknown time zone "{schedule.timezone}"',
