@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..language.files import YAML_SUFFIXES, walk
 from ..language.model import Loop, LoopAction
+from ..lint.loop_tree import loop_tree  # noqa: F401  (audit and export ask for it here)
 
 TEST_SUFFIXES = (".test.yaml", ".test.yml")
 
@@ -48,41 +49,12 @@ def find_loop_files(root: Path) -> list[Path]:
 
 def child_path(loop: Loop, action: LoopAction) -> Path | None:
     """Where a `loop:` state's child file is (None for an uninstalled `pkg:` reference)."""
-    from ..language.packaged_loops import PackageError, resolve_loop_ref
+    from ..language.packaged_loops import PackageError, child_loop_path
 
-    if action.path.startswith("pkg:"):
-        try:
-            return resolve_loop_ref(action.path)
-        except PackageError:
-            return None
-    return (loop.base_dir / action.path).resolve()
-
-
-def loop_tree(loop: Loop) -> list[Loop]:
-    """The loop and every sub-loop it can run (loaded; children that fail to load are left out)."""
-    from ..language.diagnostics import LoopError
-    from ..lint.pipeline import load_loop
-
-    out: list[Loop] = []
-    seen: set[Path] = set()
-    pending = [loop]
-    while pending:
-        current = pending.pop(0)
-        key = current.source.resolve() if current.source else Path(f"<{id(current)}>")
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(current)
-        for state in current.states.values():
-            if isinstance(state.action, LoopAction):
-                path = child_path(current, state.action)
-                if path is None or path in seen:
-                    continue
-                try:
-                    pending.append(load_loop(path))
-                except (LoopError, OSError):
-                    continue
-    return out
+    try:
+        return child_loop_path(loop.base_dir, action.path)
+    except PackageError:
+        return None
 
 
 def sub_loop_files(loops: Iterable[Loop]) -> set[Path]:
