@@ -11,6 +11,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+# CREDENTIAL_NAME: the interpreter passes an environment variable with such a name to commands
+# only when it is declared in `secrets` (loopdsl.api.runs strips the others).
+from ..api.credentials import CREDENTIAL_NAME
 from ..language.schedules import cron_is_valid, time_zone
 from ..language.model import EvaluateAction, LlmAction, Loop, LoopAction, ShellSpec, State
 from . import effects
@@ -19,9 +22,6 @@ from .audit_types import AuditContext, CheckResult, Finding
 
 __all__ = ["CHECKS", "AuditContext", "CheckResult", "Finding"]
 
-# The interpreter passes an environment variable with such a name to commands only when it
-# is declared in `secrets` (loopdsl.api.runs strips the others): the same test is used here.
-CREDENTIAL_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 _ENV_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 # Tools that read a credential from the environment without the command naming it.
 IMPLIED_CREDENTIALS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
