@@ -32,6 +32,7 @@ from ..runtime.budget import plausible_usage
 from ..language.prices import without_cost_params
 from .litellm_loading import ensure_litellm, is_loaded, wait_until_loaded
 from ..language.prices import model_provider
+from ..runtime.redaction import Redactor
 from ..runtime.model_port import LlmRequest, LlmResponse, PROVIDER_ERROR_KINDS, Provider, ProviderError
 
 if TYPE_CHECKING:
@@ -126,10 +127,8 @@ def _retry_after(exc: BaseException) -> float | None:
 
 
 def _redact(text: str, secrets: Iterable[str | None]) -> str:
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+    # Values under 4 characters are not hidden: they would blank ordinary words of the message.
+    return Redactor(s for s in secrets if s and len(s) >= 4).error(text)
 
 
 # How each kind reads after "<model>: ", before the provider's own detail.

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..language.model import EvaluateAction, LlmAction, Loop, ModelAlias
+from ..lint.loop_tree import loop_tree
 
 # Names of environment variables that hold credentials (also kept away from commands).
 CREDENTIAL_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
@@ -42,8 +43,6 @@ class MissingCredential:
 
 def model_calls(loop: Loop) -> list[ModelCall]:
     """Each (alias, model) that a reachable model state of `loop` or of its sub-loops may call, once."""
-    from ..project.discover import loop_tree
-
     calls: dict[tuple[str, str, str], ModelCall] = {}
     for member in loop_tree(loop):
         live = member.graph.reachable

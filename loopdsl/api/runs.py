@@ -17,6 +17,7 @@ from ..language.compile import CompiledLoop, compile_loop
 from ..runtime.engine import Engine, MemoryRecorder, NoHuman, Ports, utc_now
 from ..language.inputs import coerce_inputs
 from ..language.model import LlmAction, Loop
+from ..language.schedules import time_zone
 from ..runtime.run_state import COMPLETED, RUNNING, WAITING, RunState
 from ..adapters.store.run_store import RunLock, RunStore, default_store_dir
 from ..runtime.errors import StoreError
@@ -134,14 +135,7 @@ def secret_values(loop: Loop) -> dict[str, str]:
 
 
 def _run_date(loop: Loop) -> str:
-    tz: Any = timezone.utc
-    if loop.schedule is not None and loop.schedule.timezone not in ("UTC", "utc"):
-        from zoneinfo import ZoneInfo
-
-        try:
-            tz = ZoneInfo(loop.schedule.timezone)
-        except Exception:
-            tz = timezone.utc
+    tz = (time_zone(loop.schedule.timezone) if loop.schedule is not None else None) or timezone.utc
     return datetime.now(tz).date().isoformat()
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import click
 
 from ..adapters.terminal_safe import visible, visible_json
+from ..language.files import YAML_SUFFIXES, walk
 
 if TYPE_CHECKING:
     from ..api.durable import RunConflict
@@ -50,7 +51,7 @@ def _loop_files(paths: Sequence[str]) -> list[Path]:
     found: list[Path] = []
     for given in paths:
         path = Path(given)
-        candidates = sorted(p for p in path.rglob("*.y*ml") if ".loopdsl" not in p.parts) if path.is_dir() else [path]
+        candidates = sorted(walk(path, YAML_SUFFIXES)) if path.is_dir() else [path]
         for file in candidates:
             try:
                 if is_loop_text(file.read_bytes()[:65536]):

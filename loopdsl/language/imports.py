@@ -18,6 +18,7 @@ from typing import Any
 from .diagnostics import Diagnostic, Severity
 from .loader import Document, is_file, load_document
 from .model import Gate, ModelAlias, YamlPath, build_gate, build_model_alias
+from .price_checks import params_cost_diagnostics, price_diagnostic
 
 LIBRARY_KEYS = ("loopdsl", "description", "imports", "gates", "models")
 Location = tuple[str, int, int]  # display path, line, col
@@ -256,16 +257,12 @@ def lint_library(doc: Document, source: Path, *, cache: ImportCache | None = Non
 
 
 def _params_problems(doc: Document, alias: ModelAlias) -> list[Diagnostic]:
-    from ..lint.rules.calls import params_cost_diagnostics
-
     return params_cost_diagnostics(doc.path, lambda path: doc.locate(path), alias)
 
 
 def _price_problems(doc: Document, name: str, alias: ModelAlias) -> list[Diagnostic]:
     if alias.price is not None:
         return []
-    from ..lint.rules.calls import price_diagnostic
-
     out = []
     for model, path in [(alias.model, ("models", name, "model"))] + [
         (f, ("models", name, "fallbacks", i)) for i, f in enumerate(alias.fallbacks)

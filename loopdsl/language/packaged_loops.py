@@ -55,3 +55,11 @@ def resolve_loop_ref(ref: str) -> Path:
             return loop.path
     known = ", ".join(sorted(p.name for p in loops)) or "none installed"
     raise PackageError(f"no installed loop package provides '{name}'", f"installed loops: {known}; `loopdsl patterns` lists them")
+
+
+def child_loop_path(base_dir: Path, ref: str) -> Path:
+    """The file a `loop:` state runs: the installed package's loop for `pkg:NAME` (PackageError
+    when none provides it), else `ref` relative to the parent loop's folder, resolved."""
+    if ref.startswith("pkg:"):
+        return resolve_loop_ref(ref)
+    return (base_dir / ref).resolve()

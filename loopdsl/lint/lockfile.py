@@ -39,7 +39,7 @@ def _imported_files(source: Path) -> list[Path]:
 def dependencies(loop: Loop, _seen: set[Path] | None = None) -> dict[str, str]:
     """Resolved path -> sha256 of every file `loop` depends on ("pkg:" entries: dist==version)."""
     from .pipeline import load_loop
-    from ..language.packaged_loops import installed_loops
+    from ..language.packaged_loops import child_loop_path, installed_loops
 
     seen = _seen if _seen is not None else set()
     files: dict[str, str] = {}
@@ -64,7 +64,7 @@ def dependencies(loop: Loop, _seen: set[Path] | None = None) -> dict[str, str]:
                 match = [p for p in installed_loops() if p.name == name]
                 files[action.path] = f"{match[0].distribution}=={match[0].version}" if match else "missing"
                 continue
-            child_path = (base / action.path).resolve()
+            child_path = child_loop_path(base, action.path)
             try:
                 child = load_loop(child_path)
             except Exception:  # a child that does not load is lint's to report; pin its bytes

@@ -32,13 +32,12 @@ from ..language.imports import (
     local_clashes,
     resolve_imports,
 )
+from ..language.files import YAML_SUFFIXES, walk
 from ..language.loader import Document, load_document
 from ..language.model import Loop, build_loop
 from .registry import GRAPH_RULES, RULES, LintContext
 
 INTERNAL_ERROR = "internal-error"
-SKIPPED_DIRS = frozenset({".git", ".loopdsl", ".hg", ".svn", ".venv", "node_modules", "__pycache__"})
-YAML_SUFFIXES = (".yaml", ".yml")
 # A loop file has a top-level `loopdsl:` key; a file someone meant as a loop but forgot
 # the version still has `states:`. Checked on the raw text so non-loop YAML (CI configs,
 # Helm charts with `{{ }}`) is never parsed at all.
@@ -252,14 +251,6 @@ def is_loop_text(raw: bytes | str, *, explicit: bool = False) -> bool:
     return bool((_LOOP_LIKE if explicit else _LOOP_KEY).search(text))
 
 
-def _walk(directory: Path) -> list[Path]:
-    found: list[Path] = []
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
-        found.extend(Path(root) / f for f in sorted(files) if f.endswith(YAML_SUFFIXES))
-    return found
-
-
 def _collect(paths: Sequence[str | Path], report: LintReport) -> list[Path]:
     """The files to lint, in order, once each; missing paths become diagnostics."""
     chosen: list[Path] = []
@@ -270,7 +261,7 @@ def _collect(paths: Sequence[str | Path], report: LintReport) -> list[Path]:
             report.diagnostics.append(_no_such_file(str(given)))
             continue
         explicit = not target.is_dir()
-        for file in [target] if explicit else _walk(target):
+        for file in [target] if explicit else walk(target, YAML_SUFFIXES):
             key = file.resolve()
             if key in seen:
                 continue

@@ -11,15 +11,16 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+# CREDENTIAL_NAME: the interpreter passes an environment variable with such a name to commands
+# only when it is declared in `secrets` (loopdsl.api.runs strips the others).
+from ..api.credentials import CREDENTIAL_NAME
+from ..language.schedules import cron_is_valid, time_zone
 from ..language.model import EvaluateAction, LlmAction, Loop, LoopAction, ShellSpec, State
 from . import effects
 from .audit_types import AuditContext, CheckResult, Finding
 
 __all__ = ["CHECKS", "AuditContext", "CheckResult", "Finding"]
 
-# The interpreter passes an environment variable with such a name to commands only when it
-# is declared in `secrets` (loopdsl.api.runs strips the others): the same test is used here.
-CREDENTIAL_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 _ENV_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 # Tools that read a credential from the environment without the command naming it.
 IMPLIED_CREDENTIALS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
@@ -309,8 +310,6 @@ def check_skills(ctx: AuditContext) -> CheckResult:
 
 
 def check_schedule(ctx: AuditContext) -> CheckResult:
-    from croniter import croniter
-
     result = CheckResult("schedule-set")
     schedule = ctx.loop.schedule
     example = 'schedule: {cron: "0 9 * * 1-5", timezone: UTC}'
@@ -318,12 +317,10 @@ def check_schedule(ctx: AuditContext) -> CheckResult:
         result.findings.append(Finding("schedule-set", _where(ctx.loop), "the loop has no `schedule`",
                                        f"add `{example}` (then loopdsl's schedule command lists its run times and exports it to a scheduler)"))
         return result
-    if not croniter.is_valid(schedule.cron):
+    if not cron_is_valid(schedule.cron):
         result.findings.append(Finding("schedule-set", _where(ctx.loop), f"schedule.cron {schedule.cron!r} is not a valid cron expression",
                                        "use five fields: minute hour day-of-month month day-of-week, e.g. \"0 9 * * 1-5\""))
-    from .schedule import zone
-
-    if zone(schedule.timezone) is None:
+    if time_zone(schedule.timezone) is None:
         result.findings.append(Finding("schedule-set", _where(ctx.loop), f"schedule.timezone {schedule.timezone!r} is not a known time zone",
                                        "use an IANA name such as UTC, Europe/Paris or America/New_York"))
     return result

@@ -1,26 +1,14 @@
 """Finding a project's loop files, loop tests and sub-loops."""
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..language.files import YAML_SUFFIXES, walk
 from ..language.model import Loop, LoopAction
+from ..lint.loop_tree import loop_tree  # noqa: F401  (audit and export ask for it here)
 
-# Folders that never hold a project's own loops or tests.
-SKIPPED_DIRS = frozenset({".git", ".loopdsl", "node_modules", ".venv", "venv", "__pycache__", ".tox",
-                          ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis"})
 TEST_SUFFIXES = (".test.yaml", ".test.yml")
-YAML_SUFFIXES = (".yaml", ".yml")
-
-
-def walk(root: Path) -> list[Path]:
-    """Every file under `root`, sorted, skipping tool and cache folders."""
-    found: list[Path] = []
-    for here, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
-        found.extend(Path(here) / f for f in sorted(files))
-    return found
 
 
 def is_test_file(path: Path) -> bool:
@@ -61,41 +49,12 @@ def find_loop_files(root: Path) -> list[Path]:
 
 def child_path(loop: Loop, action: LoopAction) -> Path | None:
     """Where a `loop:` state's child file is (None for an uninstalled `pkg:` reference)."""
-    from ..language.packaged_loops import PackageError, resolve_loop_ref
+    from ..language.packaged_loops import PackageError, child_loop_path
 
-    if action.path.startswith("pkg:"):
-        try:
-            return resolve_loop_ref(action.path)
-        except PackageError:
-            return None
-    return (loop.base_dir / action.path).resolve()
-
-
-def loop_tree(loop: Loop) -> list[Loop]:
-    """The loop and every sub-loop it can run (loaded; children that fail to load are left out)."""
-    from ..language.diagnostics import LoopError
-    from ..lint.pipeline import load_loop
-
-    out: list[Loop] = []
-    seen: set[Path] = set()
-    pending = [loop]
-    while pending:
-        current = pending.pop(0)
-        key = current.source.resolve() if current.source else Path(f"<{id(current)}>")
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(current)
-        for state in current.states.values():
-            if isinstance(state.action, LoopAction):
-                path = child_path(current, state.action)
-                if path is None or path in seen:
-                    continue
-                try:
-                    pending.append(load_loop(path))
-                except (LoopError, OSError):
-                    continue
-    return out
+    try:
+        return child_loop_path(loop.base_dir, action.path)
+    except PackageError:
+        return None
 
 
 def sub_loop_files(loops: Iterable[Loop]) -> set[Path]:

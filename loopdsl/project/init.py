@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ..language.loader import load_document
 from .install_source import InstallSource
 from .pattern_tests import generic_test, pattern_test
 
@@ -39,17 +40,13 @@ def data_dir() -> Path:
 
 
 def list_patterns() -> list[Pattern]:
-    from ruamel.yaml import YAML, YAMLError
-
     found = []
     loops = data_dir() / "loops"
     for file in sorted(loops.glob("*.y*ml")) if loops.is_dir() else []:
         if file.name.endswith((".test.yaml", ".test.yml")):
             continue
-        try:
-            data = YAML(typ="safe", pure=True).load(file.read_text(encoding="utf-8"))
-        except (OSError, YAMLError):
-            continue
+        doc, _ = load_document(file)  # the hardened loader: a shipped file is still just data
+        data = doc.data if doc is not None else None
         if not isinstance(data, dict) or "loopdsl" not in data:
             continue
         description = " ".join(str(data.get("description", "")).split())

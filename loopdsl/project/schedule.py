@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 
 from ..language.model import Loop
+from ..language.schedules import cron_is_valid, time_zone
 
 WINDOW_DAYS = 30
 # Runs in a 30-day window for `--cadence` (a fixed count: no calendar quirks).
 CADENCE_RUNS = {"hourly": 24 * 30, "daily": 30, "weekly": 30 / 7}
-_UTC_NAMES = {"UTC", "Etc/UTC", "Etc/GMT", "GMT", "Z", "utc", "Universal", "Etc/Universal", "Zulu"}
 
 
 class ScheduleError(Exception):
@@ -24,28 +24,15 @@ class ScheduleError(Exception):
         self.hint = hint
 
 
-def zone(name: str) -> tzinfo | None:
-    if name in _UTC_NAMES:
-        return timezone.utc
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
-
-
 def require_schedule(loop: Loop) -> tuple[str, tzinfo]:
-    from croniter import croniter
-
     where = loop.source.name if loop.source else loop.name
     if loop.schedule is None:
         raise ScheduleError(f"{where} has no `schedule`",
                             'add e.g. `schedule: {cron: "0 9 * * 1-5", timezone: UTC}` to the loop')
-    if not croniter.is_valid(loop.schedule.cron):
+    if not cron_is_valid(loop.schedule.cron):
         raise ScheduleError(f"{where}: schedule.cron {loop.schedule.cron!r} is not a valid cron expression",
                             'five fields: minute hour day-of-month month day-of-week, e.g. "0 9 * * 1-5"')
-    tz = zone(loop.schedule.timezone)
+    tz = time_zone(loop.schedule.timezone)
     if tz is None:
         raise ScheduleError(f"{where}: schedule.timezone {loop.schedule.timezone!r} is not a known time zone",
                             "use an IANA name such as UTC, Europe/Paris or America/New_York")

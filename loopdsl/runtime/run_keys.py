@@ -3,7 +3,6 @@ run's rows, the key of a paid LLM response, and where the store is by default.""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -59,21 +58,6 @@ def child_run_id(display_id: str) -> str:
         return flat
     digest = hashlib.sha256(display_id.encode("utf-8")).hexdigest()[:16]
     return f"{flat[: _MAX_RUN_ID - len(digest) - 1]}.{digest}"
-
-
-def response_key(
-    run_id: str, state: str, visit: int, attempt: int, request_canonical: dict[str, Any]
-) -> str:
-    """The key of a paid LLM response: sha256 of the canonical JSON of exactly these fields."""
-    payload = {
-        "run_id": run_id,
-        "state": state,
-        "visit": visit,
-        "attempt": attempt,
-        "request": request_canonical,
-    }
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def default_store_dir(start: Path) -> Path:

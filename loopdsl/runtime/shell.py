@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..language.model import DEFAULT_OUTPUT_CAP
+from ..language.templates import TRUNCATION_MARKER
 from .process_tree import (
     MARKER_VAR,
     CommandRef,
@@ -87,10 +88,6 @@ class ShellResult:
         }
 
 
-def truncation_marker(cap: int) -> str:
-    return f"\n[... truncated by loopdsl at {cap} bytes]"
-
-
 class _CappedStream:
     """Reads a pipe to EOF, keeping the first `keep` bytes and counting the rest."""
 
@@ -122,7 +119,7 @@ def _finish_text(captured: _CappedStream, cap: int, redact: Callable[[str], str]
     if len(encoded) > cap:
         # Cutting may split a multi-byte character: drop the partial one.
         text = encoded[:cap].decode("utf-8", errors="ignore")
-    return text + truncation_marker(cap), True
+    return text + TRUNCATION_MARKER.format(cap=cap), True
 
 
 def _exit_code(returncode: int | None) -> int:

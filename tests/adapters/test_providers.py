@@ -497,3 +497,15 @@ def test_reply_file_problems_are_positioned_by_the_published_schema(tmp_path: Pa
     assert lines[0].startswith(f"{script}:3:13: `draft[1].error` must be one of rate_limit,")
     assert "did you mean `rate_limit`?" in lines[0]
     assert lines[1].startswith(f"{script}:5:25: unknown key `coment` in `review[0]`; did you mean `comment`?")
+
+
+def test_provider_errors_use_the_run_redactor_for_every_form_of_a_key() -> None:
+    """A provider echoing the key URL-encoded, or cut short, still hides it (the error
+    redactor is the run's; the old one replaced the literal value only)."""
+    from loopdsl.adapters.litellm import provider_error
+
+    key = "sk-test/abcdef+0123456789"
+    detail = "bad key sk-test%2Fabcdef%2B0123456789 (prefix sk-test/abcdef+01...) short ab"
+    error = provider_error("auth", "openai/x", detail, status=401, secrets=[key, "ab", None])
+    assert "abcdef" not in str(error) and "%2F" not in str(error)
+    assert "short ab" in str(error)  # values under 4 characters are not hidden

@@ -90,6 +90,17 @@ def test_default_is_five_runs_after_now(tmp_path: Path) -> None:
     assert all(b - a == timedelta(minutes=10) for a, b in zip(times, times[1:]))
 
 
+def test_lint_and_schedule_agree_that_z_is_utc(tmp_path: Path) -> None:
+    """`timezone: Z` (ISO 8601's UTC) once passed `schedule` but failed lint."""
+    loop = loop_with(tmp_path, 'schedule: {cron: "0 9 * * *", timezone: Z}')
+    code, _, err = invoke("lint", str(loop))
+    assert code == 0, err
+    code, out, err = invoke("schedule", str(loop))
+    assert code == 0, err
+    times = [datetime.fromisoformat(line.split()[0]) for line in out.strip().splitlines()[1:]]
+    assert len(times) == 5 and all(t.utcoffset() == timedelta(0) and t.hour == 9 for t in times)
+
+
 def test_missing_or_bad_schedule_is_explained(tmp_path: Path) -> None:
     loop = loop_with(tmp_path, "")
     code, _, err = invoke("schedule", str(loop))

@@ -14,7 +14,8 @@ from typing import Any, Iterator
 import pytest
 
 from loopdsl.runtime.redaction import Redactor
-from loopdsl.runtime.shell import BASH, ShellResult, run_command, truncation_marker
+from loopdsl.language.templates import TRUNCATION_MARKER
+from loopdsl.runtime.shell import BASH, ShellResult, run_command
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
 
@@ -89,7 +90,7 @@ def test_big_output_on_both_streams_is_capped_without_deadlock(tmp_path: Path) -
     result = run(script=script, cwd=tmp_path, output_cap=cap, timeout=30)
     assert time.monotonic() - started < 15
     assert result.exit_code == 0 and result.truncated
-    marker = truncation_marker(cap)
+    marker = TRUNCATION_MARKER.format(cap=cap)
     assert result.stdout == "o" * cap + marker
     assert result.stderr == "e" * cap + marker
 

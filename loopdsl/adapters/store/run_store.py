@@ -51,7 +51,6 @@ from ...runtime.run_keys import (
     _record_key,
     child_run_id,
     default_store_dir,
-    response_key,
 )
 from .lock import RunChanged, RunLock, _holder_is_dead, _lock_key, add_lock, check_owner, take_over
 
@@ -478,5 +477,5 @@ class RunStore:
 
 __all__ = [
     "ACTIVE_STATUSES", "DB_NAME", "FORMAT_VERSION", "MARKER_NAME", "JsonOnlyDisk", "RunChanged",
-    "RunLock", "RunLocked", "RunStore", "StoreError", "child_run_id", "default_store_dir", "response_key",
+    "RunLock", "RunLocked", "RunStore", "StoreError", "child_run_id", "default_store_dir"
 ]

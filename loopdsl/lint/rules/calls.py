@@ -1,11 +1,11 @@
 """Lint rules about what states call: models, prices, gates, skills, checkpoints, sub-loops."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ...language.prices import cost_changing_params
+from ...language.price_checks import params_cost_diagnostics, price_diagnostic
 from ...language.diagnostics import Diagnostic, Severity, format_plain
 from ...language.loader import is_file
 from ...language.model import (
@@ -16,11 +16,11 @@ from ...language.model import (
     LoopAction,
     ModelAlias,
     State,
-    YamlPath,
 )
 from ..registry import LintContext, did_you_mean, quoted_list, rule, state_key
 from .templates import names_read
 from ...language.skills import check_skill
+from ...language.schedules import cron_is_valid, time_zone
 
 # ================================================================ models
 
@@ -63,44 +63,6 @@ def llm_max_tokens(ctx: LintContext) -> Iterator[Diagnostic]:
             hint=f"set `max_tokens` on the call or on `models.{alias.name}`: the budget reserves "
             "the worst case before each call, so the output must be capped",
         )
-
-
-def price_diagnostic(path: str, position: tuple[int, int], alias: str, model: str) -> Diagnostic | None:
-    """unknown-price for `model` of alias `alias`, or None when LiteLLM's table prices it.
-    prices.py is imported here, not at module level: loops without models never pay for it."""
-    from ...language.prices import PriceTableUnavailable, model_price
-
-    try:
-        if model_price(model) is not None:
-            return None
-        reason = ""
-    except PriceTableUnavailable as exc:
-        reason = f" ({exc})"
-    return Diagnostic(
-        path, position[0], position[1], Severity.ERROR, "unknown-price",
-        f'model "{model}" (alias "{alias}") has no price in LiteLLM\'s table{reason}',
-        "check the spelling (provider/model) or give the alias "
-        "`price: {input_per_mtok: N, output_per_mtok: N}` (USD per million tokens) "
-        "so the budget can be enforced",
-    )
-
-
-def params_cost_diagnostics(path: str, locate: Callable[[YamlPath], tuple[int, int]], alias: ModelAlias) -> list[Diagnostic]:
-    """params-cost for each key of `models.X.params` (at any depth) that changes what a
-    call costs: the budget reserves one completion of at most `max_tokens` tokens."""
-    out = []
-    for inner in cost_changing_params(alias.params):
-        shown = ".".join(str(k) for k in inner)
-        line, col = locate(("models", alias.name, "params", *inner))
-        out.append(Diagnostic(
-            path, line, col, Severity.ERROR, "params-cost",
-            f'model alias "{alias.name}" sets params.{shown}, which changes what a call costs '
-            "beyond what the budget reserves",
-            "remove it: the budget reserves one completion of the alias's `model` (or a `fallbacks` entry) "
-            "for the state's prompt, of at most `max_tokens` tokens (set on the alias or the call), at the "
-            "standard tier; bound spending with `budget:` (tokens, cost_usd)",
-        ))
-    return out
 
 
 @rule
@@ -420,9 +382,7 @@ def bad_schedule(ctx: LintContext) -> Iterator[Diagnostic]:
     schedule = ctx.loop.schedule
     if schedule is None:
         return
-    from croniter import croniter  # deferred: only scheduled loops pay for it
-
-    if not croniter.is_valid(schedule.cron):
+    if not cron_is_valid(schedule.cron):
         yield ctx.diag(
             "bad-schedule",
             f'"{schedule.cron}" is not a valid cron expression',
@@ -431,11 +391,7 @@ def bad_schedule(ctx: LintContext) -> Iterator[Diagnostic]:
             hint='five fields: minute hour day-of-month month day-of-week, e.g. "0 9 * * 1-5" '
             "(09:00 on weekdays)",
         )
-    import zoneinfo
-
-    try:
-        zoneinfo.ZoneInfo(schedule.timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    if time_zone(schedule.timezone) is None:
         yield ctx.diag(
             "bad-schedule",
             f'unknown time zone "{schedule.timezone}"',

@@ -8,13 +8,13 @@ concurrent children are checked against the parent atomically (no awaits inside)
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..budget import BudgetExceeded, Ledger
 from ...language.inputs import InputError, coerce_inputs
 from ..errors import StepFailure
 from ...language.model import ERROR_KINDS, Loop, LoopAction
+from ...language.packaged_loops import child_loop_path
 from ..run_state import BUDGET_EXHAUSTED, COMPLETED, WAITING, RunState, history_from_events
 from ...language.templates import Expression, RenderError
 from .checkpoint import wait_for_person
@@ -77,14 +77,6 @@ class ChildRecorder:
         self.parent.put_cached(key, value)
 
 
-def child_loop_path(parent: Loop, ref: str) -> Path:
-    from ...language.packaged_loops import resolve_loop_ref
-
-    if ref.startswith("pkg:"):
-        return resolve_loop_ref(ref)
-    return (parent.base_dir / ref).resolve()
-
-
 def _render_with(cs: "CompiledState", ctx: Mapping[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for name, template in cs.with_values.items():
@@ -105,7 +97,7 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
 
     action = cs.state.action
     assert isinstance(action, LoopAction)
-    child = load(child_loop_path(parent.loop, action.path))
+    child = load(child_loop_path(parent.loop.base_dir, action.path))
     compiled = compile_loop(child)
     if cs.for_each is not None:
         try:
