@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ..language.compile import CompiledLoop, compile_loop
-from ..runtime.engine import Engine, MemoryRecorder, NoHuman, Ports, utc_now
+from ..runtime.engine import Engine, MemoryResponses, MemoryRunLog, NoHuman, Ports, utc_now
 from ..language.inputs import coerce_inputs
 from ..language.model import LlmAction, Loop
 from ..runtime.run_state import COMPLETED, RUNNING, WAITING, RunState
@@ -173,7 +173,8 @@ def make_ports(
     human: Any,
     workdir: Path,
     listeners: Iterable[Callable[[dict[str, Any]], None]],
-    recorder: Any,
+    run_log: Any = None,
+    responses: Any = None,
     use_cache: bool,
     asked: Mapping[str, int] | None = None,
     real_waits: bool = True,
@@ -208,7 +209,6 @@ def make_ports(
     secrets = secret_values(loop)
     return Ports(
         provider=make_provider,
-        recorder=recorder,
         human=human,
         workdir=workdir,
         env=command_environment(loop, secrets, workdir),
@@ -217,35 +217,9 @@ def make_ports(
         listeners=list(listeners),
         use_cache=use_cache,
         real_waits=real_waits,
+        run_log=run_log if run_log is not None else MemoryRunLog(),
+        responses=responses if responses is not None else MemoryResponses(),
     )
-
-
-class StoreRecorder:
-    """Commits run states and events to the durable run store."""
-
-    def __init__(self, store: RunStore, run_id: str, lock: RunLock | None = None):
-        self.store = store
-        self.run_id = run_id
-        # The run's lock: every commit checks, in its transaction, that it is still ours.
-        self.lock = lock
-
-    def commit(self, run: RunState, events: list[dict[str, Any]], *,
-               expect: Callable[[dict[str, Any]], None] | None = None) -> None:
-        record = run.to_json()
-        record["group"] = run.meta.get("group")
-        self.store.commit(self.run_id, record, events, lock=self.lock, expect=expect)
-
-    def get_response(self, key: str) -> dict[str, Any] | None:
-        return self.store.get_response(key)
-
-    def put_response(self, key: str, value: dict[str, Any]) -> None:
-        self.store.put_response(key, value, lock=self.lock)
-
-    def get_cached(self, key: str) -> dict[str, Any] | None:
-        return self.store.get_cached(key)
-
-    def put_cached(self, key: str, value: dict[str, Any]) -> None:
-        self.store.put_cached(key, value)
 
 
 def open_store(store: str | Path | RunStore | None, near: Path, *, create: bool = True) -> RunStore:
@@ -328,9 +302,8 @@ async def arun(
     where = Path(workdir).resolve() if workdir is not None else Path.cwd()
     durable = store is not None and store is not False or model.workspace.worktree
     if not durable:
-        recorder = MemoryRecorder()
         ports = make_ports(model, script=script, provider=provider, human=human, workdir=where,
-                           listeners=listeners, recorder=recorder, use_cache=cache, real_waits=real_waits)
+                           listeners=listeners, use_cache=cache, real_waits=real_waits)
         state = new_run_state(model, "mem-" + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
         engine = Engine(compiled, state, ports)
         await engine.execute()

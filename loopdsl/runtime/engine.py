@@ -2,7 +2,7 @@
 
 The `transitions` machine only dispatches (its conditions evaluate `when` guards);
 every action runs here, outside its callbacks, through ports the engine is given
-(provider, human, recorder, clock). Commit points, in order, are what makes a run
+(provider, human, run log, response store, clock). Commit points, in order, are what makes a run
 resumable after kill -9 at any moment:
   - entering a state (current state, visit counts, results so far, budget spent);
   - before a side effect that must not be repeated blindly (an LLM call's
@@ -21,7 +21,7 @@ from .gates import GateRunner
 from .actions.llm import CallContext, LlmCaller, evaluate_result, llm_result, render_or_fail
 from .errors import StepFailure
 from ..language.model import EvaluateAction, LlmAction, State
-from .ports import Human, MemoryRecorder, NoHuman, Ports, Recorder, utc_now
+from .ports import Human, MemoryResponses, MemoryRunLog, NoHuman, Ports, ResponseStore, RunLog, utc_now
 from .retry import backoff_delay
 from .errors import ScriptError, ScriptExhausted
 from .run_state import (
@@ -44,7 +44,7 @@ from .actions.checkpoint import Waiting, checkpoint, resume_waiting, settle_inte
 # A key that is missing or refused does not come right by waiting: fail fast, even if `retry.on` lists it.
 NEVER_RETRIED = frozenset({"auth"})
 
-__all__ = ["Engine", "Human", "MemoryRecorder", "NoHuman", "Ports", "Recorder", "utc_now"]
+__all__ = ["Engine", "Human", "MemoryResponses", "MemoryRunLog", "NoHuman", "Ports", "ResponseStore", "RunLog", "utc_now"]
 
 
 class _Dispatch:
@@ -72,7 +72,7 @@ class Engine:
         self._provider: Any = None
         self._segment_start = time.monotonic()
         # An in-memory run keeps the ledger's JSON up to date only when it ends or waits.
-        self.durable = getattr(ports.recorder, "durable", True)
+        self.durable = getattr(ports.run_log, "durable", True)
         self.dispatch = _Dispatch()
         self.machine = compiled.new_machine(self.dispatch, self._guard)
         self.machine.set_state(run.current or self.loop.start)
@@ -89,7 +89,7 @@ class Engine:
             input_facts=input_facts(self.loop),
         )
         self.llm = LlmCaller(
-            self.loop, self.ledger, self._get_provider, ports.recorder, self._commit_pending, ports.env, ports.use_cache,
+            self.loop, self.ledger, self._get_provider, ports.responses, self._commit_pending, ports.env, ports.use_cache,
             redact=self.redact.redact_obj if self.redact else (lambda value: value),
             count_asked=self._count_asked,
         )
@@ -104,7 +104,7 @@ class Engine:
         pending = self.run.pending
         if not pending or pending.get("kind") != "llm" or "reserved" not in pending or pending.get("settled"):
             return
-        stored = self.ports.recorder.get_response(pending["key"])
+        stored = self.ports.responses.get_response(pending["key"])
         if stored is None or stored.get("cached"):
             return
         usage = stored.get("usage") or {}
@@ -157,7 +157,7 @@ class Engine:
         if self.durable or self.run.status != RUNNING:
             self.run.ledger = self.ledger.to_json()
         # Results were redacted as they were stored (_store_result), events as emitted.
-        self.ports.recorder.commit(self.run, self._unsaved)
+        self.ports.run_log.commit(self.run, self._unsaved)
         self._unsaved = []
 
     def _commit_pending(self, pending: dict[str, Any] | None) -> None:

@@ -1,8 +1,11 @@
-"""The ports an engine runs through: where it records, who decides, and the clock stamp.
+"""The ports an engine runs through: where it logs the run, where paid responses are
+kept, who decides, and the clock stamp.
 
 Passed in, never global, so that tests and the durable layer choose them: an in-memory
-recorder for API runs, the run store for durable ones; nobody, a terminal or a reply
-script for checkpoint decisions.
+run log and response store for API runs, the run store for durable ones; nobody, a
+terminal or a reply script for checkpoint decisions. The run log and the response store
+are two ports because they have different owners: a child run logs to its own record but
+keeps paid responses in its parent's store.
 """
 from __future__ import annotations
 
@@ -16,8 +19,17 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol
 from .run_state import RunState
 
 
-class Recorder(Protocol):
+class RunLog(Protocol):
+    """Where a run's state and events are committed at each commit point."""
+
+    durable: bool  # False: commits may be skipped while the run is still going
+
     def commit(self, run: RunState, events: list[dict[str, Any]]) -> None: ...
+
+
+class ResponseStore(Protocol):
+    """Paid model responses, by run key (for replay after a crash) and by cache key."""
+
     def get_response(self, key: str) -> dict[str, Any] | None: ...
     def put_response(self, key: str, value: dict[str, Any]) -> None: ...
     def get_cached(self, key: str) -> dict[str, Any] | None: ...
@@ -28,17 +40,23 @@ class Human(Protocol):
     async def decide(self, state: str, message: str, choices: tuple[str, ...]) -> dict[str, Any] | None: ...
 
 
-class MemoryRecorder:
-    """Keeps paid responses in memory; for runs that need no durability (tests, API)."""
+class MemoryRunLog:
+    """Counts commits and keeps nothing; for runs that need no durability (tests, API)."""
 
     durable = False
 
     def __init__(self) -> None:
-        self.responses: dict[str, dict[str, Any]] = {}
         self.commits = 0
 
     def commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
         self.commits += 1
+
+
+class MemoryResponses:
+    """Keeps paid responses in memory for the life of the process."""
+
+    def __init__(self) -> None:
+        self.responses: dict[str, dict[str, Any]] = {}
 
     def get_response(self, key: str) -> dict[str, Any] | None:
         return self.responses.get(key)
@@ -60,7 +78,8 @@ class NoHuman:
 @dataclass
 class Ports:
     provider: Callable[[], Any]  # returns a providers.Provider; called on the first LLM call only
-    recorder: Recorder = field(default_factory=MemoryRecorder)
+    run_log: RunLog = field(default_factory=MemoryRunLog)
+    responses: ResponseStore = field(default_factory=MemoryResponses)
     human: Human = field(default_factory=NoHuman)
     workdir: Path = field(default_factory=Path.cwd)
     env: Mapping[str, str] = field(default_factory=dict)  # complete environment for commands

@@ -24,17 +24,18 @@ if TYPE_CHECKING:
     from ..engine import Engine
 
 
-class ChildRecorder:
+class ChildRunLog:
     """A child's commits: into the parent's run store (when it has one) under the child's
     own record, each followed by a commit of the parent, whose budget figures include the
-    child's spending. Paid responses go to the parent's store, keyed by the child's run id,
-    so a child re-run after a crash replays its completed calls instead of paying again."""
+    child's spending. (Paid responses need no such port: a child uses its parent's
+    response store, keyed by the child's run id, so a child re-run after a crash replays
+    its completed calls instead of paying again.)"""
 
     def __init__(self, parent: Any, store_id: str, parent_run_id: str, commit_parent: Callable[[], None],
                  redact: Callable[[Any], Any]):
-        self.parent = parent
         self.redact = redact  # the child's inputs may hold a value its parent got from a secret
         self.store = getattr(parent, "store", None)
+        self.durable = True  # the engine calls commit at every commit point; a storeless one is a no-op
         self.store_id = store_id
         self.parent_run_id = parent_run_id
         self.commit_parent = commit_parent
@@ -63,18 +64,6 @@ class ChildRecorder:
         self.created = True
         self.store.commit(self.store_id, record, events, lock=self.lock)
         self.commit_parent()
-
-    def get_response(self, key: str) -> dict[str, Any] | None:
-        return self.parent.get_response(key)
-
-    def put_response(self, key: str, value: dict[str, Any]) -> None:
-        self.parent.put_response(key, value)
-
-    def get_cached(self, key: str) -> dict[str, Any] | None:
-        return self.parent.get_cached(key)
-
-    def put_cached(self, key: str, value: dict[str, Any]) -> None:
-        self.parent.put_cached(key, value)
 
 
 def child_loop_path(parent: Loop, ref: str) -> Path:
@@ -124,9 +113,9 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         if cs.for_each is not None:
             scope["item"], scope["index"] = item, index
         run_id = f"{base_id}/{index}" if cs.for_each is not None else base_id
-        recorder = ChildRecorder(parent.ports.recorder, child_run_id(run_id), parent.run.run_id, parent.commit,
+        run_log = ChildRunLog(parent.ports.run_log, child_run_id(run_id), parent.run.run_id, parent.commit,
                                  parent.redact.redact_obj)
-        earlier = recorder.load()
+        earlier = run_log.load()
         if earlier is not None and RunState.from_json(earlier[0]).is_final:
             done = RunState.from_json(earlier[0])  # finished before a crash: keep, do not re-run
             return {"status": done.status, "outputs": done.outputs, "run_id": run_id, "error": done.error}
@@ -147,7 +136,8 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         secrets = {k: v for k, v in parent.ports.secret_values.items() if k in child.secrets}
         ports = Ports(
             provider=parent._get_provider,
-            recorder=recorder,
+            run_log=run_log,
+            responses=parent.ports.responses,
             human=parent.ports.human,
             workdir=parent.ports.workdir,
             env={k: v for k, v in parent.ports.env.items() if k not in parent.ports.secret_values or k in secrets},
@@ -175,7 +165,7 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
 
     results = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
     waiting = [r for r in results if r["status"] == WAITING]
-    if waiting and parent.ports.recorder is not None and getattr(parent.ports.recorder, "store", None) is not None:
+    if waiting and getattr(parent.ports.run_log, "store", None) is not None:
         # A child waits for a person: so does the parent. `loopdsl approve PARENT` decides
         # for that child, and `resume` hands the decision down (see waiting.resume_waiting).
         first = waiting[0]
