@@ -12,7 +12,6 @@ resumable after kill -9 at any moment:
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, Callable, Mapping
 
 from .budget import BudgetExceeded, Ledger
@@ -70,7 +69,10 @@ class Engine:
         self.events: list[dict[str, Any]] = []
         self._unsaved: list[dict[str, Any]] = []
         self._provider: Any = None
-        self._segment_start = time.monotonic()
+        # Bound once: the engine reads the clock at every step and event.
+        self._monotonic = ports.clock.monotonic
+        self._stamp = ports.clock.utc_now
+        self._segment_start = self._monotonic()
         # An in-memory run keeps the ledger's JSON up to date only when it ends or waits.
         self.durable = getattr(ports.run_log, "durable", True)
         self.dispatch = _Dispatch()
@@ -82,6 +84,7 @@ class Engine:
         self.gates = GateRunner(
             self.loop.gates,
             run_shell=run_command,
+            monotonic=self._monotonic,
             base_env=self.command_env,
             cwd=ports.workdir,
             redactor=self.redact,
@@ -136,7 +139,7 @@ class Engine:
 
     def emit(self, type_: str, **data: Any) -> None:
         self.run.seq += 1
-        event = {"seq": self.run.seq, "t": utc_now(), "type": type_, **data}
+        event = {"seq": self.run.seq, "t": self._stamp(), "type": type_, **data}
         if self.redact:
             event = self.redact.redact_obj(event)
             if isinstance(event.get("message"), str):  # error text may quote a secret cut short
@@ -148,10 +151,10 @@ class Engine:
             listener(event)
 
     def _active_seconds(self) -> float:
-        return self.run.active_s + (time.monotonic() - self._segment_start)
+        return self.run.active_s + (self._monotonic() - self._segment_start)
 
     def commit(self) -> None:
-        now = time.monotonic()
+        now = self._monotonic()
         self.run.active_s += now - self._segment_start
         self._segment_start = now
         if self.durable or self.run.status != RUNNING:
@@ -287,7 +290,7 @@ class Engine:
             if wall is not None:
                 self.ledger.check_wall_time(self._active_seconds())
             ctx = self._refresh_context(state.name, attempt)
-            started = time.monotonic()
+            started = self._monotonic()
             spent_before = (self.ledger.tokens_spent, self.ledger.cost_spent)
             self.emit("attempt", state=state.name, visit=visit, attempt=attempt, spent=self.ledger.spent())
             try:
@@ -327,16 +330,16 @@ class Engine:
         if loaded is None or loaded():
             return
         self.emit("loading", what="model client")
-        paused = time.monotonic()
+        paused = self._monotonic()
         await provider.wait_until_loaded()
-        self._segment_start += time.monotonic() - paused
+        self._segment_start += self._monotonic() - paused
 
     async def _sleep(self, seconds: float) -> None:
         wall = self.loop.budget.wall_time
         if wall is not None and self._active_seconds() + seconds > wall:
             raise BudgetExceeded("wall_time", f"waiting {seconds:.1f}s to retry would pass the wall_time budget of {wall:g}s")
         if self.ports.real_waits:
-            await self.ports.sleep(seconds)
+            await self.ports.clock.sleep(seconds)
         else:
             self._segment_start -= seconds  # not slept, but on the run's clock as if it had been
 
@@ -345,7 +348,7 @@ class Engine:
         spending and reservations charged for killed calls alike."""
         totals = self.run.usage.setdefault(name, {"tokens": 0, "cost_usd": 0.0, "seconds": 0.0, "attempts": 0})
         totals["attempts"] += 1
-        totals["seconds"] = round(totals["seconds"] + time.monotonic() - started, 6)
+        totals["seconds"] = round(totals["seconds"] + self._monotonic() - started, 6)
         totals["tokens"] += self.ledger.tokens_spent - spent_before[0]
         totals["cost_usd"] = round(totals["cost_usd"] + self.ledger.cost_spent - spent_before[1], 12)
 
@@ -571,7 +574,7 @@ class Engine:
                 run.error = self.redact.redact_obj(run.error)
         if self.redact:
             run.outputs = self.redact.redact_obj(run.outputs)
-        run.ended_at = utc_now()
+        run.ended_at = self._stamp()
         self.emit("end", status=status, state=run.current, outputs=run.outputs, spent=self.ledger.spent())
         self.commit()
 

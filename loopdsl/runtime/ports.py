@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from .run_state import RunState
 
@@ -34,6 +34,16 @@ class ResponseStore(Protocol):
     def put_response(self, key: str, value: dict[str, Any]) -> None: ...
     def get_cached(self, key: str) -> dict[str, Any] | None: ...
     def put_cached(self, key: str, value: dict[str, Any]) -> None: ...
+
+
+class Clock(Protocol):
+    """Every reading of time the engine makes, and its waits: a test's clock makes a run
+    deterministic and its retries instant."""
+
+    def monotonic(self) -> float: ...  # seconds, for durations and `budget.wall_time`
+    def utc_now(self) -> str: ...  # ISO-8601 stamp for events and records
+    def now(self) -> datetime: ...  # aware UTC datetime, for comparing stamps
+    async def sleep(self, seconds: float) -> None: ...
 
 
 class Human(Protocol):
@@ -75,6 +85,22 @@ class NoHuman:
         return None
 
 
+class SystemClock:
+    """The machine's clocks and asyncio's sleep."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def utc_now(self) -> str:
+        return utc_now()
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
 @dataclass
 class Ports:
     provider: Callable[[], Any]  # returns a providers.Provider; called on the first LLM call only
@@ -88,7 +114,7 @@ class Ports:
     inherited_secrets: tuple[str, ...] = ()
     skills: Mapping[str, str] = field(default_factory=dict)  # skill path -> text
     listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    clock: Clock = field(default_factory=SystemClock)
     # False (loop tests): retry waits are counted against wall_time but not slept through.
     real_waits: bool = True
     use_cache: bool = False
