@@ -36,7 +36,7 @@ from .run_state import (
 )
 from .redaction import Redactor
 from .process_tree import CommandRef, new_marker
-from .shell import CwdOutsideWorkspace, confined_cwd, run_command
+from .shell import CwdOutsideWorkspace, confined_cwd
 from ..language.templates import Expression, RenderError, install_globals
 from .actions.checkpoint import Waiting, checkpoint, resume_waiting, settle_interrupted_command
 
@@ -83,7 +83,7 @@ class Engine:
         self.command_env = {k: v for k, v in ports.env.items() if k not in ports.secret_values}
         self.gates = GateRunner(
             self.loop.gates,
-            run_shell=run_command,
+            run_shell=ports.shell,
             monotonic=self._monotonic,
             base_env=self.command_env,
             cwd=ports.workdir,
@@ -501,7 +501,7 @@ class Engine:
             # Recorded before it is waited on: after a kill -9 of loopdsl, `resume` finds it still running.
             self._commit_pending(dict(pending, command=ref.to_json()))
 
-        res = await run_command(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=self.redact,
+        res = await self.ports.shell(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=self.redact,
                                 marker=marker, on_start=started)
         result = res.as_result()
         if res.timed_out:

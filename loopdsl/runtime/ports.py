@@ -14,9 +14,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from .process_tree import CommandRef
 from .run_state import RunState
+from .shell import ShellResult, run_command
 
 
 class RunLog(Protocol):
@@ -44,6 +46,17 @@ class Clock(Protocol):
     def utc_now(self) -> str: ...  # ISO-8601 stamp for events and records
     def now(self) -> datetime: ...  # aware UTC datetime, for comparing stamps
     async def sleep(self, seconds: float) -> None: ...
+
+
+class ShellRunner(Protocol):
+    """Runs one command (a `shell:` state or a shell gate); `shell.run_command` is the real
+    one and documents the contract: exactly one of script/argv, never raises for a command
+    that fails or cannot start, calls `on_start` once the command runs."""
+
+    async def __call__(self, *, script: str | None = None, argv: Sequence[str] | None = None, cwd: Path,
+                       env: Mapping[str, str], timeout: float | None, redact: Callable[[str], str] = ...,
+                       marker: str | None = None,
+                       on_start: Callable[[CommandRef], None] | None = None) -> ShellResult: ...
 
 
 class Human(Protocol):
@@ -115,6 +128,7 @@ class Ports:
     skills: Mapping[str, str] = field(default_factory=dict)  # skill path -> text
     listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
     clock: Clock = field(default_factory=SystemClock)
+    shell: ShellRunner = run_command
     # False (loop tests): retry waits are counted against wall_time but not slept through.
     real_waits: bool = True
     use_cache: bool = False
