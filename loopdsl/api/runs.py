@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ..language.compile import CompiledLoop, compile_loop
+from ..runtime.actions.subloop import child_loop_path
 from ..runtime.engine import Engine, MemoryResponses, MemoryRunLog, NoHuman, Ports, utc_now
+from ..runtime.ports import ChildLoop
 from ..language.inputs import coerce_inputs
 from ..language.model import LlmAction, Loop
 from ..runtime.run_state import COMPLETED, RUNNING, WAITING, RunState
@@ -113,6 +115,18 @@ def _skills(loop: Loop) -> dict[str, str]:
             except OSError as exc:
                 raise UsageError(f"cannot read skill {action.skill}: {exc}", "lint the loop: `loopdsl lint`") from None
     return texts
+
+
+class LoopFileChildren:
+    """The child-run port: a `loop:` state's file (or `pkg:` loop) loaded, linted and
+    compiled like a top-level loop, and its run state started like one."""
+
+    def open(self, parent: Loop, ref: str) -> ChildLoop:
+        child = load(child_loop_path(parent, ref))
+        return ChildLoop(compile_loop(child), _skills(child))
+
+    def new_state(self, loop: Loop, run_id: str, inputs: Mapping[str, Any], meta: Mapping[str, Any]) -> RunState:
+        return new_run_state(loop, run_id, inputs, meta)
 
 
 def command_environment(loop: Loop, secret_values: Mapping[str, str], workdir: Path) -> dict[str, str]:
@@ -217,6 +231,7 @@ def make_ports(
         listeners=list(listeners),
         use_cache=use_cache,
         real_waits=real_waits,
+        children=LoopFileChildren(),
         run_log=run_log if run_log is not None else MemoryRunLog(),
         responses=responses if responses is not None else MemoryResponses(),
     )

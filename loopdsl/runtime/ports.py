@@ -14,11 +14,15 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from .process_tree import CommandRef
 from .run_state import RunState
 from .shell import ShellResult, run_command
+
+if TYPE_CHECKING:
+    from ..language.compile import CompiledLoop
+    from ..language.model import Loop
 
 
 class RunLog(Protocol):
@@ -57,6 +61,22 @@ class ShellRunner(Protocol):
                        env: Mapping[str, str], timeout: float | None, redact: Callable[[str], str] = ...,
                        marker: str | None = None,
                        on_start: Callable[[CommandRef], None] | None = None) -> ShellResult: ...
+
+
+@dataclass(frozen=True)
+class ChildLoop:
+    """The loop a `loop:` state runs, compiled, with the texts of the skills it uses."""
+
+    compiled: "CompiledLoop"
+    skills: Mapping[str, str]
+
+
+class ChildRuns(Protocol):
+    """Opens the loop a `loop:` state names and starts a run record for it. The API
+    provides it: loading a loop file goes through lint and the project's rules."""
+
+    def open(self, parent: "Loop", ref: str) -> ChildLoop: ...
+    def new_state(self, loop: "Loop", run_id: str, inputs: Mapping[str, Any], meta: Mapping[str, Any]) -> RunState: ...
 
 
 class Human(Protocol):
@@ -129,6 +149,7 @@ class Ports:
     listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
     clock: Clock = field(default_factory=SystemClock)
     shell: ShellRunner = run_command
+    children: ChildRuns | None = None  # None: the loop has no `loop:` states to run
     # False (loop tests): retry waits are counted against wall_time but not slept through.
     real_waits: bool = True
     use_cache: bool = False
