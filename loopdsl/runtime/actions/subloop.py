@@ -8,6 +8,7 @@ concurrent children are checked against the parent atomically (no awaits inside)
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -99,12 +100,14 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
     visit = parent.run.visits.get(cs.state.name, 1)
     # Display ids nest under the parent (`<parent>/<state>[/<index>]`); store keys use '.'.
     base_id = f"{parent.run.run_id}/{cs.state.name}" + (f"@{visit}" if visit > 1 else "")
+    shared = _shared_child_ports(parent, child)
 
     async def one(index: int, item: Any) -> dict[str, Any]:
         if cs.for_each is None:
-            return await _run_child(parent, cs, child, base_id, dict(ctx), {}, limit)
+            return await _run_child(parent, cs, child, shared, base_id, dict(ctx), {}, limit)
         scope = dict(ctx, item=item, index=index)
-        return await _run_child(parent, cs, child, f"{base_id}/{index}", scope, {"item": item, "index": index}, limit)
+        return await _run_child(parent, cs, child, shared, f"{base_id}/{index}", scope, {"item": item, "index": index},
+                                limit)
 
     results = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
     _wait_if_a_child_waits(parent, cs, results)
@@ -122,8 +125,8 @@ def _items(cs: "CompiledState", ctx: Mapping[str, Any]) -> list[Any]:
         raise StepFailure("parse", f"for_each of '{cs.state.name}': {exc}") from None
 
 
-async def _run_child(parent: "Engine", cs: "CompiledState", child: ChildLoop, run_id: str, scope: dict[str, Any],
-                     meta: dict[str, Any], limit: asyncio.Semaphore) -> dict[str, Any]:
+async def _run_child(parent: "Engine", cs: "CompiledState", child: ChildLoop, shared: Ports, run_id: str,
+                     scope: dict[str, Any], meta: dict[str, Any], limit: asyncio.Semaphore) -> dict[str, Any]:
     from ..engine import Engine
     from ..run_keys import child_run_id
 
@@ -137,7 +140,8 @@ async def _run_child(parent: "Engine", cs: "CompiledState", child: ChildLoop, ru
         name = f"sub-loop {run_id}"
         ledger = (Ledger.from_json(loop.budget, state.ledger, parent=parent.ledger, name=name) if state.ledger
                   else parent.ledger.child(loop.budget, name=name))
-        engine = Engine(child.compiled, state, _child_ports(parent, child, run_id, run_log), ledger=ledger, parent=parent)
+        ports = replace(shared, run_log=run_log, env=dict(shared.env), listeners=[_forward_to(parent, run_id)])
+        engine = Engine(child.compiled, state, ports, ledger=ledger, parent=parent)
         await engine.execute()
     out: dict[str, Any] = {"status": state.status, "outputs": state.outputs, "run_id": run_id}
     if state.status != COMPLETED:
@@ -170,12 +174,12 @@ def _child_state(parent: "Engine", cs: "CompiledState", child: ChildLoop, run_lo
     return state
 
 
-def _child_ports(parent: "Engine", child: ChildLoop, run_id: str, run_log: ChildRunLog) -> Ports:
+def _shared_child_ports(parent: "Engine", child: ChildLoop) -> Ports:
+    """The ports all children of one `loop:` state share: computed once, not once per item."""
     mine = parent.ports
     secrets = {k: v for k, v in mine.secret_values.items() if k in child.compiled.loop.secrets}
     return Ports(
         provider=parent._get_provider,
-        run_log=run_log,
         responses=mine.responses,
         human=mine.human,
         workdir=mine.workdir,
@@ -183,7 +187,6 @@ def _child_ports(parent: "Engine", child: ChildLoop, run_id: str, run_log: Child
         secret_values=secrets,
         inherited_secrets=parent.redact.values,
         skills=dict(mine.skills) | dict(child.skills),
-        listeners=[_forward_to(parent, run_id)],
         clock=mine.clock,
         shell=mine.shell,
         children=mine.children,
