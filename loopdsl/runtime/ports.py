@@ -1,5 +1,7 @@
-"""The ports an engine runs through: where it logs the run, where paid responses are
-kept, who decides, and the clock stamp.
+"""The ports an engine runs through, its only way to reach the world: the model
+(provider), the run log, the response store, the person who decides, the clock and its
+sleeps, the shell runner and child runs. With fakes for all of them a loop runs in memory
+and deterministically (tests/runtime/test_ports_replay.py).
 
 Passed in, never global, so that tests and the durable layer choose them: an in-memory
 run log and response store for API runs, the run store for durable ones; nobody, a
