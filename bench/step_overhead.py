@@ -22,9 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from loopdsl.api.runs import StoreRecorder, new_run_state
+from loopdsl.adapters.store.ports import StoreResponses, StoreRunLog
+from loopdsl.api.runs import new_run_state
 from loopdsl.language.compile import compile_loop
-from loopdsl.runtime.engine import Engine, MemoryRecorder, Ports
+from loopdsl.runtime.engine import Engine, MemoryResponses, MemoryRunLog, Ports
 from loopdsl.language.model import build_loop
 from loopdsl.adapters.store.run_store import RunStore
 
@@ -59,13 +60,13 @@ def run_loopdsl(n: int, durable: bool) -> float:
         store = RunStore(Path(tempfile.mkdtemp()) / "store")
         run_id = store.new_run_id()
         lock = store.lock(run_id)
-        recorder = StoreRecorder(store, run_id, lock)
+        run_log, responses = StoreRunLog(store, run_id, lock), StoreResponses(store, lock)
     else:
-        run_id, recorder = "bench", MemoryRecorder()
+        run_id, run_log, responses = "bench", MemoryRunLog(), MemoryResponses()
     state = new_run_state(compiled.loop, run_id, {})
     if store is not None:
         store.create_run(run_id, state.to_json(), lock=lock)
-    ports = Ports(provider=_no_provider, recorder=recorder, keep_events=False)
+    ports = Ports(provider=_no_provider, run_log=run_log, responses=responses, keep_events=False)
     engine = Engine(compiled, state, ports)
     t = time.perf_counter()
     asyncio.run(engine.execute())

@@ -14,7 +14,6 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .runs import (
     RunResult,
-    StoreRecorder,
     UsageError,
     load,
     loop_files,
@@ -27,6 +26,7 @@ from .runs import (
 from ..language.compile import CompiledLoop, compile_loop
 from ..runtime.engine import Engine, utc_now
 from ..runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events
+from ..adapters.store.ports import StoreResponses, StoreRunLog
 from ..adapters.store.run_store import RunChanged, RunLock, RunStore
 from ..adapters.git_worktree import (
     SecretInCommit,
@@ -113,16 +113,16 @@ def _finish_workspace(state: RunState, engine: Engine) -> None:
             engine.commit()
             return
         info.update(kept=False, commit=sha)
-    engine.ports.recorder.commit(state, [])
+    engine.ports.run_log.commit(state, [])
 
 
 async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, lock: RunLock, *, workdir: Path,
                    script: Any, provider: Any, human: Any, cache: bool,
                    listeners: Iterable[Callable[[dict[str, Any]], None]],
                    first: list[dict[str, Any]] | None = None, real_waits: bool = True) -> RunResult:
-    recorder = StoreRecorder(store, state.run_id, lock)
     ports = make_ports(compiled.loop, script=script, provider=provider, human=human, workdir=workdir,
-                       listeners=listeners, recorder=recorder, use_cache=cache, asked=state.meta.get("asked"),
+                       listeners=listeners, run_log=StoreRunLog(store, state.run_id, lock),
+                       responses=StoreResponses(store, lock), use_cache=cache, asked=state.meta.get("asked"),
                        real_waits=real_waits)
     engine = Engine(compiled, state, ports)
     for event in first or ():
@@ -167,7 +167,7 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
             run_dir = _prepare_workspace(compiled, state, store, workdir)
         except WorkspaceError as exc:
             state.status, state.error, state.ended_at = "failed", {"kind": "workspace", "message": exc.message}, utc_now()
-            StoreRecorder(store, run_id, lock).commit(state, [{"seq": 1, "t": utc_now(), "type": "end", "status": "failed"}])
+            StoreRunLog(store, run_id, lock).commit(state, [{"seq": 1, "t": utc_now(), "type": "end", "status": "failed"}])
             raise UsageError(exc.message, exc.hint) from None
         started = {"type": "start", "loop": loop.name, "run_id": run_id, "inputs": dict(values), "workdir": str(run_dir),
                    "caps": budget_caps(loop)}
@@ -266,7 +266,7 @@ def decide(run_ref: str, choice: str, comment: str = "", *, store: str | Path | 
         state.decision = decision(choice, comment, by=by)
         state.seq += 1
         event = {"seq": state.seq, "t": utc_now(), "type": "decision", "state": waiting["state"], **state.decision}
-        StoreRecorder(store, run_id, lock).commit(state, [event], expect=_undecided(run_id, state.waiting))
+        StoreRunLog(store, run_id, lock).commit(state, [event], expect=_undecided(run_id, state.waiting))
         return state
 
 
@@ -303,7 +303,7 @@ def abort(run_ref: str, *, store: str | Path | RunStore | None = None, reason: s
         state.status, state.ended_at, state.pending = ABORTED, utc_now(), None
         state.seq += 1
         event = {"seq": state.seq, "t": utc_now(), "type": "end", "status": ABORTED, "reason": reason}
-        StoreRecorder(store, run_id, lock).commit(state, [event])
+        StoreRunLog(store, run_id, lock).commit(state, [event])
         return state
 
 

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ..language.compile import CompiledLoop, compile_loop
-from ..runtime.engine import Engine, MemoryRecorder, NoHuman, Ports, utc_now
+from ..language.packaged_loops import child_loop_path
+from ..runtime.engine import Engine, MemoryResponses, MemoryRunLog, NoHuman, Ports, utc_now
+from ..runtime.ports import ChildLoop
 from ..language.inputs import coerce_inputs
 from ..language.model import LlmAction, Loop
 from ..language.schedules import time_zone
 from ..runtime.run_state import COMPLETED, RUNNING, WAITING, RunState
-from ..adapters.store.run_store import RunLock, RunStore, default_store_dir
+from ..adapters.store.run_store import RunStore, default_store_dir
 from ..runtime.errors import StoreError
 
 EXIT_CODES = {COMPLETED: 0, WAITING: 4}
@@ -116,6 +118,18 @@ def _skills(loop: Loop) -> dict[str, str]:
     return texts
 
 
+class LoopFileChildren:
+    """The child-run port: a `loop:` state's file (or `pkg:` loop) loaded, linted and
+    compiled like a top-level loop, and its run state started like one."""
+
+    def open(self, parent: Loop, ref: str) -> ChildLoop:
+        child = load(child_loop_path(parent.base_dir, ref))
+        return ChildLoop(compile_loop(child), _skills(child))
+
+    def new_state(self, loop: Loop, run_id: str, inputs: Mapping[str, Any], meta: Mapping[str, Any]) -> RunState:
+        return new_run_state(loop, run_id, inputs, meta)
+
+
 def command_environment(loop: Loop, secret_values: Mapping[str, str], workdir: Path) -> dict[str, str]:
     from .credentials import CREDENTIAL_NAME
 
@@ -167,7 +181,8 @@ def make_ports(
     human: Any,
     workdir: Path,
     listeners: Iterable[Callable[[dict[str, Any]], None]],
-    recorder: Any,
+    run_log: Any = None,
+    responses: Any = None,
     use_cache: bool,
     asked: Mapping[str, int] | None = None,
     real_waits: bool = True,
@@ -202,7 +217,6 @@ def make_ports(
     secrets = secret_values(loop)
     return Ports(
         provider=make_provider,
-        recorder=recorder,
         human=human,
         workdir=workdir,
         env=command_environment(loop, secrets, workdir),
@@ -211,35 +225,10 @@ def make_ports(
         listeners=list(listeners),
         use_cache=use_cache,
         real_waits=real_waits,
+        children=LoopFileChildren(),
+        run_log=run_log if run_log is not None else MemoryRunLog(),
+        responses=responses if responses is not None else MemoryResponses(),
     )
-
-
-class StoreRecorder:
-    """Commits run states and events to the durable run store."""
-
-    def __init__(self, store: RunStore, run_id: str, lock: RunLock | None = None):
-        self.store = store
-        self.run_id = run_id
-        # The run's lock: every commit checks, in its transaction, that it is still ours.
-        self.lock = lock
-
-    def commit(self, run: RunState, events: list[dict[str, Any]], *,
-               expect: Callable[[dict[str, Any]], None] | None = None) -> None:
-        record = run.to_json()
-        record["group"] = run.meta.get("group")
-        self.store.commit(self.run_id, record, events, lock=self.lock, expect=expect)
-
-    def get_response(self, key: str) -> dict[str, Any] | None:
-        return self.store.get_response(key)
-
-    def put_response(self, key: str, value: dict[str, Any]) -> None:
-        self.store.put_response(key, value, lock=self.lock)
-
-    def get_cached(self, key: str) -> dict[str, Any] | None:
-        return self.store.get_cached(key)
-
-    def put_cached(self, key: str, value: dict[str, Any]) -> None:
-        self.store.put_cached(key, value)
 
 
 def open_store(store: str | Path | RunStore | None, near: Path, *, create: bool = True) -> RunStore:
@@ -322,9 +311,8 @@ async def arun(
     where = Path(workdir).resolve() if workdir is not None else Path.cwd()
     durable = store is not None and store is not False or model.workspace.worktree
     if not durable:
-        recorder = MemoryRecorder()
         ports = make_ports(model, script=script, provider=provider, human=human, workdir=where,
-                           listeners=listeners, recorder=recorder, use_cache=cache, real_waits=real_waits)
+                           listeners=listeners, use_cache=cache, real_waits=real_waits)
         state = new_run_state(model, "mem-" + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
         engine = Engine(compiled, state, ports)
         await engine.execute()

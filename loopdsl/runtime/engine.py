@@ -2,7 +2,7 @@
 
 The `transitions` machine only dispatches (its conditions evaluate `when` guards);
 every action runs here, outside its callbacks, through ports the engine is given
-(provider, human, recorder, clock). Commit points, in order, are what makes a run
+(provider, human, run log, response store, clock). Commit points, in order, are what makes a run
 resumable after kill -9 at any moment:
   - entering a state (current state, visit counts, results so far, budget spent);
   - before a side effect that must not be repeated blindly (an LLM call's
@@ -12,7 +12,6 @@ resumable after kill -9 at any moment:
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, Callable, Mapping
 
 from .budget import BudgetExceeded, Ledger
@@ -21,7 +20,7 @@ from .gates import GateRunner
 from .actions.llm import CallContext, LlmCaller, evaluate_result, llm_result, render_or_fail
 from .errors import StepFailure
 from ..language.model import EvaluateAction, LlmAction, State
-from .ports import Human, MemoryRecorder, NoHuman, Ports, Recorder, utc_now
+from .ports import Human, MemoryResponses, MemoryRunLog, NoHuman, Ports, ResponseStore, RunLog, utc_now
 from .retry import backoff_delay
 from .errors import ScriptError, ScriptExhausted
 from .run_state import (
@@ -37,14 +36,14 @@ from .run_state import (
 )
 from .redaction import Redactor
 from .process_tree import CommandRef, new_marker
-from .shell import CwdOutsideWorkspace, confined_cwd, run_command
+from .shell import CwdOutsideWorkspace, confined_cwd
 from ..language.templates import Expression, RenderError, install_globals
 from .actions.checkpoint import Waiting, checkpoint, resume_waiting, settle_interrupted_command
 
 # A key that is missing or refused does not come right by waiting: fail fast, even if `retry.on` lists it.
 NEVER_RETRIED = frozenset({"auth"})
 
-__all__ = ["Engine", "Human", "MemoryRecorder", "NoHuman", "Ports", "Recorder", "utc_now"]
+__all__ = ["Engine", "Human", "MemoryResponses", "MemoryRunLog", "NoHuman", "Ports", "ResponseStore", "RunLog", "utc_now"]
 
 
 class _Dispatch:
@@ -70,9 +69,12 @@ class Engine:
         self.events: list[dict[str, Any]] = []
         self._unsaved: list[dict[str, Any]] = []
         self._provider: Any = None
-        self._segment_start = time.monotonic()
+        # Bound once: the engine reads the clock at every step and event.
+        self._monotonic = ports.clock.monotonic
+        self._stamp = ports.clock.utc_now
+        self._segment_start = self._monotonic()
         # An in-memory run keeps the ledger's JSON up to date only when it ends or waits.
-        self.durable = getattr(ports.recorder, "durable", True)
+        self.durable = getattr(ports.run_log, "durable", True)
         self.dispatch = _Dispatch()
         self.machine = compiled.new_machine(self.dispatch, self._guard)
         self.machine.set_state(run.current or self.loop.start)
@@ -81,7 +83,8 @@ class Engine:
         self.command_env = {k: v for k, v in ports.env.items() if k not in ports.secret_values}
         self.gates = GateRunner(
             self.loop.gates,
-            run_shell=run_command,
+            run_shell=ports.shell,
+            monotonic=self._monotonic,
             base_env=self.command_env,
             cwd=ports.workdir,
             redactor=self.redact,
@@ -89,7 +92,7 @@ class Engine:
             input_facts=input_facts(self.loop),
         )
         self.llm = LlmCaller(
-            self.loop, self.ledger, self._get_provider, ports.recorder, self._commit_pending, ports.env, ports.use_cache,
+            self.loop, self.ledger, self._get_provider, ports.responses, self._commit_pending, ports.env, ports.use_cache,
             redact=self.redact.redact_obj if self.redact else (lambda value: value),
             count_asked=self._count_asked,
         )
@@ -104,7 +107,7 @@ class Engine:
         pending = self.run.pending
         if not pending or pending.get("kind") != "llm" or "reserved" not in pending or pending.get("settled"):
             return
-        stored = self.ports.recorder.get_response(pending["key"])
+        stored = self.ports.responses.get_response(pending["key"])
         if stored is None or stored.get("cached"):
             return
         usage = stored.get("usage") or {}
@@ -136,7 +139,7 @@ class Engine:
 
     def emit(self, type_: str, **data: Any) -> None:
         self.run.seq += 1
-        event = {"seq": self.run.seq, "t": utc_now(), "type": type_, **data}
+        event = {"seq": self.run.seq, "t": self._stamp(), "type": type_, **data}
         if self.redact:
             event = self.redact.redact_obj(event)
             if isinstance(event.get("message"), str):  # error text may quote a secret cut short
@@ -148,16 +151,16 @@ class Engine:
             listener(event)
 
     def _active_seconds(self) -> float:
-        return self.run.active_s + (time.monotonic() - self._segment_start)
+        return self.run.active_s + (self._monotonic() - self._segment_start)
 
     def commit(self) -> None:
-        now = time.monotonic()
+        now = self._monotonic()
         self.run.active_s += now - self._segment_start
         self._segment_start = now
         if self.durable or self.run.status != RUNNING:
             self.run.ledger = self.ledger.to_json()
         # Results were redacted as they were stored (_store_result), events as emitted.
-        self.ports.recorder.commit(self.run, self._unsaved)
+        self.ports.run_log.commit(self.run, self._unsaved)
         self._unsaved = []
 
     def _commit_pending(self, pending: dict[str, Any] | None) -> None:
@@ -287,7 +290,7 @@ class Engine:
             if wall is not None:
                 self.ledger.check_wall_time(self._active_seconds())
             ctx = self._refresh_context(state.name, attempt)
-            started = time.monotonic()
+            started = self._monotonic()
             spent_before = (self.ledger.tokens_spent, self.ledger.cost_spent)
             self.emit("attempt", state=state.name, visit=visit, attempt=attempt, spent=self.ledger.spent())
             try:
@@ -327,16 +330,16 @@ class Engine:
         if loaded is None or loaded():
             return
         self.emit("loading", what="model client")
-        paused = time.monotonic()
+        paused = self._monotonic()
         await provider.wait_until_loaded()
-        self._segment_start += time.monotonic() - paused
+        self._segment_start += self._monotonic() - paused
 
     async def _sleep(self, seconds: float) -> None:
         wall = self.loop.budget.wall_time
         if wall is not None and self._active_seconds() + seconds > wall:
             raise BudgetExceeded("wall_time", f"waiting {seconds:.1f}s to retry would pass the wall_time budget of {wall:g}s")
         if self.ports.real_waits:
-            await self.ports.sleep(seconds)
+            await self.ports.clock.sleep(seconds)
         else:
             self._segment_start -= seconds  # not slept, but on the run's clock as if it had been
 
@@ -345,7 +348,7 @@ class Engine:
         spending and reservations charged for killed calls alike."""
         totals = self.run.usage.setdefault(name, {"tokens": 0, "cost_usd": 0.0, "seconds": 0.0, "attempts": 0})
         totals["attempts"] += 1
-        totals["seconds"] = round(totals["seconds"] + time.monotonic() - started, 6)
+        totals["seconds"] = round(totals["seconds"] + self._monotonic() - started, 6)
         totals["tokens"] += self.ledger.tokens_spent - spent_before[0]
         totals["cost_usd"] = round(totals["cost_usd"] + self.ledger.cost_spent - spent_before[1], 12)
 
@@ -498,7 +501,7 @@ class Engine:
             # Recorded before it is waited on: after a kill -9 of loopdsl, `resume` finds it still running.
             self._commit_pending(dict(pending, command=ref.to_json()))
 
-        res = await run_command(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=self.redact,
+        res = await self.ports.shell(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=self.redact,
                                 marker=marker, on_start=started)
         result = res.as_result()
         if res.timed_out:
@@ -571,7 +574,7 @@ class Engine:
                 run.error = self.redact.redact_obj(run.error)
         if self.redact:
             run.outputs = self.redact.redact_obj(run.outputs)
-        run.ended_at = utc_now()
+        run.ended_at = self._stamp()
         self.emit("end", status=status, state=run.current, outputs=run.outputs, spent=self.ledger.spent())
         self.commit()
 

@@ -85,6 +85,7 @@ class GateRunner:
         redactor: Redactor,
         secret_values: Sequence[str],
         input_facts: templates.InputFacts = templates.NO_FACTS,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
         self._named = dict(named)
         self._run_shell = run_shell
@@ -93,6 +94,7 @@ class GateRunner:
         self._redactor = redactor
         self._secret_values = tuple(v for v in secret_values if v)
         self._input_facts = input_facts
+        self._monotonic = monotonic  # the run's clock: gate durations are on it too
         # (id(owner), role) -> (owner, compiled). Holding the owner keeps its id unique.
         self._compiled: dict[tuple[int, str], tuple[object, Any]] = {}
 
@@ -114,7 +116,7 @@ class GateRunner:
     async def run_one(
         self, gate: Gate, context: Mapping[str, Any], result: Mapping[str, Any] | None
     ) -> GateOutcome:
-        started = time.monotonic()
+        started = self._monotonic()
         label = gate.label
         kind: str = gate.kind
         try:
@@ -141,7 +143,7 @@ class GateRunner:
     def _outcome(self, name: str, passed: bool, message: str, started: float, kind: str) -> GateOutcome:
         return GateOutcome(
             name=name, passed=passed, message=self._redactor(message),
-            duration_s=time.monotonic() - started, kind=kind,
+            duration_s=self._monotonic() - started, kind=kind,
         )
 
     def _cached(self, owner: object, role: str, build: Callable[[], Any]) -> Any:

@@ -1,8 +1,13 @@
-"""The ports an engine runs through: where it records, who decides, and the clock stamp.
+"""The ports an engine runs through, its only way to reach the world: the model
+(provider), the run log, the response store, the person who decides, the clock and its
+sleeps, the shell runner and child runs. With fakes for all of them a loop runs in memory
+and deterministically (tests/runtime/test_ports_replay.py).
 
 Passed in, never global, so that tests and the durable layer choose them: an in-memory
-recorder for API runs, the run store for durable ones; nobody, a terminal or a reply
-script for checkpoint decisions.
+run log and response store for API runs, the run store for durable ones; nobody, a
+terminal or a reply script for checkpoint decisions. The run log and the response store
+are two ports because they have different owners: a child run logs to its own record but
+keeps paid responses in its parent's store.
 """
 from __future__ import annotations
 
@@ -11,34 +16,92 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
+from .process_tree import CommandRef
 from .run_state import RunState
+from .shell import ShellResult, run_command
+
+if TYPE_CHECKING:
+    from ..language.compile import CompiledLoop
+    from ..language.model import Loop
 
 
-class Recorder(Protocol):
+class RunLog(Protocol):
+    """Where a run's state and events are committed at each commit point."""
+
+    durable: bool  # False: commits may be skipped while the run is still going
+
     def commit(self, run: RunState, events: list[dict[str, Any]]) -> None: ...
+
+
+class ResponseStore(Protocol):
+    """Paid model responses, by run key (for replay after a crash) and by cache key."""
+
     def get_response(self, key: str) -> dict[str, Any] | None: ...
     def put_response(self, key: str, value: dict[str, Any]) -> None: ...
     def get_cached(self, key: str) -> dict[str, Any] | None: ...
     def put_cached(self, key: str, value: dict[str, Any]) -> None: ...
 
 
+class Clock(Protocol):
+    """Every reading of time the engine makes, and its waits: a test's clock makes a run
+    deterministic and its retries instant."""
+
+    def monotonic(self) -> float: ...  # seconds, for durations and `budget.wall_time`
+    def utc_now(self) -> str: ...  # ISO-8601 stamp for events and records
+    def now(self) -> datetime: ...  # aware UTC datetime, for comparing stamps
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class ShellRunner(Protocol):
+    """Runs one command (a `shell:` state or a shell gate); `shell.run_command` is the real
+    one and documents the contract: exactly one of script/argv, never raises for a command
+    that fails or cannot start, calls `on_start` once the command runs."""
+
+    async def __call__(self, *, script: str | None = None, argv: Sequence[str] | None = None, cwd: Path,
+                       env: Mapping[str, str], timeout: float | None, redact: Callable[[str], str] = ...,
+                       marker: str | None = None,
+                       on_start: Callable[[CommandRef], None] | None = None) -> ShellResult: ...
+
+
+@dataclass(frozen=True)
+class ChildLoop:
+    """The loop a `loop:` state runs, compiled, with the texts of the skills it uses."""
+
+    compiled: "CompiledLoop"
+    skills: Mapping[str, str]
+
+
+class ChildRuns(Protocol):
+    """Opens the loop a `loop:` state names and starts a run record for it. The API
+    provides it: loading a loop file goes through lint and the project's rules."""
+
+    def open(self, parent: "Loop", ref: str) -> ChildLoop: ...
+    def new_state(self, loop: "Loop", run_id: str, inputs: Mapping[str, Any], meta: Mapping[str, Any]) -> RunState: ...
+
+
 class Human(Protocol):
     async def decide(self, state: str, message: str, choices: tuple[str, ...]) -> dict[str, Any] | None: ...
 
 
-class MemoryRecorder:
-    """Keeps paid responses in memory; for runs that need no durability (tests, API)."""
+class MemoryRunLog:
+    """Counts commits and keeps nothing; for runs that need no durability (tests, API)."""
 
     durable = False
 
     def __init__(self) -> None:
-        self.responses: dict[str, dict[str, Any]] = {}
         self.commits = 0
 
     def commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
         self.commits += 1
+
+
+class MemoryResponses:
+    """Keeps paid responses in memory for the life of the process."""
+
+    def __init__(self) -> None:
+        self.responses: dict[str, dict[str, Any]] = {}
 
     def get_response(self, key: str) -> dict[str, Any] | None:
         return self.responses.get(key)
@@ -57,25 +120,6 @@ class NoHuman:
         return None
 
 
-@dataclass
-class Ports:
-    provider: Callable[[], Any]  # returns a providers.Provider; called on the first LLM call only
-    recorder: Recorder = field(default_factory=MemoryRecorder)
-    human: Human = field(default_factory=NoHuman)
-    workdir: Path = field(default_factory=Path.cwd)
-    env: Mapping[str, str] = field(default_factory=dict)  # complete environment for commands
-    secret_values: Mapping[str, str] = field(default_factory=dict)
-    # Secret values of the loops above a child loop: redacted in its records, never given to it.
-    inherited_secrets: tuple[str, ...] = ()
-    skills: Mapping[str, str] = field(default_factory=dict)  # skill path -> text
-    listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    # False (loop tests): retry waits are counted against wall_time but not slept through.
-    real_waits: bool = True
-    use_cache: bool = False
-    keep_events: bool = True
-
-
 _last_stamp: list[Any] = [0, ""]
 
 
@@ -88,3 +132,39 @@ def utc_now() -> str:
         _last_stamp[0] = ms
         _last_stamp[1] = datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
     return str(_last_stamp[1])
+
+
+class SystemClock:
+    """The machine's clocks and asyncio's sleep. The two readings the engine makes at
+    every step are the plain functions, so the port adds no call to its hot path."""
+
+    monotonic = staticmethod(time.monotonic)
+    utc_now = staticmethod(utc_now)
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+@dataclass
+class Ports:
+    provider: Callable[[], Any]  # returns a providers.Provider; called on the first LLM call only
+    run_log: RunLog = field(default_factory=MemoryRunLog)
+    responses: ResponseStore = field(default_factory=MemoryResponses)
+    human: Human = field(default_factory=NoHuman)
+    workdir: Path = field(default_factory=Path.cwd)
+    env: Mapping[str, str] = field(default_factory=dict)  # complete environment for commands
+    secret_values: Mapping[str, str] = field(default_factory=dict)
+    # Secret values of the loops above a child loop: redacted in its records, never given to it.
+    inherited_secrets: tuple[str, ...] = ()
+    skills: Mapping[str, str] = field(default_factory=dict)  # skill path -> text
+    listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
+    clock: Clock = field(default_factory=SystemClock)
+    shell: ShellRunner = run_command
+    children: ChildRuns | None = None  # None: the loop has no `loop:` states to run
+    # False (loop tests): retry waits are counted against wall_time but not slept through.
+    real_waits: bool = True
+    use_cache: bool = False
+    keep_events: bool = True

@@ -1,6 +1,6 @@
 """The state of one run: everything needed to resume it, as JSON.
 
-The engine mutates a RunState as it goes and hands it to its recorder at each
+The engine mutates a RunState as it goes and hands it to its run log at each
 commit point; `to_json` / `from_json` are the only (de)serialisation.
 """
 from __future__ import annotations

@@ -6,8 +6,7 @@ non-idempotent command needs a person's go-ahead, or when a sub-loop waits; `app
 """
 from __future__ import annotations
 
-import time
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ...language.compile import TIME_OUT, CompiledState
@@ -15,7 +14,6 @@ from ..errors import StepFailure
 from .llm import render_or_fail
 from ..process_tree import CommandRef, command_pids, stop_command
 from ...language.model import CheckpointAction, State
-from ..ports import utc_now
 from ..run_state import FAILED, RUNNING, WAITING
 
 if TYPE_CHECKING:
@@ -32,9 +30,9 @@ async def checkpoint(engine: "Engine", cs: CompiledState, ctx: dict[str, Any]) -
     assert isinstance(action, CheckpointAction)
     if engine.run.decision is None:
         message = render_or_fail(cs.message, ctx, "rendering the checkpoint message") if cs.message else action.message
-        asked = time.monotonic()
+        asked = engine._monotonic()
         decision = await engine.ports.human.decide(state.name, message, action.choices)
-        engine._segment_start += time.monotonic() - asked  # time waiting for a person is not run time
+        engine._segment_start += engine._monotonic() - asked  # time waiting for a person is not run time
         if decision is None:
             wait_for_person(engine, state, reason="checkpoint", message=message, choices=action.choices, timeout=action.timeout)
         assert decision is not None
@@ -42,7 +40,7 @@ async def checkpoint(engine: "Engine", cs: CompiledState, ctx: dict[str, Any]) -
         if decision.get("decision") not in action.choices:
             raise StepFailure("parse", f"decision {decision.get('decision')!r} is not one of {', '.join(action.choices)}")
         engine.run.decision = {"decision": decision["decision"], "comment": decision.get("comment", ""),
-                             "by": decision.get("by") or "unknown", "at": decision.get("at") or utc_now()}
+                             "by": decision.get("by") or "unknown", "at": decision.get("at") or engine.ports.clock.utc_now()}
         engine.emit("decided", state=state.name, **engine.run.decision)
     decision = engine.run.decision
     engine.run.decision = None
@@ -51,7 +49,7 @@ async def checkpoint(engine: "Engine", cs: CompiledState, ctx: dict[str, Any]) -
 def wait_for_person(engine: "Engine", state: State, *, reason: str, message: str, choices: tuple[str, ...],
                      timeout: float | None, child: str | None = None) -> None:
     engine.run.status = WAITING
-    engine.run.waiting = {"state": state.name, "since": utc_now(), "message": message,
+    engine.run.waiting = {"state": state.name, "since": engine.ports.clock.utc_now(), "message": message,
                         "choices": list(choices), "timeout_s": timeout, "reason": reason}
     if child is not None:
         engine.run.waiting["child"] = child
@@ -95,7 +93,7 @@ def resume_waiting(engine: "Engine") -> bool:
     timeout = waiting.get("timeout_s")
     if timeout is not None:
         since = datetime.fromisoformat(waiting["since"])
-        decided_at = datetime.fromisoformat(decision["at"]) if decision else datetime.now(timezone.utc)
+        decided_at = datetime.fromisoformat(decision["at"]) if decision else engine.ports.clock.now()
         if (decided_at - since).total_seconds() > timeout:
             run.status, run.waiting, run.decision = RUNNING, None, None
             engine.emit("checkpoint_timeout", state=state.name, timeout_s=timeout)
@@ -118,6 +116,6 @@ def resume_waiting(engine: "Engine") -> bool:
         run.decision = None
         run.meta["child_decision"] = {"child": waiting.get("child"), "decision": decision}
     engine.emit("decided", state=state.name, **{k: decision.get(k) for k in ("decision", "comment", "by", "at")})
-    engine._segment_start = time.monotonic()
+    engine._segment_start = engine._monotonic()
     return True
 

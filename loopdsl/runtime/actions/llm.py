@@ -75,7 +75,7 @@ class LlmCaller:
         loop: Loop,
         ledger: Ledger,
         provider: Callable[[], Provider],
-        recorder: Any,
+        responses: Any,
         commit_pending: Callable[[dict[str, Any] | None], None],
         env: Mapping[str, str],
         use_cache: bool = False,
@@ -85,7 +85,7 @@ class LlmCaller:
         self.loop = loop
         self.ledger = ledger
         self.provider = provider
-        self.recorder = recorder
+        self.responses = responses
         self.commit_pending = commit_pending
         self.env = env
         self.use_cache = use_cache
@@ -157,16 +157,16 @@ class LlmCaller:
             )
             canonical = request.canonical()
             key = request_key(cc.run_id, cc.state, cc.visit, cc.attempt, index, model)
-            stored = self.recorder.get_response(key)
+            stored = self.responses.get_response(key)
             if stored is not None:  # paid before a crash: reuse, never pay twice
                 stored = dict(stored)
                 stored["replayed"] = True
                 return stored
             if self.use_cache:
-                cached = self.recorder.get_cached(cache_key(canonical))
+                cached = self.responses.get_cached(cache_key(canonical))
                 if cached is not None:
                     hit = dict(cached, cost_usd=0.0, cached=True)
-                    self.recorder.put_response(key, hit)
+                    self.responses.put_response(key, hit)
                     return hit
             try:
                 return await self._paid_call(request, priced, key, canonical, cc)
@@ -234,9 +234,9 @@ class LlmCaller:
         if not response.usage_known:
             result["usage_unknown"] = True  # charged the reservation: the reply's usage was missing or garbage
         result = self.redact(result)
-        self.recorder.put_response(key, result)
+        self.responses.put_response(key, result)
         if self.use_cache:
-            self.recorder.put_cached(cache_key(canonical), result)
+            self.responses.put_cached(cache_key(canonical), result)
         return result
 
 

@@ -8,15 +8,16 @@ concurrent children are checked against the parent atomically (no awaits inside)
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..budget import BudgetExceeded, Ledger
 from ...language.inputs import InputError, coerce_inputs
 from ..errors import StepFailure
-from ...language.model import ERROR_KINDS, Loop, LoopAction
-from ...language.packaged_loops import child_loop_path
+from ...language.model import ERROR_KINDS, LoopAction
 from ..run_state import BUDGET_EXHAUSTED, COMPLETED, WAITING, RunState, history_from_events
 from ...language.templates import Expression, RenderError
+from ..ports import ChildLoop, Ports
 from .checkpoint import wait_for_person
 
 if TYPE_CHECKING:
@@ -24,17 +25,18 @@ if TYPE_CHECKING:
     from ..engine import Engine
 
 
-class ChildRecorder:
+class ChildRunLog:
     """A child's commits: into the parent's run store (when it has one) under the child's
     own record, each followed by a commit of the parent, whose budget figures include the
-    child's spending. Paid responses go to the parent's store, keyed by the child's run id,
-    so a child re-run after a crash replays its completed calls instead of paying again."""
+    child's spending. (Paid responses need no such port: a child uses its parent's
+    response store, keyed by the child's run id, so a child re-run after a crash replays
+    its completed calls instead of paying again.)"""
 
     def __init__(self, parent: Any, store_id: str, parent_run_id: str, commit_parent: Callable[[], None],
                  redact: Callable[[Any], Any]):
-        self.parent = parent
         self.redact = redact  # the child's inputs may hold a value its parent got from a secret
         self.store = getattr(parent, "store", None)
+        self.durable = True  # the engine calls commit at every commit point; a storeless one is a no-op
         self.store_id = store_id
         self.parent_run_id = parent_run_id
         self.commit_parent = commit_parent
@@ -64,18 +66,6 @@ class ChildRecorder:
         self.store.commit(self.store_id, record, events, lock=self.lock)
         self.commit_parent()
 
-    def get_response(self, key: str) -> dict[str, Any] | None:
-        return self.parent.get_response(key)
-
-    def put_response(self, key: str, value: dict[str, Any]) -> None:
-        self.parent.put_response(key, value)
-
-    def get_cached(self, key: str) -> dict[str, Any] | None:
-        return self.parent.get_cached(key)
-
-    def put_cached(self, key: str, value: dict[str, Any]) -> None:
-        self.parent.put_cached(key, value)
-
 
 def _render_with(cs: "CompiledState", ctx: Mapping[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {}
@@ -90,108 +80,139 @@ def _render_with(cs: "CompiledState", ctx: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, Any]) -> dict[str, Any]:
-    from ...api.runs import load, new_run_state
-    from ...language.compile import compile_loop
-    from ..engine import Engine, Ports
-    from ..run_keys import child_run_id
-
     action = cs.state.action
     assert isinstance(action, LoopAction)
-    child = load(child_loop_path(parent.loop.base_dir, action.path))
-    compiled = compile_loop(child)
-    if cs.for_each is not None:
-        try:
-            items = list(cs.for_each(ctx))
-        except (RenderError, TypeError) as exc:
-            raise StepFailure("parse", f"for_each of '{cs.state.name}': {exc}") from None
-    else:
-        items = [None]
+    children = parent.ports.children
+    if children is None:  # a wiring mistake of the code that built the engine, not of a loop file
+        raise RuntimeError("this engine has no child-run port (Ports.children): the API provides one")
+    child = children.open(parent.loop, action.path)
+    items = _items(cs, ctx)
     limit = asyncio.Semaphore(max(1, action.concurrency))
     visit = parent.run.visits.get(cs.state.name, 1)
     # Display ids nest under the parent (`<parent>/<state>[/<index>]`); store keys use '.'.
     base_id = f"{parent.run.run_id}/{cs.state.name}" + (f"@{visit}" if visit > 1 else "")
-    # The same for every child of this state: computed once, not once per item (a fan-out of
-    # 200 would read the child's skill files 200 times).
-    secrets = {k: v for k, v in parent.ports.secret_values.items() if k in child.secrets}
-    env = {k: v for k, v in parent.ports.env.items() if k not in parent.ports.secret_values or k in secrets}
-    skills = dict(parent.ports.skills) | _child_skills(child)
+    shared = _shared_child_ports(parent, child)
 
     async def one(index: int, item: Any) -> dict[str, Any]:
-        scope = dict(ctx)
-        if cs.for_each is not None:
-            scope["item"], scope["index"] = item, index
-        run_id = f"{base_id}/{index}" if cs.for_each is not None else base_id
-        recorder = ChildRecorder(parent.ports.recorder, child_run_id(run_id), parent.run.run_id, parent.commit,
-                                 parent.redact.redact_obj)
-        earlier = recorder.load()
-        if earlier is not None and RunState.from_json(earlier[0]).is_final:
-            done = RunState.from_json(earlier[0])  # finished before a crash: keep, do not re-run
-            return {"status": done.status, "outputs": done.outputs, "run_id": run_id, "error": done.error}
-        if earlier is not None:
-            state = RunState.from_json(earlier[0])
-            state.history = history_from_events(earlier[1])
-            handed = parent.run.meta.get("child_decision") or {}
-            if state.status == WAITING and handed.get("child") == run_id:
-                state.decision = handed["decision"]  # a person decided on the parent's run
-                parent.run.meta.pop("child_decision", None)
-        else:
-            try:
-                values = coerce_inputs(child, _render_with(cs, scope))
-            except (InputError, RenderError) as exc:
-                return {"status": "failed", "outputs": {}, "error": {"kind": "parse", "message": str(exc)}}
-            meta = {"item": item, "index": index} if cs.for_each is not None else {}
-            state = new_run_state(child, run_id, values, meta)
-        ports = Ports(
-            provider=parent._get_provider,
-            recorder=recorder,
-            human=parent.ports.human,
-            workdir=parent.ports.workdir,
-            env=dict(env),
-            secret_values=secrets,
-            inherited_secrets=parent.redact.values,
-            skills=skills,
-            listeners=[_forward_to(parent, run_id)],
-            sleep=parent.ports.sleep,
-            real_waits=parent.ports.real_waits,
-            use_cache=parent.ports.use_cache,
-            keep_events=False,
-        )
-        async with limit:
-            name = f"sub-loop {run_id}"
-            ledger = (Ledger.from_json(child.budget, state.ledger, parent=parent.ledger, name=name) if state.ledger
-                      else parent.ledger.child(child.budget, name=name))
-            engine = Engine(compiled, state, ports, ledger=ledger, parent=parent)
-            await engine.execute()
-        out: dict[str, Any] = {"status": state.status, "outputs": state.outputs, "run_id": run_id}
-        if state.status != COMPLETED:
-            out["error"] = state.error
-        if state.status == WAITING:
-            out["waiting"] = state.waiting
-        return out
+        if cs.for_each is None:
+            return await _run_child(parent, cs, child, shared, base_id, dict(ctx), {}, limit)
+        scope = dict(ctx, item=item, index=index)
+        return await _run_child(parent, cs, child, shared, f"{base_id}/{index}", scope, {"item": item, "index": index},
+                                limit)
 
     results = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+    _wait_if_a_child_waits(parent, cs, results)
+    if cs.for_each is None:
+        return _one_child_result(action, results[0])
+    return _fan_out_result(cs, action, results)
+
+
+def _items(cs: "CompiledState", ctx: Mapping[str, Any]) -> list[Any]:
+    if cs.for_each is None:
+        return [None]
+    try:
+        return list(cs.for_each(ctx))
+    except (RenderError, TypeError) as exc:
+        raise StepFailure("parse", f"for_each of '{cs.state.name}': {exc}") from None
+
+
+async def _run_child(parent: "Engine", cs: "CompiledState", child: ChildLoop, shared: Ports, run_id: str,
+                     scope: dict[str, Any], meta: dict[str, Any], limit: asyncio.Semaphore) -> dict[str, Any]:
+    from ..engine import Engine
+    from ..run_keys import child_run_id
+
+    run_log = ChildRunLog(parent.ports.run_log, child_run_id(run_id), parent.run.run_id, parent.commit,
+                          parent.redact.redact_obj)
+    state = _child_state(parent, cs, child, run_log, run_id, scope, meta)
+    if isinstance(state, dict):  # finished before a crash, or its inputs do not fit: not run
+        return state
+    loop = child.compiled.loop
+    async with limit:
+        name = f"sub-loop {run_id}"
+        ledger = (Ledger.from_json(loop.budget, state.ledger, parent=parent.ledger, name=name) if state.ledger
+                  else parent.ledger.child(loop.budget, name=name))
+        ports = replace(shared, run_log=run_log, env=dict(shared.env), listeners=[_forward_to(parent, run_id)])
+        engine = Engine(child.compiled, state, ports, ledger=ledger, parent=parent)
+        await engine.execute()
+    out: dict[str, Any] = {"status": state.status, "outputs": state.outputs, "run_id": run_id}
+    if state.status != COMPLETED:
+        out["error"] = state.error
+    if state.status == WAITING:
+        out["waiting"] = state.waiting
+    return out
+
+
+def _child_state(parent: "Engine", cs: "CompiledState", child: ChildLoop, run_log: ChildRunLog, run_id: str,
+                 scope: Mapping[str, Any], meta: dict[str, Any]) -> RunState | dict[str, Any]:
+    """The child's run state: the one an earlier process committed, or a new one."""
+    earlier = run_log.load()
+    if earlier is None:
+        try:
+            values = coerce_inputs(child.compiled.loop, _render_with(cs, scope))
+        except (InputError, RenderError) as exc:
+            return {"status": "failed", "outputs": {}, "error": {"kind": "parse", "message": str(exc)}}
+        children = parent.ports.children
+        assert children is not None  # checked by run_child_state
+        return children.new_state(child.compiled.loop, run_id, values, meta)
+    state = RunState.from_json(earlier[0])
+    if state.is_final:  # finished before a crash: keep, do not re-run
+        return {"status": state.status, "outputs": state.outputs, "run_id": run_id, "error": state.error}
+    state.history = history_from_events(earlier[1])
+    handed = parent.run.meta.get("child_decision") or {}
+    if state.status == WAITING and handed.get("child") == run_id:
+        state.decision = handed["decision"]  # a person decided on the parent's run
+        parent.run.meta.pop("child_decision", None)
+    return state
+
+
+def _shared_child_ports(parent: "Engine", child: ChildLoop) -> Ports:
+    """The ports all children of one `loop:` state share: computed once, not once per item."""
+    mine = parent.ports
+    secrets = {k: v for k, v in mine.secret_values.items() if k in child.compiled.loop.secrets}
+    return Ports(
+        provider=parent._get_provider,
+        responses=mine.responses,
+        human=mine.human,
+        workdir=mine.workdir,
+        env={k: v for k, v in mine.env.items() if k not in mine.secret_values or k in secrets},
+        secret_values=secrets,
+        inherited_secrets=parent.redact.values,
+        skills=dict(mine.skills) | dict(child.skills),
+        clock=mine.clock,
+        shell=mine.shell,
+        children=mine.children,
+        real_waits=mine.real_waits,
+        use_cache=mine.use_cache,
+        keep_events=False,
+    )
+
+
+def _wait_if_a_child_waits(parent: "Engine", cs: "CompiledState", results: list[dict[str, Any]]) -> None:
     waiting = [r for r in results if r["status"] == WAITING]
-    if waiting and parent.ports.recorder is not None and getattr(parent.ports.recorder, "store", None) is not None:
+    if waiting and getattr(parent.ports.run_log, "store", None) is not None:
         # A child waits for a person: so does the parent. `loopdsl approve PARENT` decides
         # for that child, and `resume` hands the decision down (see waiting.resume_waiting).
         first = waiting[0]
         asked = first.get("waiting") or {}
         wait_for_person(parent, cs.state, reason="child", child=first["run_id"],
-                                message=f"sub-loop {first['run_id']} at '{asked.get('state')}': {asked.get('message', '')}",
-                                choices=tuple(asked.get("choices") or ("approve", "reject")), timeout=None)
+                        message=f"sub-loop {first['run_id']} at '{asked.get('state')}': {asked.get('message', '')}",
+                        choices=tuple(asked.get("choices") or ("approve", "reject")), timeout=None)
+
+
+def _one_child_result(action: LoopAction, only: dict[str, Any]) -> dict[str, Any]:
+    err = only.get("error") or {}
+    if only["status"] == BUDGET_EXHAUSTED:  # the shared budget ran out inside the child: the parent is out of it too
+        raise BudgetExceeded(str(err.get("which") or "tokens"),
+                             f"sub-loop {action.path} stopped: {err.get('message', 'budget exhausted')}")
+    if only["status"] != COMPLETED:
+        kind = str(err["kind"]) if err.get("kind") in ERROR_KINDS else "gate"
+        raise StepFailure(kind, f"sub-loop {action.path} ended {only['status']}: {err.get('message', '')}",
+                          result={"status": only["status"], "outputs": only["outputs"]})
+    return {"status": only["status"], "outputs": only["outputs"], **only["outputs"]}
+
+
+def _fan_out_result(cs: "CompiledState", action: LoopAction, results: list[dict[str, Any]]) -> dict[str, Any]:
     exhausted = [r for r in results if r["status"] == BUDGET_EXHAUSTED]
-    if cs.for_each is None:
-        only = results[0]
-        if exhausted:  # the shared budget ran out inside the child: the parent is out of it too
-            err = only.get("error") or {}
-            raise BudgetExceeded(str(err.get("which") or "tokens"),
-                                 f"sub-loop {action.path} stopped: {err.get('message', 'budget exhausted')}")
-        if only["status"] != COMPLETED:
-            err = only.get("error") or {}
-            kind = str(err["kind"]) if err.get("kind") in ERROR_KINDS else "gate"
-            raise StepFailure(kind, f"sub-loop {action.path} ended {only['status']}: {err.get('message', '')}",
-                              result={"status": only["status"], "outputs": only["outputs"]})
-        return {"status": only["status"], "outputs": only["outputs"], **only["outputs"]}
     failures = sum(1 for r in results if r["status"] != COMPLETED)
     shaped = [{"status": r["status"], "outputs": r["outputs"]} for r in results]
     if failures > action.tolerate_failures and exhausted:
@@ -212,9 +233,3 @@ def _forward_to(parent: "Engine", run_id: str) -> Callable[[dict[str, Any]], Non
         parent.emit("child", run_id=run_id, event=event)
 
     return forward
-
-
-def _child_skills(child: Loop) -> dict[str, str]:
-    from ...api.runs import _skills
-
-    return _skills(child)
