@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ..language.compile import CompiledLoop, compile_loop
+from ..language.errors import LoopdslError
 from ..runtime.engine import Engine, MemoryRecorder, NoHuman, Ports, utc_now
 from ..language.inputs import coerce_inputs
 from ..language.model import LlmAction, Loop
@@ -24,13 +25,8 @@ from ..runtime.errors import StoreError
 EXIT_CODES = {COMPLETED: 0, WAITING: 4}
 
 
-class UsageError(Exception):
+class UsageError(LoopdslError):
     """A user mistake outside the loop file (bad input, unknown run, changed file); exit 2."""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
 
 
 @dataclass

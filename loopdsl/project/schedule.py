@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 
+from ..language.errors import LoopdslError
 from ..language.model import Loop
 
 WINDOW_DAYS = 30
@@ -17,11 +18,8 @@ CADENCE_RUNS = {"hourly": 24 * 30, "daily": 30, "weekly": 30 / 7}
 _UTC_NAMES = {"UTC", "Etc/UTC", "Etc/GMT", "GMT", "Z", "utc", "Universal", "Etc/Universal", "Zulu"}
 
 
-class ScheduleError(Exception):
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+class ScheduleError(LoopdslError):
+    """A missing or wrong schedule; exit 2."""
 
 
 def zone(name: str) -> tzinfo | None:
