@@ -82,7 +82,7 @@ def load(path: str | Path) -> Loop:
     return load_loop(path)
 
 
-def _resolve_loop(loop: str | Path | Loop) -> Loop:
+def resolve_loop(loop: str | Path | Loop) -> Loop:
     if isinstance(loop, Loop):
         return loop
     from ..language.packaged_loops import resolve_loop_ref
@@ -316,7 +316,7 @@ async def arun(
     real_waits: bool = True,
 ) -> RunResult:
     listeners = list(listeners)
-    model = _resolve_loop(loop)
+    model = resolve_loop(loop)
     compiled = compile_loop(model)
     values = coerce_inputs(model, inputs or {}, input_strings or {})
     if uses_model_client(script, provider):

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from ruamel.yaml import YAML
 
-from loopdsl.cli.commands import cli
+from loopdsl.cli import cli
 
 DATA = Path(__file__).parents[1] / "data" / "project"
 # The loopdsl running the tests is a source folder (editable or local install): the export
