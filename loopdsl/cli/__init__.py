@@ -3,13 +3,14 @@
 Each command group lives in its own module, imported only when one of its commands runs
 (or help lists them), so `loopdsl lint` loads neither the engine nor the project tools.
 Every user mistake is a `LoopdslError` (or a `LoopError` with diagnostics), turned into
-a message and its documented exit code once, in `main`.
+a message and its documented exit code once, in the group's `invoke`.
 """
 from __future__ import annotations
 
 import os
 import sys
 import traceback
+from typing import Any
 
 import click
 
@@ -33,7 +34,21 @@ _COMMANDS = {
 }
 
 
-@click.group(cls=LazyGroup, lazy_commands=_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+class _LoopdslGroup(LazyGroup):
+    """The `loopdsl` group: the one place a user's mistake becomes a message and an exit code
+    (here rather than in `main`, so that click's test runner sees the same exit codes)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LoopError as exc:  # the loop file has errors: the diagnostics say where and how to fix them
+            click.echo(format_text(exc.diagnostics), err=True)
+            sys.exit(EXIT_USAGE)
+        except LoopdslError as exc:
+            fail(exc.message, exc.hint, exc.exit_code)
+
+
+@click.group(cls=_LoopdslGroup, lazy_commands=_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="loopdsl")
 def cli() -> None:
     """Run AI agent loops written as validated YAML state machines."""
@@ -52,11 +67,6 @@ def main() -> None:
         raise
     except KeyboardInterrupt:
         sys.exit(130)
-    except LoopError as exc:  # the loop file has errors: the diagnostics say where and how to fix them
-        click.echo(format_text(exc.diagnostics), err=True)
-        sys.exit(EXIT_USAGE)
-    except LoopdslError as exc:
-        fail(exc.message, exc.hint, exc.exit_code)
     except Exception as exc:  # an internal bug: say so, exit 3, no traceback dump for users
         click.echo(visible(redact_printed(f"loopdsl: internal error: {type(exc).__name__}: {exc}")), err=True)
         if os.environ.get("LOOPDSL_DEBUG"):
