@@ -20,7 +20,10 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
 
+from ..adapters.git_worktree import find_repo_root
 from ..language.model import Loop
+from ..language.prices import model_provider
+from .discover import loop_tree
 from .schedule import ScheduleError, require_schedule, to_utc_cron
 
 # LiteLLM reads these environment variables for each provider prefix.
@@ -40,15 +43,11 @@ class ExportError(ScheduleError):
 
 
 def _tree(loop: Loop) -> list[Loop]:
-    from .discover import loop_tree
-
     return loop_tree(loop)
 
 
 def provider_keys(loop: Loop) -> list[str]:
     """Environment variables the loop's model calls need (in every sub-loop too)."""
-    from ..language.prices import model_provider
-
     names: list[str] = []
     for member in _tree(loop):
         for alias in member.models.values():
@@ -220,8 +219,6 @@ def crontab(loop: Loop, loop_path: str, project_dir: Path) -> tuple[str, list[st
 
 def project_relative(loop_file: Path) -> tuple[str, Path]:
     """The loop's path relative to its repository root (or the current folder), and that root."""
-    from ..adapters.git_worktree import find_repo_root
-
     file = loop_file.resolve()
     root = find_repo_root(file.parent) or Path.cwd().resolve()
     try:
