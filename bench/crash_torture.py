@@ -59,7 +59,7 @@ LAUNCHER = (
     "import loopdsl.adapters.store.run_store as store\n"
     "store.RunStore.lock.__wrapped__.__kwdefaults__['ttl'] = float(os.environ['CRASH_LOCK_TTL'])\n"
     "sys.argv[0] = 'loopdsl'\n"
-    "from loopdsl.cli.commands import main\n"
+    "from loopdsl.cli import main\n"
     "main()\n"
 )
 _CALL = re.compile(r"state=(\w+) visit=(\d+) attempt=(\d+)")

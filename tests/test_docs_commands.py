@@ -15,7 +15,7 @@ import click
 import pytest
 from test_docs_shell import _BLOCK
 
-from loopdsl.cli.commands import cli
+from loopdsl.cli import cli
 from loopdsl.lint.pipeline import load_loop
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..language.errors import LoopdslError
 from ..runtime.redaction import Redactor
 
 BRANCH_PREFIX = "loopdsl/"
@@ -44,13 +45,12 @@ CREDENTIAL_FILE = re.compile(
 )
 
 
-class WorkspaceError(Exception):
+class WorkspaceError(LoopdslError):
     """A workspace problem the user can act on: what happened and how to fix it."""
 
-    def __init__(self, message: str, hint: str = "") -> None:
-        self.message = message
-        self.hint = hint
-        super().__init__(f"{message}\n  hint: {hint}" if hint else message)
+    def __init__(self, message: str, hint: str = "", exit_code: int | None = None) -> None:
+        super().__init__(message, hint, exit_code)
+        self.args = (f"{message}\n  hint: {hint}" if hint else message,)  # str() carries the hint too
 
 
 @dataclass(frozen=True)

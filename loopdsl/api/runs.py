@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ..language.compile import CompiledLoop, compile_loop
+from ..language.errors import LoopdslError
 from ..language.packaged_loops import child_loop_path
 from ..runtime.engine import Engine, MemoryResponses, MemoryRunLog, NoHuman, Ports, utc_now
 from ..runtime.ports import ChildLoop
@@ -27,13 +28,8 @@ from ..runtime.errors import StoreError
 EXIT_CODES = {COMPLETED: 0, WAITING: 4}
 
 
-class UsageError(Exception):
+class UsageError(LoopdslError):
     """A user mistake outside the loop file (bad input, unknown run, changed file); exit 2."""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
 
 
 @dataclass
@@ -89,7 +85,7 @@ def load(path: str | Path) -> Loop:
     return load_loop(path)
 
 
-def _resolve_loop(loop: str | Path | Loop) -> Loop:
+def resolve_loop(loop: str | Path | Loop) -> Loop:
     if isinstance(loop, Loop):
         return loop
     from ..language.packaged_loops import resolve_loop_ref
@@ -303,7 +299,7 @@ async def arun(
     real_waits: bool = True,
 ) -> RunResult:
     listeners = list(listeners)
-    model = _resolve_loop(loop)
+    model = resolve_loop(loop)
     compiled = compile_loop(model)
     values = coerce_inputs(model, inputs or {}, input_strings or {})
     if uses_model_client(script, provider):

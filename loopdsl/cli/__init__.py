@@ -1,6 +1,79 @@
-"""The `loopdsl` command line: parses flags, calls the API, prints."""
+"""The `loopdsl` command line: parses flags, calls the API, prints.
+
+Each command group lives in its own module, imported only when one of its commands runs
+(or help lists them), so `loopdsl lint` loads neither the engine nor the project tools.
+Every user mistake is a `LoopdslError` (or a `LoopError` with diagnostics), turned into
+a message and its documented exit code once, in the group's `invoke`.
+"""
 from __future__ import annotations
 
-from .commands import main
+import os
+import sys
+import traceback
+from typing import Any
 
-__all__ = ["main"]
+import click
+
+from ..adapters.terminal_safe import visible
+from ..language.diagnostics import LoopError, format_text
+from ..language.errors import LoopdslError
+from ..runtime.redaction import redact_printed
+from .lazy import LazyGroup
+from .output import EXIT_INTERNAL, EXIT_USAGE, fail
+
+_COMMANDS = {
+    **{name: f"loopdsl.cli.lint_commands:{name}" for name in ("lint", "validate", "lock")},
+    **{name: f"loopdsl.cli.run_commands:{name}" for name in ("run", "resume", "approve", "reject", "decide", "abort")},
+    **{name: f"loopdsl.cli.store_commands:{name}" for name in ("runs", "show", "clean")},
+    **{name: f"loopdsl.cli.loop_commands:{name}" for name in ("graph", "patterns")},
+    "test": "loopdsl.cli.test_command:test_command",
+    "audit": "loopdsl.cli.audit_command:audit",
+    "cost": "loopdsl.cli.cost_command:cost",
+    "schedule": "loopdsl.cli.schedule_command:schedule",
+    "init": "loopdsl.cli.init_command:init",
+}
+
+
+class _LoopdslGroup(LazyGroup):
+    """The `loopdsl` group: the one place a user's mistake becomes a message and an exit code
+    (here rather than in `main`, so that click's test runner sees the same exit codes)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LoopError as exc:  # the loop file has errors: the diagnostics say where and how to fix them
+            click.echo(format_text(exc.diagnostics), err=True)
+            sys.exit(EXIT_USAGE)
+        except LoopdslError as exc:
+            fail(exc.message, exc.hint, exc.exit_code)
+
+
+@click.group(cls=_LoopdslGroup, lazy_commands=_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="loopdsl")
+def cli() -> None:
+    """Run AI agent loops written as validated YAML state machines."""
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # an internal bug: say so, exit 3, no traceback dump for users
+        click.echo(visible(redact_printed(f"loopdsl: internal error: {type(exc).__name__}: {exc}")), err=True)
+        if os.environ.get("LOOPDSL_DEBUG"):
+            click.echo(redact_printed(traceback.format_exc()), err=True, nl=False)
+        else:
+            click.echo("  (set LOOPDSL_DEBUG=1 for the traceback; please report it)", err=True)
+        sys.exit(EXIT_INTERNAL)
+
+
+__all__ = ["cli", "main"]

@@ -4,14 +4,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from . import bounded_json
+from .errors import LoopdslError
 from .model import InputSpec, Loop
 
 
-class InputError(Exception):
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+class InputError(LoopdslError):
+    """A wrong run input; exit 2."""
 
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {

@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
 
+from .errors import LoopdslError
+
 GROUP = "loopdsl.loops"
 
 
-class PackageError(Exception):
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+class PackageError(LoopdslError):
+    """A loop package that cannot be found or loaded; exit 2."""
 
 
 @dataclass(frozen=True)

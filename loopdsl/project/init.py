@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ..language.errors import LoopdslError
 from ..language.loader import load_document
 from .install_source import InstallSource
 from .pattern_tests import generic_test, pattern_test
@@ -21,11 +22,8 @@ from .pattern_tests import generic_test, pattern_test
 STORE_IGNORE = ".loopdsl/"
 
 
-class InitError(Exception):
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+class InitError(LoopdslError):
+    """A scaffold that cannot be written; exit 2."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 
+from ..language.errors import LoopdslError
 from ..language.model import Loop
 from ..language.schedules import cron_is_valid, time_zone
 
@@ -17,11 +18,8 @@ WINDOW_DAYS = 30
 CADENCE_RUNS = {"hourly": 24 * 30, "daily": 30, "weekly": 30 / 7}
 
 
-class ScheduleError(Exception):
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+class ScheduleError(LoopdslError):
+    """A missing or wrong schedule; exit 2."""
 
 
 def require_schedule(loop: Loop) -> tuple[str, tzinfo]:

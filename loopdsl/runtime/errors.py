@@ -1,6 +1,8 @@
 """Errors the runtime reacts to: a step's failure kinds, the run store's and the reply script's user errors."""
 from __future__ import annotations
 
+from ..language.errors import LoopdslError
+
 
 
 class StepFailure(Exception):
@@ -14,18 +16,25 @@ class StepFailure(Exception):
         self.result = result
 
 
-class StoreError(Exception):
+class StoreError(LoopdslError):
     """A problem with the run store a user can act on: says what happened and how to fix it."""
 
-    def __init__(self, message: str, hint: str = "") -> None:
-        self.message = message
-        self.hint = hint
-        super().__init__(f"{message}\n  hint: {hint}" if hint else message)
+    def __init__(self, message: str, hint: str = "", exit_code: int | None = None) -> None:
+        super().__init__(message, hint, exit_code)
+        self.args = (f"{message}\n  hint: {hint}" if hint else message,)  # str() carries the hint too
 
 
-class ScriptExhausted(Exception):
+class _ReplyScriptMistake(LoopdslError):
+    """A reply-script problem: str() is the bare problem, `message` says it is the script's."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"reply script: {problem}", "see docs/cli.md, 'Scripted replies'")
+        self.args = (problem,)
+
+
+class ScriptExhausted(_ReplyScriptMistake):
     """The script has no reply left for a state that asked for one."""
 
 
-class ScriptError(ValueError):
+class ScriptError(_ReplyScriptMistake, ValueError):
     """The script file itself is wrong (where, what, how to fix)."""

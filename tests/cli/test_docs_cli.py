@@ -6,14 +6,14 @@ from pathlib import Path
 
 import click
 
-from loopdsl.cli.commands import cli
+from loopdsl.cli import cli
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
 
 
 def test_every_command_and_flag_is_documented() -> None:
     missing = []
-    for name, command in sorted(cli.commands.items()):
+    for name, command in sorted(cli.all_commands().items()):
         if f"loopdsl {name}" not in DOC:
             missing.append(f"command {name}")
         for param in command.params:
@@ -33,7 +33,7 @@ def _sections(name: str) -> str:
 
 def test_every_flag_is_documented_in_its_own_command_section() -> None:
     missing = []
-    for name, command in sorted(cli.commands.items()):
+    for name, command in sorted(cli.all_commands().items()):
         section = _sections(name)
         if not section:
             missing.append(f"section for {name}")

@@ -27,7 +27,7 @@ REPORTING_CLI = textwrap.dedent("""\
     import atexit, sys
     atexit.register(lambda: sys.stderr.write(
         "\\nLITELLM-IMPORTED=%s\\n" % any(m.split(".")[0] == "litellm" for m in list(sys.modules))))
-    from loopdsl.cli.commands import main
+    from loopdsl.cli import main
     sys.argv = ["loopdsl", *sys.argv[1:]]
     main()
 """)
@@ -53,7 +53,7 @@ SLOW_IMPORT_CLI = textwrap.dedent("""\
             spec.loader = SlowLoader(spec.loader)
             return spec
     sys.meta_path.insert(0, SlowLiteLLM())
-    from loopdsl.cli.commands import main
+    from loopdsl.cli import main
     sys.argv = ["loopdsl", *sys.argv[1:]]
     main()
 """)

@@ -122,7 +122,7 @@ def test_graph_and_validate_never_import_litellm(tmp_path):
     example = Path(__file__).resolve().parents[2] / "examples" / "deterministic-multistep" / "loop.yaml"
     probe = (
         "import sys\n"
-        "from loopdsl.cli.commands import main\n"
+        "from loopdsl.cli import main\n"
         "sys.argv = ['loopdsl'] + sys.argv[1:]\n"
         "code = 0\ntry:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
         "print('LITELLM' if 'litellm' in sys.modules else 'CLEAN', code, file=sys.stderr)\n"

@@ -335,7 +335,7 @@ def test_lint_reports_the_rule_with_file_line_and_column(tmp_path: Path) -> None
 
 
 def test_tree_sitter_is_imported_only_to_compile_a_command(tmp_path: Path) -> None:
-    probe = ("import sys, loopdsl.cli.commands, loopdsl.language.templates, loopdsl.language.compile, loopdsl.lint.pipeline\n"
+    probe = ("import sys, loopdsl.cli, loopdsl.language.templates, loopdsl.language.compile, loopdsl.lint.pipeline\n"
              "print('tree_sitter' in sys.modules)\n"
              "loopdsl.language.templates.compile_shell('echo {{ v }}')\n"
              "print('tree_sitter_bash' in sys.modules)\n")

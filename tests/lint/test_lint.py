@@ -211,7 +211,7 @@ def test_internal_error_exit_3_from_the_real_command(tmp_path: Path) -> None:
         def explode(ctx):
             raise ZeroDivisionError("simulated bug")
         loopdsl.lint.pipeline.RULES.append(explode)
-        from loopdsl.cli.commands import main
+        from loopdsl.cli import main
         sys.argv = ["loopdsl", "lint", "good.yaml"]
         main()
         """

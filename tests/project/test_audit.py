@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import loopdsl
-from loopdsl.cli.commands import cli
+from loopdsl.cli import cli
 from loopdsl.lint.pipeline import load_loop
 from loopdsl.project import audit_checks
 from loopdsl.project.audit import audit_project

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import loopdsl
-from loopdsl.cli.commands import cli
+from loopdsl.cli import cli
 
 FIXTURE = Path(__file__).parents[1] / "data" / "project" / "cost" / "two-models.yaml"
 DRAFT_PROMPT = "Write {{ inputs.n }} lines in a {{ inputs.tone }} tone."
@@ -124,7 +124,7 @@ def test_measured_runs_from_the_store_appear_beside_the_estimate(tmp_path: Path)
 
 
 def test_cost_never_imports_litellm() -> None:
-    code = ("import sys\nfrom loopdsl.cli.commands import cli\n"
+    code = ("import sys\nfrom loopdsl.cli import cli\n"
             f"try:\n    cli.main(['cost', {str(FIXTURE)!r}, '--format', 'json'])\n"
             "except SystemExit as exc:\n    assert exc.code in (0, None), exc.code\n"
             "assert 'litellm' not in sys.modules, 'cost imported litellm'\n")

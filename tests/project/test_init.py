@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from loopdsl.cli.commands import cli
+from loopdsl.cli import cli
 from loopdsl.lint.pipeline import lint_paths, load_loop
 from loopdsl.language.model import LlmAction, LoopAction
 from loopdsl.project.init import list_patterns

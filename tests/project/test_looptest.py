@@ -9,7 +9,7 @@ from xml.etree import ElementTree
 import pytest
 from click.testing import CliRunner
 
-from loopdsl.cli.commands import cli
+from loopdsl.cli import cli
 from loopdsl.project.testfile import TestFileError, load_tests
 
 DATA = Path(__file__).parents[1] / "data" / "project" / "looptest"

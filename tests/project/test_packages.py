@@ -34,7 +34,7 @@ from test_sharing import (
 )
 
 import loopdsl
-from loopdsl.cli.commands import cli
+from loopdsl.cli import cli
 from loopdsl.adapters.store.run_store import RunStore
 
 VERSION = "1.4.0"  # tests/data/sharing/package/pyproject.toml

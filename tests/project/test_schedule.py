@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from ruamel.yaml import YAML
 
-from loopdsl.cli.commands import cli
+from loopdsl.cli import cli
 
 DATA = Path(__file__).parents[1] / "data" / "project"
 # The loopdsl running the tests is a source folder (editable or local install): the export
@@ -180,3 +180,14 @@ def test_crontab_export(tmp_path: Path) -> None:
     assert " run " in entry and "notes.yaml --quiet" in entry and entry.endswith("2>&1")
     command = entry.split(" ", 5)[5]
     assert subprocess.run(["bash", "-n", "-c", command], capture_output=True).returncode == 0
+
+
+def test_github_actions_export_keeps_yaml_significant_text_as_values(tmp_path: Path) -> None:
+    """The workflow is dumped from a mapping: a pip spec holding ` #` or `: ` stays one whole value."""
+    loop = loop_with(tmp_path, 'schedule: {cron: "0 9 * * 1-5", timezone: UTC}')
+    spec = "loopdsl @ https://example.com/x.tar.gz #egg=loopdsl: see"
+    code, out, err = invoke("schedule", str(loop), "--export", "github-actions", "--pip-spec", spec)
+    assert code == 0, err
+    steps = YAML(typ="safe").load(out)["jobs"]["run"]["steps"]
+    install = next(s for s in steps if s.get("name") == "Install loopdsl")
+    assert install["run"] == "python -m pip install 'loopdsl @ https://example.com/x.tar.gz #egg=loopdsl: see'"

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from stub_server import StubServer
 
 import loopdsl
-from loopdsl.cli.commands import cli
+from loopdsl.cli import cli
 from loopdsl.adapters.store.run_store import RunStore
 
 DATA = Path(__file__).parents[1] / "data" / "sharing"

@@ -1056,7 +1056,7 @@ def test_dry_run_prints_plan_and_never_imports_litellm(tmp_path: Path) -> None:
         """)
     probe = (
         "import sys\n"
-        "from loopdsl.cli.commands import main\n"
+        "from loopdsl.cli import main\n"
         f"sys.argv = ['loopdsl', 'run', {str(loop)!r}, '--dry-run']\n"
         "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
         "print('EXIT', code)\n"

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import loopdsl
-from loopdsl.cli.commands import cli
+from loopdsl.cli import cli
 from loopdsl.adapters.store.run_store import RunStore
 
 DATA = Path(__file__).parents[1] / "data" / "sharing" / "subloops"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import diskcache
 
+from ...language.errors import EXIT_CHANGED
 from ...runtime.errors import StoreError
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 class RunChanged(StoreError):
     """Another process changed the run under us (took over its lock, or decided first):
     this process must stop and record nothing more (exit 5)."""
+
+    exit_code = EXIT_CHANGED
 
 
 def _lock_key(name: str) -> str:

@@ -1,0 +1,60 @@
+"""`loopdsl lock` and `lint --locked`: find the loop files under paths, pin or check what they use."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..language.diagnostics import Diagnostic, LoopError
+from ..language.model import Loop
+from ..lint.lockfile import LOCK_NAME, check_locked, find_lock, write_lock
+from ..lint.pipeline import is_loop_text, load_loop
+from ..language.errors import LoopdslError
+from ..language.files import YAML_SUFFIXES, walk
+
+EXIT_FINDINGS = 1
+
+
+def loop_files(paths: Sequence[str | Path]) -> list[Path]:
+    """The loop files named or found under `paths` (the one file walker skips the run store,
+    version-control folders, virtual environments and caches)."""
+    found: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        candidates = sorted(walk(path, YAML_SUFFIXES)) if path.is_dir() else [path]
+        for file in candidates:
+            try:
+                if is_loop_text(file.read_bytes()[:65536]):
+                    found.append(file)
+            except OSError:
+                continue
+    return found
+
+
+def loadable_loops(files: Sequence[Path]) -> list[tuple[str, Loop]]:
+    """(path, loop) for each file that loads; the others are lint's to report."""
+    loops = []
+    for file in files:
+        try:
+            loops.append((str(file), load_loop(file)))
+        except LoopError:
+            continue
+    return loops
+
+
+def check_lock(paths: Sequence[str]) -> list[Diagnostic]:
+    """What changed since `loopdsl lock` in the files the loops under `paths` depend on."""
+    first = Path(paths[0])
+    lock_path = find_lock(first if first.is_dir() else first.parent)
+    if lock_path is None:
+        raise LoopdslError(f"--locked: no {LOCK_NAME} here or in a parent folder", "run `loopdsl lock` first",
+                         exit_code=EXIT_FINDINGS)
+    return check_locked(loadable_loops(loop_files(paths)), lock_path)
+
+
+def lock(paths: Sequence[str], where: Path) -> tuple[Path, int]:
+    """Write the lock file in `where` for the loops under `paths`; its path and how many loops."""
+    loops = loadable_loops(loop_files(paths))
+    if not loops:
+        raise LoopdslError(f"no loadable loop files under {', '.join(paths)}",
+                         "lint them: `loopdsl lint " + " ".join(paths) + "`")
+    return write_lock([loop for _, loop in loops], where), len(loops)

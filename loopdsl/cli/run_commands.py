@@ -1,0 +1,160 @@
+"""`loopdsl run`, `resume`, `approve`, `reject`, `decide` and `abort`: start, continue and steer runs."""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import click
+
+from ..adapters.humans import TerminalHuman
+from ..adapters.terminal import Progress, summary
+from ..adapters.terminal_safe import visible, visible_json
+from ..api import runs as api
+from ..api.durable import RunConflict, abort as abort_run, budget_caps, decide as record_decision, resume_durable
+from ..language.loader import load_text
+from ..project.dry_run import dry_run as walk
+from .output import EXIT_FINDINGS, EXIT_OK, fail, script_option, store_option
+
+
+def _parse_input_pairs(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            fail(f"--input {pair!r} is not KEY=VALUE", "e.g. --input max_items=10")
+        key, value = pair.split("=", 1)
+        out[key.strip()] = value
+    return out
+
+
+def _read_inputs_file(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        fail(f"cannot read --inputs file {path}: {exc.strerror or exc}")
+    # The loop files' own reader: its bounds (nesting, aliases, size, tags) hold for inputs too.
+    doc, problems = load_text(raw, path)
+    if doc is None:
+        first = problems[0]
+        if first.rule == "yaml-empty":
+            return {}
+        if first.rule == "yaml-not-mapping":
+            fail(f"--inputs file {path} must hold a mapping of input names to values")
+        fail(f"cannot read --inputs file {path}:{first.line}:{first.col}: {first.message}", first.hint)
+    return dict(doc.data)
+
+
+def _listeners(as_json: bool, quiet: bool, budget: dict[str, Any]) -> list[Callable[[dict[str, Any]], None]]:
+    out: list[Callable[[dict[str, Any]], None]] = []
+    if as_json:
+        out.append(lambda e: click.echo(visible_json(json.dumps(e, ensure_ascii=False, default=str))))
+    if not quiet:
+        out.append(Progress(budget))
+    return out
+
+
+def _finish(result: api.RunResult, as_json: bool, quiet: bool) -> None:
+    if as_json:
+        click.echo(visible_json(json.dumps({"type": "summary", "run_id": result.run_id, "status": result.status,
+                                            "path": result.path, "outputs": result.outputs, "usage": result.usage,
+                                            "spent": result.state.ledger}, ensure_ascii=False, default=str)))
+    elif not quiet or result.status == "waiting":
+        click.echo(visible(summary(result.state, result.store_dir)), err=as_json)
+    sys.exit(result.exit_code)
+
+
+@click.command()
+@click.argument("loop")
+@click.option("--input", "-i", "input_pairs", multiple=True, metavar="KEY=VALUE", help="An input (repeatable), typed per the loop's `inputs`.")
+@click.option("--inputs", "inputs_file", type=click.Path(dir_okay=False), help="A YAML/JSON file of inputs.")
+@script_option
+@click.option("--dry-run", is_flag=True, help="Walk the graph without side effects; print gates and the worst-case spend.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON event per line on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+@store_option
+@click.option("--no-store", is_flag=True, help="Keep the run in memory only (it cannot be resumed).")
+@click.option("--cache", is_flag=True, help="Reuse identical LLM responses across runs (cost 0 when reused).")
+def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: str | None, dry_run: bool,
+        as_json: bool, quiet: bool, store: str | None, no_store: bool, cache: bool) -> None:
+    """Run LOOP (a file, or pkg:NAME from an installed loop package)."""
+    model = api.resolve_loop(loop)
+    if dry_run:
+        report = walk(model)
+        click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.to_text())
+        sys.exit(EXIT_OK)
+    try:
+        result = api.run(model, _read_inputs_file(inputs_file), script=script, store=False if no_store else (store or True),
+                         human=None if script else TerminalHuman(), cache=cache,
+                         listeners=_listeners(as_json, quiet, budget_caps(model)),
+                         input_strings=_parse_input_pairs(input_pairs))
+    except RunConflict as exc:
+        click.echo(visible(f"loopdsl: {exc.message}"), err=True)
+        sys.exit(EXIT_OK if exc.skipped else EXIT_FINDINGS)
+    _finish(result, as_json, quiet)
+
+
+@click.command()
+@click.argument("run_id")
+@script_option
+@click.option("--force", is_flag=True, help="Resume even though the loop file (or an import or skill) changed.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON event per line on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+@store_option
+@click.option("--cache", is_flag=True, help="Reuse identical LLM responses across runs.")
+def resume(run_id: str, script: str | None, force: bool, as_json: bool, quiet: bool, store: str | None, cache: bool) -> None:
+    """Continue RUN_ID from its last committed state (after a crash or a decision)."""
+    result = asyncio.run(resume_durable(run_id, store=store, script=script, force=force, cache=cache,
+                                        human=None if script else TerminalHuman(),
+                                        listeners=_listeners(as_json, quiet, {})))
+    _finish(result, as_json, quiet)
+
+
+def _decide(run_id: str, choice: str, comment: str, store: str | None) -> None:
+    state = record_decision(run_id, choice, comment, store=store)
+    click.echo(f"run {state.run_id}: recorded '{choice}' by {state.decision['by']} at {state.decision['at']}")  # type: ignore[index]
+    click.echo(f"continue with: loopdsl resume {state.run_id}")
+
+
+_comment_option = click.option("--comment", "-m", default="", help="Why (kept with the decision).")
+
+
+@click.command()
+@click.argument("run_id")
+@_comment_option
+@store_option
+def approve(run_id: str, comment: str, store: str | None) -> None:
+    """Approve the checkpoint RUN_ID is waiting at."""
+    _decide(run_id, "approve", comment, store)
+
+
+@click.command()
+@click.argument("run_id")
+@_comment_option
+@store_option
+def reject(run_id: str, comment: str, store: str | None) -> None:
+    """Reject the checkpoint RUN_ID is waiting at."""
+    _decide(run_id, "reject", comment, store)
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("choice")
+@_comment_option
+@store_option
+def decide(run_id: str, choice: str, comment: str, store: str | None) -> None:
+    """Record CHOICE (one of the checkpoint's `choices`) for RUN_ID."""
+    _decide(run_id, choice, comment, store)
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--reason", default="", help="Kept in the run's log.")
+@store_option
+def abort(run_id: str, reason: str, store: str | None) -> None:
+    """End RUN_ID as aborted (its worktree, if any, is kept)."""
+    state = abort_run(run_id, store=store, reason=reason)
+    click.echo(f"run {state.run_id}: aborted")

@@ -1,0 +1,39 @@
+"""`loopdsl test`: run loop tests (*.test.yaml) offline."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import click
+
+from ..adapters.terminal_safe import visible
+from ..project.looptest import TestOutcome, collect, junit_xml, result_lines, run_tests, tally
+from .output import EXIT_FINDINGS, EXIT_OK, fail, write_text
+
+
+@click.command("test")
+@click.argument("paths", nargs=-1)
+@click.option("--format", "fmt", type=click.Choice(["text", "junit"]), default="text", show_default=True,
+              help="junit: JUnit XML for CI (to stdout, or to --output).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the JUnit XML here instead of stdout.")
+@click.option("--keep", is_flag=True, help="Keep each test's temporary workspace and say where it is.")
+def test_command(paths: Sequence[str], fmt: str, output: str | None, keep: bool) -> None:
+    """Run loop tests (*.test.yaml) under PATHS (default: the current folder), offline."""
+    tests, broken = collect(list(paths) or ["."])
+    if not tests and not broken:
+        fail(f"no loop tests (*.test.yaml) under {', '.join(paths) or '.'}",
+             "a loop test names a loop, its replies and what to expect; see docs/cli.md, 'loopdsl test'")
+    # With JUnit on stdout, the human report goes to stderr so the XML stays parseable.
+    to_stderr = fmt == "junit" and not output
+
+    def show(outcome: TestOutcome) -> None:
+        for line in result_lines(outcome):
+            click.echo(visible(line), err=to_stderr)
+
+    for outcome in broken:
+        show(outcome)
+    outcomes = broken + run_tests(tests, on_result=show, keep=keep)
+    if fmt == "junit":
+        write_text(junit_xml(outcomes), output)
+    click.echo(tally(outcomes), err=to_stderr)
+    sys.exit(EXIT_OK if all(o.passed for o in outcomes) else EXIT_FINDINGS)

@@ -1,0 +1,88 @@
+"""The CLI's shape: commands load lazily, user errors form one family, caught in one place."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from loopdsl.adapters.git_worktree import SecretInCommit, WorkspaceError
+from loopdsl.adapters.store.lock import RunChanged
+from loopdsl.adapters.store.run_store import RunLocked
+from loopdsl.api.runs import UsageError
+from loopdsl.cli import cli
+from loopdsl.language.errors import LoopdslError
+from loopdsl.language.inputs import InputError
+from loopdsl.language.packaged_loops import PackageError
+from loopdsl.project.export import ExportError
+from loopdsl.project.init import InitError
+from loopdsl.project.install_source import InstallSourceError
+from loopdsl.project.schedule import ScheduleError
+from loopdsl.runtime.errors import ScriptError, ScriptExhausted, StoreError
+
+ROOT = Path(__file__).resolve().parents[2]
+LOOP = ROOT / "tests" / "data" / "project" / "strong" / "loops" / "notes.yaml"
+
+PROBE = """import sys
+from loopdsl.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print(__import__("json").dumps(sorted(m for m in sys.modules if m.startswith(("loopdsl", "litellm")))), file=sys.stderr)
+"""
+
+
+def _modules_loaded_by(*args: str) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def test_lint_loads_no_engine_api_or_project_module() -> None:
+    loaded = _modules_loaded_by("lint", str(LOOP))
+    assert "loopdsl.lint.pipeline" in loaded
+    heavy = [m for m in loaded if m.startswith(("loopdsl.runtime.engine", "loopdsl.api.runs", "loopdsl.api.durable",
+                                                "loopdsl.project", "loopdsl.cli.run_commands", "litellm"))]
+    assert heavy == []
+
+
+def test_graph_loads_neither_the_engine_nor_litellm() -> None:
+    loaded = _modules_loaded_by("graph", str(LOOP))
+    assert "loopdsl.cli.loop_commands" in loaded
+    assert [m for m in loaded if m.startswith(("loopdsl.runtime.engine", "litellm"))] == []
+
+
+def test_every_lazy_command_resolves_under_its_own_name() -> None:
+    commands = cli.all_commands()
+    assert set(commands) == set(cli.lazy_commands)
+    for name, command in commands.items():
+        assert isinstance(command, click.Command)
+        assert command.name == name
+
+
+def test_every_user_error_is_a_loopdsl_error_with_its_exit_code() -> None:
+    for kind in (UsageError, InputError, PackageError, StoreError, RunLocked, WorkspaceError, SecretInCommit,
+                 ScheduleError, ExportError, InstallSourceError, InitError):
+        error = kind("what happened", "how to fix it")
+        assert isinstance(error, LoopdslError)
+        assert (error.message, error.hint, error.exit_code) == ("what happened", "how to fix it", 2)
+    assert RunChanged("moved on").exit_code == 5
+    for kind in (ScriptError, ScriptExhausted):
+        error = kind("replies.yaml: no reply for 'draft'")
+        assert isinstance(error, LoopdslError) and str(error) == "replies.yaml: no reply for 'draft'"
+        assert error.message == "reply script: replies.yaml: no reply for 'draft'"
+    assert isinstance(ScriptError("x"), ValueError)
+
+
+def test_a_user_error_from_any_command_is_a_message_not_a_traceback(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "loopdsl", "lock", str(tmp_path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"loopdsl: error: no loadable loop files under {tmp_path}\n  hint: lint them")
+    assert "Traceback" not in done.stderr
