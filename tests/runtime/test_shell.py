@@ -288,7 +288,7 @@ def test_processes_that_left_the_group_are_stopped_too(tmp_path: Path, how: str)
             assert result.timed_out == (how == "timeout")
         escaped = [int(p) for p in pids.read_text().split()]
         assert len(escaped) == 2
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + 15  # a bound, not a speed target: CI machines are loaded
         while any(_alive(p) for p in escaped) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert [p for p in escaped if _alive(p)] == []
