@@ -46,8 +46,7 @@ class Progress:
             attempt = event.get("attempt", 1)
             line = f"→ {event['state']}" + (f" (attempt {attempt})" if attempt > 1 else "")
         elif kind == "llm" and event.get("failed"):
-            line = (f"  llm {event.get('model')}: failed ({event['failed']}), charged "
-                    f"{int((event.get('charged') or {}).get('tokens', 0))} tokens, {_money(event.get('cost_usd'))}   [{self._spend()}]")
+            line = f"  llm {event.get('model')}: {_charged_failure(event)}   [{self._spend()}]"
         elif kind == "llm":
             usage = event.get("usage") or {}
             note = " (replayed: already paid)" if event.get("replayed") else " (cached)" if event.get("cached") else ""
@@ -81,6 +80,12 @@ class Progress:
                 line = f"  sub-loop {event['run_id']} ended {inner.get('status')}"
         if line:
             print(visible(line), file=self.stream, flush=True)
+
+
+def _charged_failure(event: Mapping[str, Any]) -> str:
+    """A model call that failed yet was charged (an `llm` event with `failed`), for progress and `show`."""
+    charged = event.get("charged") or {}
+    return f"failed ({event['failed']}), charged {int(charged.get('tokens', 0))} tokens, {_money(charged.get('cost_usd'))}"
 
 
 def _some_lines(text: str, count: int = 6, limit: int = 160) -> str:
@@ -183,9 +188,7 @@ def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunS
         lines.append("llm calls:")
         for e in calls:
             if e.get("failed"):
-                charged = e.get("charged") or {}
-                lines.append(f"  {e['state']} #{e.get('attempt')} {e.get('model')}: failed ({e['failed']}), charged "
-                             f"{int(charged.get('tokens', 0))} tokens {_money(charged.get('cost_usd'))}")
+                lines.append(f"  {e['state']} #{e.get('attempt')} {e.get('model')}: {_charged_failure(e)}")
                 continue
             usage = e.get("usage") or {}
             cost = 0.0 if e.get("cached") else e.get("cost_usd")
