@@ -160,7 +160,11 @@ class McpToolBox:
         duration = time.monotonic() - started
         if result is None:
             return ToolOutcome.failure(self._safe_error(error or "no result"), duration)
-        text, truncated = safe_output(render_result(result), limit=self._limit, redact=self._redactor)
+        try:
+            rendered = render_result(result)
+        except (ValueError, TypeError, RecursionError) as exc:  # e.g. structuredContent nested too deep
+            return ToolOutcome.failure(f"MCP result could not be shown: {type(exc).__name__}", duration)
+        text, truncated = safe_output(rendered, limit=self._limit, redact=self._redactor)
         if result.isError:
             return ToolOutcome(ok=False, error=text, truncated=truncated, duration_s=duration)
         return ToolOutcome(ok=True, result=text, truncated=truncated, duration_s=duration)

@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from loopdsl.adapters import mcp_stdio  # noqa: E402
+from loopdsl.adapters.mcp_results import render_result  # noqa: E402
 from loopdsl.adapters.mcp_tools import (  # noqa: E402
     DESCRIPTION_LIMIT, McpEntry, McpStartError, McpToolBox, server_environment,
 )
@@ -275,3 +276,22 @@ def test_aclose_kills_the_whole_group_even_when_the_server_ignores_shutdown() ->
     pgid, child, closing = asyncio.run(main())
     assert live_in_group(pgid) == [] and not alive(child)
     assert closing < 4.0
+
+
+def test_rendering_of_links_blobs_and_unknown_sizes() -> None:
+    import mcp.types as types  # the SDK's own result types, as a server would send them
+
+    result = types.CallToolResult(content=[
+        types.ResourceLink(type="resource_link", uri="file:///a", name="a", mimeType="text/csv", size=12),
+        types.ResourceLink(type="resource_link", uri="file:///b", name="b"),
+        types.EmbeddedResource(type="resource", resource=types.BlobResourceContents(
+            uri="file:///c", blob="AAECAw==", mimeType="application/zip")),
+        types.ImageContent(type="image", data="", mimeType="image/gif"),
+    ])
+    assert render_result(result) == ("[text/csv 12 bytes omitted]\n[application/octet-stream unknown bytes omitted]\n"
+                                     "[application/zip 4 bytes omitted]\n[image/gif 0 bytes omitted]")
+    nested: list[Any] = []
+    for _ in range(5000):
+        nested = [nested]
+    with pytest.raises(RecursionError):  # call() turns this into a tool error, never a crash
+        render_result(types.CallToolResult(content=[], structuredContent={"deep": nested}))
