@@ -44,6 +44,7 @@ class StdioServer:
         self._stderr_done = asyncio.Event()
         self.ref: CommandRef | None = None
         self.protocol_error: str | None = None
+        self.skipped_lines = 0  # stdout lines that were not JSON-RPC messages
 
     @property
     def returncode(self) -> int | None:
@@ -135,6 +136,7 @@ class StdioServer:
                 try:
                     message = types.JSONRPCMessage.model_validate_json(line)
                 except ValueError:  # not JSON-RPC (a stray print): skipped, as a log line would be
+                    self.skipped_lines += 1
                     continue
                 try:
                     await sink.send(SessionMessage(message))

@@ -249,7 +249,9 @@ class McpToolBox:
             await self._server.settle(0.5)
             return self._gone("exited during the call"), None
         await self._cancel_notice(request_id)
-        return f"timed out after {timeout:g}s", None
+        skipped = self._server.skipped_lines
+        note = f" (the server wrote {skipped} stdout line(s) that were not JSON-RPC messages)" if skipped else ""
+        return f"timed out after {timeout:g}s{note}", None
 
     async def _cancel_notice(self, request_id: Any) -> None:
         import mcp.types as types  # see _request

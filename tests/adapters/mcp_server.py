@@ -92,6 +92,11 @@ def _trouble_tools(server: FastMCP) -> None:
         await anyio.sleep(seconds)
         return "done"
 
+    @server.tool(description="Prints a stray line on stdout (the MCP channel), then answers.")
+    def noisy() -> str:
+        print("not a JSON-RPC message", flush=True)
+        return "ok"
+
     @server.tool(description="Dies mid-call.")
     def crash() -> str:
         sys.stderr.write(f"dying with {TOKEN}\n")

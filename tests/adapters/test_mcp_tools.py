@@ -162,8 +162,18 @@ def test_a_slow_call_times_out_and_the_server_keeps_serving() -> None:
 
     slow, waited, echo = with_box(["slow", "echo"], body)
     assert not slow.ok and slow.error == "timed out after 0.5s"
-    assert 0.5 <= waited < 2.0 and 0.5 <= slow.duration_s < 2.0
+    assert 0.5 <= waited < 5.0 and 0.5 <= slow.duration_s < 5.0  # loose: a loaded machine
     assert echo.ok and echo.result == '{"result": "still here"}'
+
+
+def test_stray_stdout_lines_are_skipped_and_named_when_a_call_times_out() -> None:
+    async def body(box: McpToolBox) -> tuple[Any, Any]:
+        noisy = await box.call("srv__noisy", {}, call_id="c1", timeout=10)
+        return noisy, await box.call("srv__slow", {"seconds": 30}, call_id="c2", timeout=0.3)
+
+    noisy, slow = with_box(["noisy", "slow"], body)
+    assert noisy.ok and noisy.result == '{"result": "ok"}'
+    assert slow.error == "timed out after 0.3s (the server wrote 1 stdout line(s) that were not JSON-RPC messages)"
 
 
 def test_a_server_that_dies_mid_call_is_a_tool_error_then_not_running() -> None:
@@ -195,7 +205,7 @@ def test_a_server_that_never_answers_initialize_hits_startup_timeout(tmp_path: P
     started = time.monotonic()
     with pytest.raises(McpStartError) as caught:
         asyncio.run(McpToolBox.open(hang, redactor=Redactor([])))
-    assert time.monotonic() - started < 4.0
+    assert time.monotonic() - started < 8.0  # not the 30 s default, and no hang
     assert caught.value.kind == "timeout"
     assert str(caught.value) == "MCP server 'srv' did not start within 0.5s (startup_timeout)"
     assert not alive(int(pidfile.read_text()))  # it ignored SIGTERM: killed all the same
@@ -275,7 +285,7 @@ def test_aclose_kills_the_whole_group_even_when_the_server_ignores_shutdown() ->
 
     pgid, child, closing = asyncio.run(main())
     assert live_in_group(pgid) == [] and not alive(child)
-    assert closing < 4.0
+    assert closing < 8.0  # stdin closed, SIGTERM ignored, then SIGKILL: about 1 s
 
 
 def test_rendering_of_links_blobs_and_unknown_sizes() -> None:
