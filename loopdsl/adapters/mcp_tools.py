@@ -173,16 +173,21 @@ class McpToolBox:
         """Stop the session and kill the server's process group; idempotent, never raises."""
         self._closing.set()
         task = self._task
-        if task is not None and not task.done():
-            with contextlib.suppress(asyncio.TimeoutError, Exception):
-                await asyncio.wait_for(asyncio.shield(task), _CLOSE_GRACE_S)
-            if not task.done():
-                self._server.kill_now()
-                task.cancel()
-        if task is not None:
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(task, _CLOSE_GRACE_S)
-        await self._server.stop()  # also when the owning task never got that far
+        try:
+            if task is not None and not task.done():
+                # asyncio.wait neither raises the task's outcome nor swallows our own cancellation.
+                await asyncio.wait({task}, timeout=_CLOSE_GRACE_S)
+                if not task.done():  # stuck leaving the SDK's contexts: kill, then cancel it
+                    self._server.kill_now()
+                    task.cancel()
+                    await asyncio.wait({task}, timeout=_CLOSE_GRACE_S)
+            await self._server.stop()  # also when the owning task never got that far
+        except BaseException:
+            self._server.kill_now()  # cancelled while closing: no process outlives the attempt
+            raise
+        finally:
+            if task is not None and task.done() and not task.cancelled():
+                task.exception()  # mark it retrieved (`_serve` keeps its own failures)
 
     async def _start(self) -> None:
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -243,8 +248,9 @@ class McpToolBox:
                 future.cancel()
         if call in done:
             return None, call.result()  # an McpError (JSON-RPC error) is raised here
-        with contextlib.suppress(BaseException):
-            await call
+        await asyncio.wait({call}, timeout=1.0)  # let it unwind; our own cancellation still propagates
+        if call.done() and not call.cancelled():
+            call.exception()  # retrieved: a result that lost the race is of no use now
         if died in done:
             await self._server.settle(0.5)
             return self._gone("exited during the call"), None

@@ -305,3 +305,30 @@ def test_rendering_of_links_blobs_and_unknown_sizes() -> None:
         nested = [nested]
     with pytest.raises(RecursionError):  # call() turns this into a tool error, never a crash
         render_result(types.CallToolResult(content=[], structuredContent={"deep": nested}))
+
+
+def test_a_cancelled_call_and_a_cancelled_close_leave_no_process() -> None:
+    """The attempt's timeout cancels the agent's task mid-call, and may cancel it again while
+    it closes the box: the cancellation propagates and the server's group is killed."""
+    async def main() -> int:
+        box = await McpToolBox.open(entry(["slow"], "--ignore-shutdown"), redactor=Redactor([SECRET]))
+        pgid = box.command_ref.pgid
+        calling = asyncio.create_task(box.call("srv__slow", {"seconds": 30}, call_id="c", timeout=60))
+        await asyncio.sleep(0.3)
+        calling.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await calling
+        closing = asyncio.create_task(box.aclose())
+        await asyncio.sleep(0.1)  # inside the orderly shutdown (stdin closed, SIGTERM ignored)
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        for _ in range(100):  # killed by the cancelled close, or by the shutdown it began
+            if not live_in_group(pgid):
+                break
+            await asyncio.sleep(0.02)
+        left = live_in_group(pgid)
+        await box.aclose()  # what the attempt's finally still does
+        return left
+
+    assert asyncio.run(main()) == []
