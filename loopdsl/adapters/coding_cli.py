@@ -35,38 +35,27 @@ What it guarantees:
 """
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..runtime.process_tree import MARKER_VAR, CommandRef, kill_now, new_marker, start_time, stop_command
+from ..runtime.process_tree import CommandRef
 from ..runtime.redaction import Redactor
-from ..runtime.tools.base import safe_output
-from .coding_cli_events import (
-    CLAUDE,
-    CODEX,
-    KINDS,
-    Meter,
-    StreamState,
-    TokenPrices,
-    looks_like_auth,
-    parse_line,
-    reader_for,
-)
-from .coding_cli_stream import LineSplitter, TailBuffer
+from .coding_cli_events import CLAUDE, CODEX, KINDS, TokenPrices, looks_like_auth
+from .coding_cli_process import CliRun, Outcome, supervise
 
 __all__ = ["CliSpec", "CliResult", "TokenPrices", "run_coding_cli", "build_argv", "build_env",
            "cli_cap_usd", "PERMISSIONS", "DEFAULT_KEY_ENV"]
 
 PERMISSIONS = ("read", "edit", "full")
-DEFAULT_KEY_ENV = {CLAUDE: "ANTHROPIC_API_KEY", CODEX: "OPENAI_API_KEY"}
+# `codex exec` reads its key from CODEX_API_KEY (OPENAI_API_KEY needs a stored login, and
+# each attempt's config home starts empty).
+DEFAULT_KEY_ENV = {CLAUDE: "ANTHROPIC_API_KEY", CODEX: "CODEX_API_KEY"}
 _ENV_PASSED = ("PATH", "LANG", "TERM", "TMPDIR")
 _CONFIG_DIR_VAR = {CLAUDE: "CLAUDE_CONFIG_DIR", CODEX: "CODEX_HOME"}
 # Claude Code tool names per permission level: reading ones only, or those plus editing.
@@ -75,8 +64,6 @@ _EDIT_TOOLS = (*_READ_TOOLS, "Edit", "MultiEdit", "Write", "NotebookEdit")
 _CLAUDE_MODE = {"read": "default", "edit": "acceptEdits", "full": "bypassPermissions"}
 _CODEX_SANDBOX = {"read": "read-only", "edit": "workspace-write", "full": "danger-full-access"}
 KILL_GRACE_S = 1.0
-EVENT_LIMIT = 8 * 1024  # bytes of one event passed whole to on_event; larger ones are cut
-STDERR_KEEP = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -162,48 +149,6 @@ def build_env(spec: CliSpec, base_env: Mapping[str, str], home: Path, api_key: s
     return env
 
 
-class _Run:
-    """The state of one CLI process being read: what was said, spent and decided."""
-
-    def __init__(self, spec: CliSpec, reservation_usd: float, prices: TokenPrices | None,
-                 redactor: Redactor, charge: Callable[[float], bool],
-                 on_event: Callable[[dict[str, Any]], Any] | None) -> None:
-        self.spec, self.reservation_usd = spec, reservation_usd
-        self.reader = reader_for(spec.kind)
-        self.meter = Meter(prices)
-        self.redactor, self.charge, self.on_event = redactor, charge, on_event
-        self.budget_hit = asyncio.Event()
-        self.events = 0
-        self.skipped = 0
-
-    @property
-    def state(self) -> StreamState:
-        return self.reader.state
-
-    def line(self, raw: bytes, oversized: bool) -> None:
-        event = None if oversized else parse_line(raw)
-        if event is None:
-            self.skipped += 1
-            return
-        self.events += 1
-        self.reader.feed(event)
-        delta = self.meter.take_delta(self.state)
-        if self.on_event is not None:
-            self.on_event(self._for_log(event, len(raw)))
-        if delta > 0:
-            allowed = self.charge(delta)
-            if allowed is False or self.meter.charged_usd >= self.reservation_usd:
-                self.budget_hit.set()
-
-    def _for_log(self, event: dict[str, Any], size: int) -> dict[str, Any]:
-        if size <= EVENT_LIMIT:
-            logged = self.redactor.redact_obj(event)
-        else:
-            excerpt, _ = safe_output(str(event), limit=EVENT_LIMIT, redact=self.redactor)
-            logged = {"type": str(event.get("type"))[:100], "excerpt": excerpt, "cut": True}
-        return {"cli": self.spec.kind, "event": logged, "spent_usd": self.meter.charged_usd}
-
-
 async def run_coding_cli(
     spec: CliSpec,
     *,
@@ -226,17 +171,18 @@ async def run_coding_cli(
     after the CLI's group is killed."""
     started = time.monotonic()
     redact = Redactor([*redactor.values, *([api_key] if api_key else [])])
-    cap = cli_cap_usd(reservation_usd, worst_call_usd) if spec.kind == CLAUDE else reservation_usd
-    if cap is None or reservation_usd <= 0:
+    # Codex takes no cap of its own: there the reservation alone bounds it.
+    cap = cli_cap_usd(reservation_usd, worst_call_usd) if spec.kind == CLAUDE else None
+    if not reservation_usd > 0 or (spec.kind == CLAUDE and cap is None):
         return _refused(f"max_cost_usd ${reservation_usd:.2f} does not cover one worst-case call "
                         f"(${worst_call_usd:.2f}); raise max_cost_usd", started)
-    argv = build_argv(spec, cap if spec.kind == CLAUDE else None)
-    run = _Run(spec, reservation_usd, prices, redact, charge, on_event)
+    argv = build_argv(spec, cap)
+    run = CliRun(spec.kind, spec.key_env(), spec.max_turns, reservation_usd, prices, redact, charge, on_event)
     home = Path(tempfile.mkdtemp(prefix="loopdsl-cli-"))
     try:
         (home / "config").mkdir(mode=0o700)
         env = build_env(spec, base_env, home, api_key)
-        outcome = await _supervised(argv, env, workspace, prompt, run, timeout, kill_grace, on_start)
+        outcome = await supervise(argv, env, workspace, prompt, run, timeout, kill_grace, on_start)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     return _result(run, outcome, cap, redact, started)
@@ -248,117 +194,7 @@ def _refused(message: str, started: float) -> CliResult:
                      duration_s=time.monotonic() - started)
 
 
-@dataclass
-class _Outcome:
-    exit_code: int | None
-    stderr: str
-    timed_out: bool = False
-    budget_killed: bool = False
-    start_error: str | None = None
-
-
-async def _supervised(argv: Sequence[str], env: dict[str, str], workspace: Path, prompt: str, run: _Run,
-                      timeout: float | None, grace: float,
-                      on_start: Callable[[CommandRef], Any] | None) -> _Outcome:
-    marker = new_marker()
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=str(workspace), env={**env, MARKER_VAR: marker}, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
-    except FileNotFoundError:
-        return _Outcome(127, "", start_error=f"{argv[0]}: command not found (set the alias's cli_path)")
-    except OSError as exc:
-        return _Outcome(126, "", start_error=f"cannot run {argv[0]}: {exc.strerror or exc}")
-    # start_new_session makes the CLI a session and group leader: its pid is the pgid.
-    ref = CommandRef(proc.pid, marker, start_time(proc.pid))
-    stderr = TailBuffer(STDERR_KEEP)
-    err_reader = asyncio.ensure_future(stderr.drain(proc.stderr))
-    exited = lambda: proc.returncode is not None  # noqa: E731
-    reader: asyncio.Future[None] | None = None
-    try:
-        if on_start is not None:
-            on_start(ref)
-        reader = asyncio.ensure_future(_read_stdout(proc, run))
-        outcome = await _watch(proc, run, reader, prompt, timeout, grace)
-        # Whatever it left behind (a background child, a process holding the pipes) goes too;
-        # at a budget kill nobody waits for a polite exit.
-        await stop_command(ref, 0.0 if outcome.budget_killed else grace, exited=exited)
-        await _until_exited(proc, grace + 1.0)
-        # Events already written before the kill are spend too: read what the pipe still holds.
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.shield(reader), 1.0)
-    except BaseException:
-        try:
-            await asyncio.shield(stop_command(ref, grace, exited=exited))
-        except asyncio.CancelledError:
-            kill_now(ref)
-        err_reader.cancel()
-        raise
-    finally:
-        if reader is not None:
-            reader.cancel()
-    with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-        await asyncio.wait_for(err_reader, 1.0)
-    outcome.exit_code = proc.returncode
-    outcome.stderr = stderr.text()
-    return outcome
-
-
-async def _until_exited(proc: asyncio.subprocess.Process, limit: float) -> None:
-    """Wait (at most `limit` s) for the process itself to be reaped. Polled: asyncio's
-    `wait()` also waits for every pipe to close, which a leftover grandchild can delay."""
-    deadline = time.monotonic() + limit
-    while proc.returncode is None and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-
-
-async def _watch(proc: asyncio.subprocess.Process, run: _Run, reader: asyncio.Future[None], prompt: str,
-                 timeout: float | None, grace: float) -> _Outcome:
-    """Feed the prompt and read the events until the CLI closes its stdout (then give it
-    `grace` s to exit), the budget is hit, or time runs out; the caller kills the group."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    feeder = asyncio.ensure_future(_feed(proc, prompt))
-    budget = asyncio.ensure_future(run.budget_hit.wait())
-    outcome = _Outcome(None, "")
-    try:
-        done, _ = await asyncio.wait({reader, budget}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        if reader in done:
-            reader.result()  # a raising callback propagates from here
-        if run.budget_hit.is_set():
-            outcome.budget_killed = True
-        elif not done:
-            outcome.timed_out = True
-        else:
-            left = grace if deadline is None else max(0.0, min(grace, deadline - time.monotonic()))
-            await _until_exited(proc, left)
-    finally:
-        feeder.cancel()
-        budget.cancel()
-    return outcome
-
-
-async def _feed(proc: asyncio.subprocess.Process, prompt: str) -> None:
-    if proc.stdin is None:
-        return
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        proc.stdin.write(prompt.encode("utf-8", errors="replace"))
-        await proc.stdin.drain()
-        proc.stdin.close()
-
-
-async def _read_stdout(proc: asyncio.subprocess.Process, run: _Run) -> None:
-    if proc.stdout is None:
-        return
-    splitter = LineSplitter()
-    while True:
-        chunk = await proc.stdout.read(64 * 1024)
-        for line, oversized in splitter.feed(chunk):
-            run.line(line, oversized)
-        if not chunk:
-            return
-
-
-def _result(run: _Run, outcome: _Outcome, cap: float, redact: Redactor, started: float) -> CliResult:
+def _result(run: CliRun, outcome: Outcome, cap: float | None, redact: Redactor, started: float) -> CliResult:
     state = run.state
     cost = run.meter.charged_usd
     kind, error = _classify(run, outcome, redact)
@@ -372,7 +208,7 @@ def _result(run: _Run, outcome: _Outcome, cap: float, redact: Redactor, started:
         extra={"events": run.events, "skipped_lines": run.skipped})
 
 
-def _classify(run: _Run, outcome: _Outcome, redact: Redactor) -> tuple[str | None, str | None]:
+def _classify(run: CliRun, outcome: Outcome, redact: Redactor) -> tuple[str | None, str | None]:
     """(error kind, message) of how the run ended; (None, None) for an answer."""
     state = run.state
     said = [*state.errors, outcome.stderr[-4000:]]
@@ -384,10 +220,10 @@ def _classify(run: _Run, outcome: _Outcome, redact: Redactor) -> tuple[str | Non
     if outcome.timed_out:
         return "timeout", "the CLI did not finish in time; its process group was killed"
     if state.subtype == "error_max_turns":
-        return "max_turns", f"the CLI used its {run.spec.max_turns} turns without finishing"
+        return "max_turns", f"the CLI used its {run.max_turns} turns without finishing"
     failed = outcome.exit_code != 0 or state.is_error or not state.finished
     if failed and looks_like_auth(said):
-        return "auth", redact.error(f"the CLI could not authenticate (check {run.spec.key_env()}): "
+        return "auth", redact.error(f"the CLI could not authenticate (check {run.key_env}): "
                                     f"{_last(said)}")
     if outcome.exit_code != 0:
         return "shell_exit", redact.error(f"the CLI exited with status {outcome.exit_code}: {_last(said)}")
