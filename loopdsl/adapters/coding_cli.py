@@ -46,7 +46,7 @@ from typing import Any
 
 from ..runtime.process_tree import CommandRef
 from ..runtime.redaction import Redactor
-from .coding_cli_events import CLAUDE, CODEX, KINDS, TokenPrices, looks_like_auth
+from .coding_cli_events import CLAUDE, CODEX, KINDS, TokenPrices, looks_like_auth, zero_usage
 from .coding_cli_process import CliRun, Outcome, supervise
 
 __all__ = ["CliSpec", "CliResult", "TokenPrices", "run_coding_cli", "build_argv", "build_env",
@@ -190,7 +190,7 @@ async def run_coding_cli(
 
 def _refused(message: str, started: float) -> CliResult:
     return CliResult(text=None, stop="error", kind="budget_exhausted", error=message, cost_usd=0.0,
-                     overspend_usd=0.0, usage={}, turns=0, exit_code=None,
+                     overspend_usd=0.0, usage=_usage(zero_usage()), turns=0, exit_code=None,
                      duration_s=time.monotonic() - started)
 
 
@@ -202,10 +202,16 @@ def _result(run: CliRun, outcome: Outcome, cap: float | None, redact: Redactor, 
     stop = "answer" if kind is None else ("max_turns" if kind == "max_turns" else "error")
     return CliResult(
         text=text, stop=stop, kind=kind, error=error, cost_usd=cost,
-        overspend_usd=max(0.0, cost - run.reservation_usd), usage=dict(state.usage), turns=state.turns,
+        overspend_usd=max(0.0, cost - run.reservation_usd), usage=_usage(state.usage), turns=state.turns,
         exit_code=outcome.exit_code, duration_s=time.monotonic() - started, cap_usd=cap,
         reported_cost_usd=state.reported_cost_usd, stderr=redact(outcome.stderr),
         extra={"events": run.events, "skipped_lines": run.skipped})
+
+
+def _usage(classes: Mapping[str, int]) -> dict[str, int]:
+    """Usage by class, plus the prompt/completion totals every other state reports."""
+    prompt = classes["input_tokens"] + classes["cache_read_tokens"] + classes["cache_write_tokens"]
+    return {**classes, "prompt_tokens": prompt, "completion_tokens": classes["output_tokens"]}
 
 
 def _classify(run: CliRun, outcome: Outcome, redact: Redactor) -> tuple[str | None, str | None]:

@@ -50,17 +50,19 @@ class CliRun:
         self.reader.feed(event)
         delta = self.meter.take_delta(self.state)
         if self.on_event is not None:
-            self.on_event(self._for_log(event, len(raw)))
+            self.on_event(self._for_log(event, raw))
         if delta > 0:
             allowed = self.charge(delta)
             if allowed is False or self.meter.charged_usd >= self.reservation_usd:
                 self.budget_hit.set()
 
-    def _for_log(self, event: dict[str, Any], size: int) -> dict[str, Any]:
-        if size <= EVENT_LIMIT:
+    def _for_log(self, event: dict[str, Any], raw: bytes) -> dict[str, Any]:
+        if len(raw) <= EVENT_LIMIT:
             logged = self.redactor.redact_obj(event)
         else:
-            excerpt, _ = safe_output(str(event), limit=EVENT_LIMIT, redact=self.redactor)
+            # Cut from the line itself: redacted whole first, then capped (safe_output).
+            excerpt, _ = safe_output(raw.decode("utf-8", errors="replace"), limit=EVENT_LIMIT,
+                                     redact=self.redactor)
             logged = {"type": str(event.get("type"))[:100], "excerpt": excerpt, "cut": True}
         return {"cli": self.kind, "event": logged, "spent_usd": self.meter.charged_usd}
 

@@ -4,9 +4,12 @@ prompt's first line, and the adapter is checked on what it charged, killed and r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,25 @@ def _base_env() -> dict[str, str]:
     return env
 
 
+STARTED: list[CommandRef] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers() -> Iterator[None]:
+    """A failing test must not leave a fake CLI running on the machine."""
+    yield
+    while STARTED:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(STARTED.pop().pgid, signal.SIGKILL)
+
+
+def _started(refs: list[CommandRef]) -> Callable[[CommandRef], None]:
+    def record(ref: CommandRef) -> None:
+        refs.append(ref)
+        STARTED.append(ref)
+    return record
+
+
 def _run(kind: str, scenario: str, tmp_path: Path, *, reservation: float = 1.0, worst: float = 0.1,
          timeout: float = 30.0, **spec_fields: Any) -> tuple[Any, Ledger, list[dict], list[CommandRef]]:
     binary = str(FAKES / ("claude" if kind == "claude-code" else "codex"))
@@ -59,7 +81,7 @@ def _run(kind: str, scenario: str, tmp_path: Path, *, reservation: float = 1.0, 
         reservation_usd=reservation, worst_call_usd=worst,
         prices=CLAUDE_PRICES if kind == "claude-code" else CODEX_PRICES,
         redactor=Redactor([OTHER_SECRET]), base_env=_base_env(), api_key=API_KEY, timeout=timeout,
-        charge=ledger.charge, on_event=events.append, on_start=refs.append, kill_grace=0.3))
+        charge=ledger.charge, on_event=events.append, on_start=_started(refs), kill_grace=0.3))
     return result, ledger, events, refs
 
 
@@ -113,7 +135,7 @@ def test_claude_answer_charges_as_events_arrive_and_takes_the_reported_total(tmp
     assert result.cost_usd == pytest.approx(0.0123) == pytest.approx(ledger.total)
     assert result.overspend_usd == 0.0
     assert result.usage == {"input_tokens": 150, "output_tokens": 50, "cache_read_tokens": 1000,
-                            "cache_write_tokens": 200}
+                            "cache_write_tokens": 200, "prompt_tokens": 1350, "completion_tokens": 50}
     assert result.turns == 2
     assert [e["event"]["type"] for e in events] == ["system", "assistant", "assistant", "user", "assistant", "result"]
     assert len(refs) == 1 and _group_gone(refs[0].pgid)
@@ -189,10 +211,13 @@ def test_hostile_lines_are_skipped(tmp_path: Path) -> None:
     assert result.kind is None and result.text == "Survived the garbage."
     # Only the well-formed usage (1000 in, 100 out) and the valid reported total count.
     assert result.usage == {"input_tokens": 1000, "output_tokens": 100, "cache_read_tokens": 0,
-                            "cache_write_tokens": 0}
+                            "cache_write_tokens": 0, "prompt_tokens": 1000, "completion_tokens": 100}
     assert result.cost_usd == pytest.approx(0.0045) == pytest.approx(ledger.total)
     assert result.extra["skipped_lines"] >= 5
     assert all(len(json.dumps(e)) < 64 * 1024 for e in events)  # the 5 MiB line never reaches the log
+    cut = next(e["event"] for e in events if e["event"].get("cut"))
+    assert cut["type"] == "user" and "bytes cut" in cut["excerpt"]
+    assert API_KEY not in json.dumps(events)
 
 
 def test_secrets_are_redacted_in_text_and_events(tmp_path: Path) -> None:
@@ -232,7 +257,22 @@ def test_a_raising_callback_kills_the_group_and_propagates(tmp_path: Path) -> No
             CliSpec(kind="claude-code", binary=str(FAKES / "claude")), prompt="scenario spend",
             workspace=tmp_path, reservation_usd=5.0, worst_call_usd=0.1, prices=CLAUDE_PRICES,
             redactor=Redactor([]), base_env=_base_env(), api_key=None, timeout=10, charge=charge,
-            on_start=refs.append, kill_grace=0.3))
+            on_start=_started(refs), kill_grace=0.3))
+    assert _group_gone(refs[0].pgid)
+
+
+def test_cancelling_the_awaiting_task_kills_the_group(tmp_path: Path) -> None:
+    refs: list[CommandRef] = []
+
+    async def cancelled_after_a_while() -> None:
+        await asyncio.wait_for(run_coding_cli(
+            CliSpec(kind="claude-code", binary=str(FAKES / "claude")), prompt="scenario stubborn",
+            workspace=tmp_path, reservation_usd=5.0, worst_call_usd=0.1, prices=CLAUDE_PRICES,
+            redactor=Redactor([]), base_env=_base_env(), api_key=None, timeout=60, charge=lambda d: True,
+            on_start=_started(refs), kill_grace=0.3), 1.0)
+
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(cancelled_after_a_while())
     assert _group_gone(refs[0].pgid)
 
 
@@ -243,7 +283,7 @@ def test_codex_answer_priced_from_tokens(tmp_path: Path) -> None:
     result, ledger, _, refs = _run("codex", "answer", tmp_path)
     assert result.kind is None and result.text == "Codex is done." and result.turns == 1
     assert result.usage == {"input_tokens": 5000, "output_tokens": 1000, "cache_read_tokens": 15000,
-                            "cache_write_tokens": 0}
+                            "cache_write_tokens": 0, "prompt_tokens": 20000, "completion_tokens": 1000}
     assert result.cost_usd == pytest.approx(0.018125) == pytest.approx(ledger.total)
     assert _group_gone(refs[0].pgid)
 
