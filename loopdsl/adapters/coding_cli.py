@@ -22,9 +22,11 @@ What it guarantees:
   worst-case call is refused before anything starts (`budget_exhausted`).
 - Spend is charged as events arrive: `charge(delta_usd)` for each increase of what the
   events say was spent (tokens priced by class with `prices`, or the CLI's cumulative cost,
-  whichever is higher). `charge` returning False means the reservation is reached: the whole
-  process group is killed at once. Deltas still arriving afterwards are charged too (spend is
-  spend); what was spent past the reservation is `overspend_usd`, never hidden.
+  whichever is higher), before the event goes to `on_event`. `charge` returning False means
+  the reservation is reached: the whole process group is killed at once. Deltas still
+  arriving afterwards (lines already in the pipe) are charged too: spend is spend, and what
+  was spent past the reservation is `overspend_usd`, never hidden. `charge`, `on_event` and
+  `on_start` may be plain functions or coroutine functions.
 - At the end, at the timeout, at a budget kill, on cancellation, or when a callback raises,
   the process group (and whatever left it, see `process_tree`) is killed before returning.
 - Every event goes to `on_event` redacted (large ones reduced to a capped excerpt);
@@ -161,7 +163,7 @@ async def run_coding_cli(
     base_env: Mapping[str, str],
     api_key: str | None,
     timeout: float | None,
-    charge: Callable[[float], bool],
+    charge: Callable[[float], Any],  # -> bool, or an awaitable of one
     on_event: Callable[[dict[str, Any]], Any] | None = None,
     on_start: Callable[[CommandRef], Any] | None = None,
     kill_grace: float = KILL_GRACE_S,

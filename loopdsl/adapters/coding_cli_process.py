@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ class CliRun:
     """The state of one CLI process being read: what was said, spent and decided."""
 
     def __init__(self, kind: str, key_env: str, max_turns: int | None, reservation_usd: float, prices: TokenPrices | None,
-                 redactor: Redactor, charge: Callable[[float], bool],
+                 redactor: Redactor, charge: Callable[[float], Any],
                  on_event: Callable[[dict[str, Any]], Any] | None) -> None:
         self.kind, self.key_env, self.max_turns = kind, key_env, max_turns
         self.reservation_usd = reservation_usd
@@ -41,7 +42,7 @@ class CliRun:
     def state(self) -> StreamState:
         return self.reader.state
 
-    def line(self, raw: bytes, oversized: bool) -> None:
+    async def line(self, raw: bytes, oversized: bool) -> None:
         event = None if oversized else parse_line(raw)
         if event is None:
             self.skipped += 1
@@ -49,12 +50,13 @@ class CliRun:
         self.events += 1
         self.reader.feed(event)
         delta = self.meter.take_delta(self.state)
-        if self.on_event is not None:
-            self.on_event(self._for_log(event, raw))
+        # Money first: the charge is recorded even if logging the event then fails.
         if delta > 0:
-            allowed = self.charge(delta)
+            allowed = await _maybe_await(self.charge(delta))
             if allowed is False or self.meter.charged_usd >= self.reservation_usd:
                 self.budget_hit.set()
+        if self.on_event is not None:
+            await _maybe_await(self.on_event(self._for_log(event, raw)))
 
     def _for_log(self, event: dict[str, Any], raw: bytes) -> dict[str, Any]:
         if len(raw) <= EVENT_LIMIT:
@@ -65,6 +67,11 @@ class CliRun:
                                      redact=self.redactor)
             logged = {"type": str(event.get("type"))[:100], "excerpt": excerpt, "cut": True}
         return {"cli": self.kind, "event": logged, "spent_usd": self.meter.charged_usd}
+
+
+async def _maybe_await(value: Any) -> Any:
+    """Callbacks may be plain functions or coroutines (a store that commits asynchronously)."""
+    return await value if inspect.isawaitable(value) else value
 
 
 @dataclass
@@ -172,7 +179,7 @@ async def _read_stdout(proc: asyncio.subprocess.Process, run: CliRun) -> None:
     while True:
         chunk = await proc.stdout.read(64 * 1024)
         for line, oversized in splitter.feed(chunk):
-            run.line(line, oversized)
+            await run.line(line, oversized)
         if not chunk:
             return
 
