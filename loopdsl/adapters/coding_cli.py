@@ -2,11 +2,13 @@
 
 The API, for the agent action:
 
-    spec = CliSpec(kind="claude-code", binary="claude", extra_args=(), model=None,
+    spec = CliSpec(kind="claude-code", binary="claude", extra_args=(), model="claude-sonnet-4-5",
                    max_turns=8, permissions="read", api_key_env="ANTHROPIC_API_KEY")
+    prices = prices_for(spec.model, alias.price)          # None: refuse, the spend is unpriceable
+    worst = worst_call_usd(prices, spec.model)            # None: the alias must give the sizes
     result = await run_coding_cli(
-        spec, prompt=text, workspace=path, reservation_usd=2.0, worst_call_usd=0.5,
-        prices=TokenPrices.from_entry(model_info(...)), redactor=run_redactor,
+        spec, prompt=text, workspace=path, reservation_usd=max_cost_usd, worst_call_usd=worst,
+        prices=prices, redactor=run_redactor,
         base_env={"PATH": ..., "LANG": ...}, api_key=secret_value, timeout=600.0,
         charge=ledger_charge, on_event=log, on_start=record_ref)
     result.as_result()  # {text, stop, kind, error, cost_usd, overspend_usd, usage, turns, ...}
@@ -46,13 +48,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..language.model import Price
+from ..language.prices import model_info
 from ..runtime.process_tree import CommandRef
 from ..runtime.redaction import Redactor
 from .coding_cli_events import CLAUDE, CODEX, KINDS, TokenPrices, looks_like_auth, zero_usage
 from .coding_cli_process import CliRun, Outcome, supervise
 
 __all__ = ["CliSpec", "CliResult", "TokenPrices", "run_coding_cli", "build_argv", "build_env",
-           "cli_cap_usd", "PERMISSIONS", "DEFAULT_KEY_ENV"]
+           "cli_cap_usd", "prices_for", "worst_call_usd", "PERMISSIONS", "DEFAULT_KEY_ENV"]
 
 PERMISSIONS = ("read", "edit", "full")
 # `codex exec` reads its key from CODEX_API_KEY (OPENAI_API_KEY needs a stored login, and
@@ -108,6 +112,34 @@ class CliResult:
                 "cap_usd": self.cap_usd}
 
 
+def prices_for(model: str | None, alias_price: Price | None = None) -> TokenPrices | None:
+    """What the CLI's tokens cost: the alias's `price:` when it has one, else the price
+    table's entry for `model`; None when neither knows (never priced as $0: the caller
+    refuses to run a CLI whose spend it cannot price)."""
+    if alias_price is not None:
+        return TokenPrices.from_price(alias_price)
+    entry = model_info(model) if model else None
+    return TokenPrices.from_entry(entry) if entry is not None else None
+
+
+def worst_call_usd(prices: TokenPrices, model: str | None, *, max_input_tokens: int | None = None,
+                   max_output_tokens: int | None = None) -> float | None:
+    """One call at its worst: a full context window written to the cache (the dearest input
+    class) and a full output. Sizes come from the arguments or the price table; None when
+    neither gives them."""
+    entry = (model_info(model) if model else None) or {}
+    window = max_input_tokens or _count(entry.get("max_input_tokens"))
+    output = max_output_tokens or _count(entry.get("max_output_tokens"))
+    if not window or not output:
+        return None
+    per_input = max(prices.input_per_mtok, prices.cache_write_per_mtok)
+    return (window * per_input + output * prices.output_per_mtok) / 1_000_000
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def cli_cap_usd(reservation_usd: float, worst_call_usd: float) -> float | None:
     """The cap handed to the CLI: the reservation minus one worst-case call (the CLI checks
     its cap only between calls, so one call may cross it), rounded down to a cent; None when
@@ -158,7 +190,7 @@ async def run_coding_cli(
     workspace: Path,
     reservation_usd: float,
     worst_call_usd: float,
-    prices: TokenPrices | None,
+    prices: TokenPrices,
     redactor: Redactor,
     base_env: Mapping[str, str],
     api_key: str | None,

@@ -267,13 +267,12 @@ class Meter:
     """Money spent as the events say: priced tokens or the reported cumulative cost,
     whichever is higher, so a CLI under-reporting either way is still charged in full."""
 
-    def __init__(self, prices: TokenPrices | None) -> None:
+    def __init__(self, prices: TokenPrices) -> None:
         self.prices = prices
         self.charged_usd = 0.0
 
     def spent(self, state: StreamState) -> float:
-        priced = self.prices.cost(state.usage) if self.prices is not None else 0.0
-        return max(priced, state.reported_cost_usd or 0.0)
+        return max(self.prices.cost(state.usage), state.reported_cost_usd or 0.0)
 
     def take_delta(self, state: StreamState) -> float:
         """The amount not yet charged (0 when nothing new was spent); marks it charged."""

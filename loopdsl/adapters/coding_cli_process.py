@@ -26,7 +26,7 @@ STDERR_KEEP = 16 * 1024
 class CliRun:
     """The state of one CLI process being read: what was said, spent and decided."""
 
-    def __init__(self, kind: str, key_env: str, max_turns: int | None, reservation_usd: float, prices: TokenPrices | None,
+    def __init__(self, kind: str, key_env: str, max_turns: int | None, reservation_usd: float, prices: TokenPrices,
                  redactor: Redactor, charge: Callable[[float], Any],
                  on_event: Callable[[dict[str, Any]], Any] | None) -> None:
         self.kind, self.key_env, self.max_turns = kind, key_env, max_turns
