@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -140,27 +141,35 @@ async def _until_exited(proc: asyncio.subprocess.Process, limit: float) -> None:
 
 async def _watch(proc: asyncio.subprocess.Process, run: CliRun, reader: asyncio.Future[None], prompt: str,
                  timeout: float | None, grace: float) -> Outcome:
-    """Feed the prompt and read the events until the CLI closes its stdout (then give it
-    `grace` s to exit), the budget is hit, or time runs out; the caller kills the group."""
+    """Feed the prompt and read the events until the CLI is done, the budget is hit, or time
+    runs out; the caller then kills the group. Done is: stdout closed and the CLI exited
+    (given `grace` s), or the CLI exited and `grace` s passed with its stdout still held
+    open by something it left behind."""
     deadline = None if timeout is None else time.monotonic() + timeout
     feeder = asyncio.ensure_future(_feed(proc, prompt))
     budget = asyncio.ensure_future(run.budget_hit.wait())
+    exited = asyncio.ensure_future(_until_exited(proc, math.inf))
     outcome = Outcome(None, "")
     try:
-        done, _ = await asyncio.wait({reader, budget}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        if reader in done:
+        done, _ = await asyncio.wait({reader, budget, exited}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if done and not run.budget_hit.is_set():
+            # One of them finished: wait (briefly) for the other, stdout or the exit.
+            other = exited if reader in done else reader
+            await asyncio.wait({other, budget}, timeout=_left(grace, deadline),
+                               return_when=asyncio.FIRST_COMPLETED)
+        if reader.done():
             reader.result()  # a raising callback propagates from here
-        if run.budget_hit.is_set():
-            outcome.budget_killed = True
-        elif not done:
-            outcome.timed_out = True
-        else:
-            left = grace if deadline is None else max(0.0, min(grace, deadline - time.monotonic()))
-            await _until_exited(proc, left)
+        outcome.budget_killed = run.budget_hit.is_set()
+        outcome.timed_out = not done and not outcome.budget_killed
     finally:
-        feeder.cancel()
-        budget.cancel()
+        for task in (feeder, budget, exited):
+            task.cancel()
     return outcome
+
+
+def _left(grace: float, deadline: float | None) -> float:
+    return grace if deadline is None else max(0.0, min(grace, deadline - time.monotonic()))
 
 
 async def _feed(proc: asyncio.subprocess.Process, prompt: str) -> None:

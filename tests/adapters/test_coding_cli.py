@@ -239,6 +239,14 @@ def test_timeout_kills_a_cli_that_ignores_sigterm(tmp_path: Path) -> None:
     assert _group_gone(refs[0].pgid) and _gone(_child_pid(events))
 
 
+def test_a_leftover_holding_stdout_does_not_hold_the_run(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result, _, events, refs = _run("claude-code", "lingering", tmp_path, max_turns=3, timeout=60)
+    assert time.monotonic() - started < 10
+    assert result.kind is None and result.text == "Answered; a helper lingers." and result.exit_code == 0
+    assert _group_gone(refs[0].pgid) and _gone(_child_pid(events))
+
+
 def test_reservation_below_one_worst_case_call_is_refused_before_start(tmp_path: Path) -> None:
     result, ledger, events, refs = _run("claude-code", "answer", tmp_path, reservation=0.5, worst=0.6)
     assert result.kind == "budget_exhausted" and "max_cost_usd" in result.error
