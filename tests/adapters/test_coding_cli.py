@@ -191,6 +191,16 @@ def test_claude_that_keeps_spending_is_killed_at_the_reservation(tmp_path: Path)
     assert _gone(_child_pid(events))
 
 
+def test_spend_reported_past_the_reservation_is_overspend(tmp_path: Path) -> None:
+    result, ledger, _, _ = _run("claude-code", "overshoot", tmp_path, max_turns=3, reservation=1.0)
+    assert result.kind == "budget_exhausted" and result.text == "done"
+    assert result.cost_usd == pytest.approx(1.7) == pytest.approx(ledger.total)
+    assert result.overspend_usd == pytest.approx(0.7)
+    capped, _, _, _ = _run("claude-code", "own_cap", tmp_path, max_turns=9, reservation=1.0)
+    assert capped.kind == "budget_exhausted" and capped.overspend_usd == 0.0
+    assert capped.cost_usd == pytest.approx(0.8)
+
+
 def test_claude_max_turns_auth_and_other_failures(tmp_path: Path) -> None:
     turns, _, _, _ = _run("claude-code", "max_turns", tmp_path, max_turns=3)
     assert (turns.kind, turns.stop, turns.turns) == ("max_turns", "max_turns", 3)
@@ -199,6 +209,7 @@ def test_claude_max_turns_auth_and_other_failures(tmp_path: Path) -> None:
     assert auth.kind == "auth" and "ANTHROPIC_API_KEY" in auth.error and ledger.charges == []
     failed, _, _, _ = _run("claude-code", "fail", tmp_path, max_turns=3)
     assert failed.kind == "shell_exit" and failed.exit_code == 3 and "something broke" in failed.error
+    assert API_KEY not in failed.error + failed.stderr
     missing = asyncio.run(run_coding_cli(
         CliSpec(kind="claude-code", binary=str(tmp_path / "no-such-claude")), prompt="x", workspace=tmp_path,
         reservation_usd=1.0, worst_call_usd=0.1, prices=CLAUDE_PRICES, redactor=Redactor([]), base_env=_base_env(),
