@@ -144,6 +144,8 @@ def cli_cap_usd(reservation_usd: float, worst_call_usd: float) -> float | None:
     """The cap handed to the CLI: the reservation minus one worst-case call (the CLI checks
     its cap only between calls, so one call may cross it), rounded down to a cent; None when
     nothing is left."""
+    if not (math.isfinite(reservation_usd) and math.isfinite(worst_call_usd)):
+        return None
     left = math.floor((reservation_usd - max(worst_call_usd, 0.0)) * 100) / 100
     return left if left > 0 else None
 
@@ -211,6 +213,8 @@ async def run_coding_cli(
         return _refused(f"max_cost_usd ${reservation_usd:.2f} does not cover one worst-case call "
                         f"(${worst_call_usd:.2f}); raise max_cost_usd", started)
     argv = build_argv(spec, cap)
+    if not Path(workspace).is_dir():
+        return _refused(f"the workspace {workspace} is not a directory", started, kind="shell_exit")
     run = CliRun(spec.kind, spec.key_env(), spec.max_turns, reservation_usd, prices, redact, charge, on_event)
     home = Path(tempfile.mkdtemp(prefix="loopdsl-cli-"))
     try:
@@ -222,8 +226,9 @@ async def run_coding_cli(
     return _result(run, outcome, cap, redact, started)
 
 
-def _refused(message: str, started: float) -> CliResult:
-    return CliResult(text=None, stop="error", kind="budget_exhausted", error=message, cost_usd=0.0,
+def _refused(message: str, started: float, kind: str = "budget_exhausted") -> CliResult:
+    """An attempt that never started the CLI (nothing was spent)."""
+    return CliResult(text=None, stop="error", kind=kind, error=message, cost_usd=0.0,
                      overspend_usd=0.0, usage=_usage(zero_usage()), turns=0, exit_code=None,
                      duration_s=time.monotonic() - started)
 
@@ -254,13 +259,15 @@ def _classify(run: CliRun, outcome: Outcome, redact: Redactor) -> tuple[str | No
     said = [*state.errors, outcome.stderr[-4000:]]
     if outcome.start_error is not None:
         return "shell_exit", outcome.start_error
-    if outcome.budget_killed or state.subtype == "error_max_budget_usd":
+    if outcome.budget_killed:
         return "budget_exhausted", (f"spent ${run.meter.charged_usd:.4f} of the ${run.reservation_usd:.2f} "
                                     "reserved; the CLI's process group was killed")
+    if state.subtype == "error_max_budget_usd":
+        return "budget_exhausted", f"the CLI stopped at its own cap after spending ${run.meter.charged_usd:.4f}"
     if outcome.timed_out:
         return "timeout", "the CLI did not finish in time; its process group was killed"
     if state.subtype == "error_max_turns":
-        return "max_turns", f"the CLI used its {run.max_turns} turns without finishing"
+        return "max_turns", f"the CLI used its turns ({run.max_turns or state.turns}) without finishing"
     failed = outcome.exit_code != 0 or state.is_error or not state.finished
     if failed and looks_like_auth(said):
         return "auth", redact.error(f"the CLI could not authenticate (check {run.key_env}): "

@@ -263,6 +263,7 @@ def test_reservation_below_one_worst_case_call_is_refused_before_start(tmp_path:
     assert result.kind == "budget_exhausted" and "max_cost_usd" in result.error
     assert refs == [] and events == [] and ledger.charges == []
     assert cli_cap_usd(2.0, 0.456) == 1.54 and cli_cap_usd(0.5, 0.5) is None
+    assert cli_cap_usd(float("nan"), 0.1) is None and cli_cap_usd(2.0, float("inf")) is None
 
 
 def test_a_raising_callback_kills_the_group_and_propagates(tmp_path: Path) -> None:
