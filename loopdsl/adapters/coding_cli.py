@@ -243,7 +243,8 @@ def _result(run: CliRun, outcome: Outcome, cap: float | None, redact: Redactor, 
         text=text, stop=stop, kind=kind, error=error, cost_usd=cost,
         overspend_usd=max(0.0, cost - run.reservation_usd), usage=_usage(state.usage), turns=state.turns,
         exit_code=outcome.exit_code, duration_s=time.monotonic() - started, cap_usd=cap,
-        reported_cost_usd=state.reported_cost_usd, stderr=redact(outcome.stderr),
+        # .error: the kept tail may start inside a secret, whose cut-off rest is hidden too.
+        reported_cost_usd=state.reported_cost_usd, stderr=redact.error(outcome.stderr),
         extra={"events": run.events, "skipped_lines": run.skipped})
 
 
