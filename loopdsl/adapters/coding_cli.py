@@ -67,6 +67,7 @@ _CONFIG_DIR_VAR = {CLAUDE: "CLAUDE_CONFIG_DIR", CODEX: "CODEX_HOME"}
 # Claude Code tool names per permission level: reading ones only, or those plus editing.
 _READ_TOOLS = ("Read", "Glob", "Grep", "LS")
 _EDIT_TOOLS = (*_READ_TOOLS, "Edit", "MultiEdit", "Write", "NotebookEdit")
+_NEVER_TOOLS = ("Bash", "WebFetch", "WebSearch")  # below `full`: no shell, no network
 _CLAUDE_MODE = {"read": "default", "edit": "acceptEdits", "full": "bypassPermissions"}
 _CODEX_SANDBOX = {"read": "read-only", "edit": "workspace-write", "full": "danger-full-access"}
 KILL_GRACE_S = 1.0
@@ -169,7 +170,11 @@ def build_argv(spec: CliSpec, cap_usd: float | None) -> list[str]:
         argv += ["--max-budget-usd", f"{cap_usd:.2f}"]
     argv += ["--permission-mode", _CLAUDE_MODE[spec.permissions]]
     if spec.permissions != "full":
-        argv += ["--allowedTools", ",".join(_READ_TOOLS if spec.permissions == "read" else _EDIT_TOOLS)]
+        # Allowed: what runs without asking. Denied as well, explicitly: what `-p` could
+        # otherwise ask for (and a settings file could pre-approve).
+        argv += ["--allowedTools", ",".join(_READ_TOOLS if spec.permissions == "read" else _EDIT_TOOLS),
+                 "--disallowedTools", ",".join(_NEVER_TOOLS if spec.permissions == "edit"
+                                               else (*_NEVER_TOOLS, *_EDIT_TOOLS[len(_READ_TOOLS):]))]
     return argv + ["--strict-mcp-config", "--setting-sources", "", *model]
 
 

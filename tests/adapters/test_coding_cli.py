@@ -166,15 +166,16 @@ def test_claude_flags_environment_and_fresh_home(tmp_path: Path) -> None:
     assert json.loads(second.text.replace("***", "R"))["env"]["HOME"] != env["HOME"]
 
 
-@pytest.mark.parametrize("permissions, mode, tools", [
-    ("read", "default", "Read,Glob,Grep,LS"),
-    ("edit", "acceptEdits", "Read,Glob,Grep,LS,Edit,MultiEdit,Write,NotebookEdit"),
-    ("full", "bypassPermissions", None),
+@pytest.mark.parametrize("permissions, mode, tools, denied", [
+    ("read", "default", "Read,Glob,Grep,LS", "Bash,WebFetch,WebSearch,Edit,MultiEdit,Write,NotebookEdit"),
+    ("edit", "acceptEdits", "Read,Glob,Grep,LS,Edit,MultiEdit,Write,NotebookEdit", "Bash,WebFetch,WebSearch"),
+    ("full", "bypassPermissions", None, None),
 ])
-def test_claude_permission_flags(permissions: str, mode: str, tools: str | None) -> None:
+def test_claude_permission_flags(permissions: str, mode: str, tools: str | None, denied: str | None) -> None:
     argv = build_argv(CliSpec(kind="claude-code", binary="claude", permissions=permissions, max_turns=3), 1.0)
     assert argv[argv.index("--permission-mode") + 1] == mode
     assert (argv[argv.index("--allowedTools") + 1] if "--allowedTools" in argv else None) == tools
+    assert (argv[argv.index("--disallowedTools") + 1] if "--disallowedTools" in argv else None) == denied
 
 
 def test_claude_that_keeps_spending_is_killed_at_the_reservation(tmp_path: Path) -> None:
