@@ -41,13 +41,29 @@ def one_run(workspace: Path) -> tuple[float, float, bool]:
         base_env={"PATH": os.environ.get("PATH", "")}, api_key=None, timeout=30, charge=charge,
         on_start=lambda ref: pgids.append(ref.pgid)))
     latency = (time.monotonic() - reached[0]) * 1000
-    try:
-        os.killpg(pgids[0], 0)
-        gone = False
-    except ProcessLookupError:
-        gone = True
     assert result.kind == "budget_exhausted", result
-    return latency, result.overspend_usd, gone
+    return latency, result.overspend_usd, _group_gone(pgids[0])
+
+
+def _group_gone(pgid: int, wait_s: float = 2.0) -> bool:
+    """Killed processes stay zombies until their parent (init, for the orphans) reaps
+    them; the group counts as gone once no live member is left."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        members = [p for p in os.listdir("/proc") if p.isdigit() and _stat(p)[1] == pgid]
+        if all(_stat(p)[0] in ("Z", "X", None) for p in members):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _stat(pid: str) -> tuple[str | None, int | None]:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None, None
 
 
 def main() -> None:
