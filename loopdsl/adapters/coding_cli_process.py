@@ -85,13 +85,20 @@ class Outcome:
 
 
 async def supervise(argv: Sequence[str], env: dict[str, str], workspace: Path, prompt: str, run: CliRun,
-                      timeout: float | None, grace: float,
-                      on_start: Callable[[CommandRef], Any] | None) -> Outcome:
+                    timeout: float | None, grace: float,
+                    on_start: Callable[[CommandRef], Any] | None) -> Outcome:
+    """Start the CLI, watch it (`_watch`), and kill its whole group whatever happened."""
     marker = new_marker()
+    spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
+        *argv, cwd=str(workspace), env={**env, MARKER_VAR: marker}, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True))
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=str(workspace), env={**env, MARKER_VAR: marker}, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        # Shielded: cancelled while asyncio wires the pipes, asyncio would kill only the
+        # direct child; the group is killed instead as soon as the spawn completes.
+        proc = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        spawn.add_done_callback(lambda done: _kill_spawned(done, marker))
+        raise
     except FileNotFoundError:
         return Outcome(127, "", start_error=f"{argv[0]}: command not found (set the alias's cli_path)")
     except OSError as exc:
@@ -104,7 +111,7 @@ async def supervise(argv: Sequence[str], env: dict[str, str], workspace: Path, p
     reader: asyncio.Future[None] | None = None
     try:
         if on_start is not None:
-            on_start(ref)
+            await _maybe_await(on_start(ref))
         reader = asyncio.ensure_future(_read_stdout(proc, run))
         outcome = await _watch(proc, run, reader, prompt, timeout, grace)
         # Whatever it left behind (a background child, a process holding the pipes) goes too;
@@ -129,6 +136,11 @@ async def supervise(argv: Sequence[str], env: dict[str, str], workspace: Path, p
     outcome.exit_code = proc.returncode
     outcome.stderr = stderr.text()
     return outcome
+
+
+def _kill_spawned(spawn: asyncio.Future[asyncio.subprocess.Process], marker: str) -> None:
+    if not spawn.cancelled() and spawn.exception() is None:
+        kill_now(CommandRef(spawn.result().pid, marker))
 
 
 async def _until_exited(proc: asyncio.subprocess.Process, limit: float) -> None:

@@ -300,6 +300,7 @@ def test_cancelling_the_awaiting_task_kills_the_group(tmp_path: Path) -> None:
 def test_async_callbacks_are_awaited(tmp_path: Path) -> None:
     charged: list[float] = []
     logged: list[dict] = []
+    refs: list[CommandRef] = []
 
     async def charge(delta: float) -> bool:
         await asyncio.sleep(0)
@@ -309,12 +310,16 @@ def test_async_callbacks_are_awaited(tmp_path: Path) -> None:
     async def on_event(event: dict) -> None:
         logged.append(event)
 
+    async def on_start(ref: CommandRef) -> None:
+        _started(refs)(ref)
+
     result = asyncio.run(run_coding_cli(
         CliSpec(kind="claude-code", binary=str(FAKES / "claude")), prompt="scenario spend",
         workspace=tmp_path, reservation_usd=0.5, worst_call_usd=0.1, prices=CLAUDE_PRICES,
         redactor=Redactor([]), base_env=_base_env(), api_key=None, timeout=20, charge=charge,
-        on_event=on_event, on_start=_started([]), kill_grace=0.3))
+        on_event=on_event, on_start=on_start, kill_grace=0.3))
     assert result.kind == "budget_exhausted" and charged[:2] == pytest.approx([0.3, 0.3])
+    assert len(refs) == 1 and _group_gone(refs[0].pgid)
     assert logged and logged[-1]["spent_usd"] == pytest.approx(sum(charged))
 
 
