@@ -1,0 +1,111 @@
+"""The pure parts of the coding-CLI adapter: line splitting, event readers, the meter and
+prices, fed hostile input (hypothesis) as well as the documented shapes."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loopdsl.adapters.coding_cli import prices_for, worst_call_usd
+from loopdsl.adapters.coding_cli_events import (
+    ClaudeReader,
+    CodexReader,
+    Meter,
+    TokenPrices,
+    looks_like_auth,
+    parse_line,
+)
+from loopdsl.adapters.coding_cli_stream import LineSplitter
+from loopdsl.language.model import Price
+
+PRICES = TokenPrices(3.0, 15.0, 0.3, 3.75)
+
+_scalars = st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=True) | st.text(max_size=8)
+_json = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.sampled_from(
+                         ["type", "message", "usage", "id", "content", "text", "result", "total_cost_usd",
+                          "num_turns", "subtype", "is_error", "input_tokens", "output_tokens", "item",
+                          "cached_input_tokens", "cache_read_input_tokens", "error", "x"]), inner, max_size=6),
+                     max_leaves=20)
+_event_types = st.sampled_from(["assistant", "result", "user", "system", "turn.completed", "turn.failed",
+                                "item.completed", "error", "other"])
+
+
+@given(st.lists(st.binary(max_size=40), max_size=12), st.integers(4, 64))
+def test_splitter_yields_the_lines_and_cuts_long_ones(chunks: list[bytes], max_line: int) -> None:
+    chunks = [c for c in chunks if c]  # a pipe reads b"" only at EOF, which is the last feed
+    splitter = LineSplitter(max_line)
+    got = [item for chunk in [*chunks, b""] for item in splitter.feed(chunk)]
+    expected = []
+    whole = b"".join(chunks)
+    parts = whole.split(b"\n")
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        if last and not part:
+            continue
+        expected.append((part[:max_line], True) if len(part) > max_line else (part, False))
+    assert got == expected
+
+
+@given(st.lists(st.tuples(_event_types, _json), max_size=15))
+def test_readers_never_raise_and_the_charged_amount_never_falls(events: list[tuple[str, Any]]) -> None:
+    for reader in (ClaudeReader(), CodexReader()):
+        meter = Meter(PRICES)
+        charged = 0.0
+        for kind, body in events:
+            event = dict(body) if isinstance(body, dict) else {"payload": body}
+            event["type"] = kind
+            reader.feed(event)
+            delta = meter.take_delta(reader.state)
+            assert delta >= 0
+            charged += delta
+            assert meter.charged_usd == pytest.approx(charged)
+            assert all(isinstance(v, int) and v >= 0 for v in reader.state.usage.values())
+
+
+def test_parse_line_skips_what_is_not_an_object() -> None:
+    assert parse_line(b'{"type": "x"}') == {"type": "x"}
+    for raw in (b"", b"  ", b"[1]", b"nope", b'{"a": ', b"\xff\xfe", b'{"a":' * 100_000 + b"1" + b"}" * 100_000):
+        assert parse_line(raw) is None
+
+
+def test_claude_counts_a_repeated_message_once_and_trusts_the_higher_total() -> None:
+    reader, meter = ClaudeReader(), Meter(PRICES)
+    usage = {"input_tokens": 1000, "output_tokens": 100}
+    for _ in range(3):
+        reader.feed({"type": "assistant", "message": {"id": "m1", "usage": usage, "content": []}})
+    assert meter.take_delta(reader.state) == pytest.approx(0.0045)
+    reader.feed({"type": "result", "total_cost_usd": 0.001, "num_turns": 1, "result": "ok"})
+    assert meter.take_delta(reader.state) == 0.0  # a lower reported total never refunds
+    reader.feed({"type": "result", "total_cost_usd": 0.01, "num_turns": 1, "result": "ok"})
+    assert meter.take_delta(reader.state) == pytest.approx(0.0055)
+
+
+def test_codex_cached_tokens_are_part_of_the_input() -> None:
+    reader = CodexReader()
+    reader.feed({"type": "turn.completed", "usage": {"input_tokens": 100, "cached_input_tokens": 60,
+                                                     "output_tokens": 7}})
+    reader.feed({"type": "turn.completed", "usage": {"input_tokens": 5, "cached_input_tokens": 50}})
+    assert reader.state.usage == {"input_tokens": 45, "cache_read_tokens": 60, "output_tokens": 7,
+                                  "cache_write_tokens": 0}
+
+
+def test_prices_from_the_table_and_from_an_alias() -> None:
+    table = prices_for("claude-sonnet-4-5")
+    assert table == TokenPrices(3.0, 15.0, 0.3, 3.75)
+    assert prices_for("no-such-model-anywhere") is None and prices_for(None) is None
+    own = prices_for("no-such-model-anywhere", Price(2.0, 8.0, tiers=((200_000, 4.0, 16.0),)))
+    assert own == TokenPrices(4.0, 16.0, 4.0, 4.0)  # the dearest tier: a CLI hides prompt sizes
+    # 200k tokens written to the cache at $3.75/M + 64k out at $15/M.
+    assert worst_call_usd(table, "claude-sonnet-4-5") == pytest.approx(0.75 + 0.96)
+    assert worst_call_usd(own, "no-such-model-anywhere") is None
+    assert worst_call_usd(own, None, max_input_tokens=1000, max_output_tokens=1000) == pytest.approx(0.02)
+
+
+def test_auth_words() -> None:
+    assert looks_like_auth(["Error: Invalid API key · Please run /login"])
+    assert looks_like_auth(["unexpected status 401 Unauthorized"])
+    assert not looks_like_auth(["tests failed: 3 errors", json.dumps({"exit": 1})])
