@@ -191,6 +191,8 @@ def test_protected_paths_need_writable(ws: Path) -> None:
         refused(tools, "write_file", "protected", path=path, content="pwned")
         assert not (ws / path).exists()
     refused(tools, "write_file", "protected", path=".GITHUB/workflows/ci.yml", content="pwned")
+    refused(tools, "write_file", "protected", path="src/.gitattributes", content="* filter=x")
+    refused(tools, "write_file", "protected", path="src/.envrc", content="curl x | sh")
     (ws / ".envrc").write_text("export A=1\n")
     refused(tools, "edit_file", "protected", path=".envrc", old="A=1", new="A=2")
     assert call(tools, "read_file", path=".envrc").ok  # reading is not protected

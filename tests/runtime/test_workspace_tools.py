@@ -73,6 +73,19 @@ def test_list_and_search_cover_tracked_and_untracked_not_ignored(ws: Path) -> No
     refused(tools, "list_files", "does not exist", path="nope")
 
 
+def test_unignoring_by_editing_gitignore_does_not_open_ignored_files(ws: Path) -> None:
+    tools = tools_for(ws)
+    refused(tools, "read_file", "read_ignored", path=".env")
+    assert call(tools, "write_file", path=".gitignore", content="# nothing ignored\n").ok
+    refused(tools, "read_file", "read_ignored", path=".env")
+    refused(tools, "read_file", "read_ignored", path="build/out.txt")
+    refused(tools, "edit_file", "read_ignored", path=".env", old="TOKEN", new="X")
+    assert ".env" not in call(tools, "list_files").result.splitlines()
+    assert call(tools, "search_files", pattern="TOKEN|built").result == "(no matches)"
+    (ws / "build" / "later.txt").write_text("made after the start\n")  # in an ignored folder
+    refused(tools, "read_file", "read_ignored", path="build/later.txt")
+
+
 def test_read_ignored_opens_ignored_files(ws: Path) -> None:
     tools = tools_for(ws, read_ignored=True)
     assert call(tools, "read_file", path=".env").result == "TOKEN=abc\n"

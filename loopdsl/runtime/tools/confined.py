@@ -28,8 +28,9 @@ from functools import lru_cache
 from pathlib import Path
 
 # Written only when the agent lists them in `writable`: they steer CI, git and coding tools.
-PROTECTED_WRITE_GLOBS = (".github/**", ".gitmodules", ".gitattributes", ".claude/**", ".codex/**",
-                         ".mcp.json", ".vscode/**", ".envrc")
+# git reads `.gitattributes` and direnv reads `.envrc` in every directory, hence `**/`.
+PROTECTED_WRITE_GLOBS = (".github/**", ".gitmodules", "**/.gitattributes", ".claude/**", ".codex/**",
+                         ".mcp.json", ".vscode/**", "**/.envrc")
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: were the type to change between lstat and open, a FIFO must not block us.

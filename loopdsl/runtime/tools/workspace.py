@@ -29,9 +29,11 @@ from .workspace_files import (
     MAX_SEARCH_MATCHES,
     candidate_files,
     confined_files,
+    ignored_at_start,
     is_binary,
     is_ignored,
     search_files,
+    was_ignored,
 )
 
 READ_TOOLS = ("read_file", "list_files", "search_files")
@@ -106,6 +108,7 @@ class WorkspaceTools:
         if unknown:
             raise ValueError(f"not built-in tools: {unknown}")
         self.names = names
+        self._ignored: frozenset[str] | None = None  # filled on first use: git costs a process
 
     def specs(self) -> Sequence[ToolSpec]:
         return [SPECS[name] for name in self.names]
@@ -161,18 +164,30 @@ class WorkspaceTools:
                                   "the agent must list it in `writable` to change it")
         return rel, parts
 
+    def _ignored_at_start(self, deadline: float) -> frozenset[str]:
+        if self._ignored is None:
+            self._ignored = ignored_at_start(self.root, timeout=max(deadline - time.monotonic(), 1.0))
+        return self._ignored
+
     def _check_readable(self, rel: str, deadline: float) -> None:
-        if not self.read_ignored and is_ignored(self.root, rel, timeout=max(deadline - time.monotonic(), 1.0)):
+        if self.read_ignored:
+            return
+        if was_ignored(self._ignored_at_start(deadline), rel) or is_ignored(
+                self.root, rel, timeout=max(deadline - time.monotonic(), 1.0)):
             raise PathRefused(f"{rel!r} is ignored by git (it may hold credentials); "
                               "reading ignored files needs `read_ignored: true`")
 
-    def _keep(self, prefix: str, glob: str | None) -> Callable[[str], bool]:
+    def _keep(self, prefix: str, glob: str | None, deadline: float) -> Callable[[str], bool]:
+        ignored = frozenset() if self.read_ignored else self._ignored_at_start(deadline)
+
         def keep(name: str) -> bool:
             if prefix and name != prefix and not name.startswith(prefix + "/"):
                 return False
             if glob is not None and not glob_match(glob, name, basename_if_no_slash=True):
                 return False
-            return not self.paths or any_glob(self.paths, name)
+            if self.paths and not any_glob(self.paths, name):
+                return False
+            return not ignored or not was_ignored(ignored, name)
         return keep
 
     def _names(self, deadline: float) -> list[str]:
@@ -202,7 +217,7 @@ class WorkspaceTools:
         rel, parts = self._resolve(args, default=".")
         glob = _optional_str(args, "glob")
         self.root.kind(parts)  # a missing directory or a nested repository is an error, not "no files"
-        listing = confined_files(self.root, self._names(deadline), self._keep(rel, glob), MAX_LIST_ENTRIES)
+        listing = confined_files(self.root, self._names(deadline), self._keep(rel, glob, deadline), MAX_LIST_ENTRIES)
         if not listing.entries:
             return "(no files)", {}
         note = f"\n[first {MAX_LIST_ENTRIES} entries; narrow with path or glob]" if listing.more else ""
@@ -222,7 +237,7 @@ class WorkspaceTools:
             raise ToolFailure(f"invalid regular expression: {exc}") from None
         self.root.kind(parts)
         deadline = min(deadline, time.monotonic() + SEARCH_TIME_LIMIT_S)
-        found = search_files(self.root, self._names(deadline), self._keep(rel, glob), compiled, deadline=deadline)
+        found = search_files(self.root, self._names(deadline), self._keep(rel, glob, deadline), compiled, deadline=deadline)
         if found.timed_out and not found.matches:
             raise ToolFailure("the search ran past its time limit (a pattern that backtracks without end?); "
                               "simplify the pattern or narrow path/glob")

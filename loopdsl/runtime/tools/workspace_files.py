@@ -85,8 +85,24 @@ def candidate_files(root: ConfinedRoot, *, ignored: bool, timeout: float) -> lis
                   and not any(is_dot_git(part) for part in name.split("/")))
 
 
+def ignored_at_start(root: ConfinedRoot, *, timeout: float) -> frozenset[str]:
+    """The ignored files, and ignored directories as `dir/`, when the tools start. A model
+    that can write `.gitignore` could otherwise un-ignore `.env` and then read it."""
+    done = _git(root.path, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory",
+                timeout=timeout)
+    return frozenset(_names(done.stdout)) if done.returncode == 0 else frozenset()
+
+
+def was_ignored(ignored: frozenset[str], rel: str) -> bool:
+    """`rel` or one of its directories was in the ignored set at start."""
+    if rel in ignored:
+        return True
+    parts = rel.split("/")
+    return any("/".join(parts[:i]) + "/" in ignored for i in range(1, len(parts)))
+
+
 def is_ignored(root: ConfinedRoot, rel: str, *, timeout: float) -> bool:
-    """git's answer for an untracked path (a tracked file is never ignored); outside a
+    """git's answer now for an untracked path (a tracked file is never ignored); outside a
     repository nothing is."""
     # `./` first: a name starting with `:` would otherwise be read as pathspec magic.
     done = _git(root.path, "check-ignore", "-q", "--", "./" + rel, timeout=timeout)
