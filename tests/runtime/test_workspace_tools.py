@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from workspace_repo import call, make_workspace, refused, tools_for
+from workspace_repo import call, git, make_workspace, refused, tools_for
 
 from loopdsl.runtime.redaction import Redactor
 from loopdsl.runtime.tools.workspace import SPECS, WorkspaceTools, edit_done
@@ -71,6 +71,10 @@ def test_list_and_search_cover_tracked_and_untracked_not_ignored(ws: Path) -> No
     refused(tools, "read_file", "read_ignored", path=".env")
     refused(tools, "read_file", "read_ignored", path="build/out.txt")
     refused(tools, "list_files", "does not exist", path="nope")
+    (ws / "build" / "keep.txt").write_text("kept\n")
+    git(ws, "add", "-f", "build/keep.txt")  # tracked inside an ignored folder: not ignored
+    assert call(tools_for(ws), "read_file", path="build/keep.txt").result == "kept\n"
+    assert "build/keep.txt" in call(tools_for(ws), "list_files").result.splitlines()
 
 
 def test_unignoring_by_editing_gitignore_does_not_open_ignored_files(ws: Path) -> None:
@@ -188,6 +192,7 @@ def test_bad_arguments_are_tool_errors(ws: Path) -> None:
     refused(tools, "edit_file", "non-empty", path="README.md", old="", new="x")
     refused(tools, "search_files", "pattern", pattern=3)
     refused(tools, "list_files", "glob must be a string", glob=["*"])
+    refused(tools, "read_file", "unknown argument(s) follow", path="README.md", follow=True)
     assert not tools.call_sync("read_file", "not a mapping", 5).ok  # type: ignore[arg-type]
 
 

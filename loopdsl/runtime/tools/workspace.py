@@ -126,6 +126,9 @@ class WorkspaceTools:
                 raise ToolFailure(f"unknown tool {name!r}; this agent has: {', '.join(self.names)}")
             if not isinstance(args, Mapping):
                 raise ToolFailure("arguments must be a JSON object")
+            extra = sorted(set(args) - set(SPECS[name].parameters["properties"]))
+            if extra:
+                raise ToolFailure(f"unknown argument(s) {', '.join(map(str, extra))} for {name}")
             result, extra = getattr(self, "_" + name)(args, time.monotonic() + timeout)
         except (ToolFailure, PathRefused) as exc:
             return self._failed(str(exc))
