@@ -118,6 +118,11 @@ def test_hostile_regex_ends_at_its_deadline(ws: Path) -> None:
     assert time.monotonic() - started < 10
     assert not outcome.ok and "time limit" in outcome.error
     refused(tools, "search_files", "invalid regular expression", pattern="(unclosed")
+    started = time.monotonic()
+    refused(tools, "search_files", "counted repetitions", pattern="(?:a{60000}){60000}")  # compiling alone takes minutes
+    refused(tools, "search_files", "characters", pattern="a" * 5000)
+    assert time.monotonic() - started < 2
+    assert call(tools, "search_files", pattern=r"^[a-f0-9]{1,40}\d{2}$").ok  # ordinary counts still work
 
 
 def test_paths_narrowing(ws: Path) -> None:

@@ -56,7 +56,7 @@ def split_path(path: object, *, allow_root: bool = False) -> tuple[str, ...]:
         raise PathRefused("path must be a string")
     if "\0" in path:
         raise PathRefused("path contains a NUL character")
-    if path.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", path):
+    if path.startswith(("/", "\\")) or re.match(r"[A-Za-z]:[\\/]", path):
         raise PathRefused(f"{path!r} is absolute; give a path relative to the workspace")
     parts = tuple(part for part in path.split("/") if part not in ("", "."))
     if ".." in parts:

@@ -32,6 +32,7 @@ from .workspace_files import (
     ignored_at_start,
     is_binary,
     is_ignored,
+    pattern_too_big,
     search_files,
     was_ignored,
 )
@@ -232,6 +233,8 @@ class WorkspaceTools:
         pattern = args.get("pattern")
         if not isinstance(pattern, str) or not pattern:
             raise ToolFailure("pattern must be a non-empty string")
+        if problem := pattern_too_big(pattern):
+            raise ToolFailure(problem)
         rel, parts = self._resolve(args, default=".")
         glob = _optional_str(args, "glob")
         try:

@@ -9,7 +9,9 @@ symlink, a submodule or a file inside a nested repository never shows up.
 """
 from __future__ import annotations
 
+import math
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -24,6 +26,21 @@ SEARCH_MAX_FILE_BYTES = 8 * 1024 * 1024  # bigger files are data, not source: sk
 MAX_MATCH_LINE_CHARS = 400
 BINARY_PROBE_BYTES = 8 * 1024
 _GIT_TIMEOUT_S = 30.0
+MAX_PATTERN_CHARS = 2000
+# Compiling `(?:a{60000}){60000}` takes minutes, before any matching timeout applies: the
+# counted repetitions (all of them multiplied, whatever their nesting) are bounded instead.
+MAX_PATTERN_REPEAT = 100_000
+_COUNTED = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+
+
+def pattern_too_big(pattern: str) -> str | None:
+    """Why compiling this pattern could take too long, or None."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return f"the pattern is {len(pattern)} characters; at most {MAX_PATTERN_CHARS}"
+    counts = [max(int(low), int(high or 0)) for low, high in _COUNTED.findall(pattern)]
+    if math.prod(max(c, 1) for c in counts) > MAX_PATTERN_REPEAT:
+        return f"the pattern's counted repetitions ({{n}}) multiply past {MAX_PATTERN_REPEAT}; use smaller counts"
+    return None
 
 
 def is_binary(data: bytes) -> bool:
