@@ -125,6 +125,17 @@ def test_hostile_regex_ends_at_its_deadline(ws: Path) -> None:
     assert call(tools, "search_files", pattern=r"^[a-f0-9]{1,40}\d{2}$").ok  # ordinary counts still work
 
 
+def test_hostile_glob_does_not_backtrack(ws: Path) -> None:
+    (ws / ("a" * 200)).write_text("x\n")
+    tools = tools_for(ws)
+    started = time.monotonic()
+    hostile = "*a" * 40 + "*b"  # as a backtracking regular expression: ~200^40 steps
+    assert call(tools, "list_files", glob=hostile).result == "(no files)"
+    assert call(tools, "search_files", pattern="x", glob=hostile).result == "(no matches)"
+    assert call(tools, "list_files", glob="*a" * 40).result == "a" * 200
+    assert time.monotonic() - started < 5
+
+
 def test_paths_narrowing(ws: Path) -> None:
     tools = tools_for(ws, paths=["src/**"])
     assert call(tools, "list_files").result == "src/app.py"

@@ -23,8 +23,7 @@ import re
 import secrets
 import stat
 import unicodedata
-from collections.abc import Iterable, Sequence
-from functools import lru_cache
+from collections.abc import Sequence
 from pathlib import Path
 
 # Written only when the agent lists them in `writable`: they steer CI, git and coding tools.
@@ -66,45 +65,6 @@ def split_path(path: object, *, allow_root: bool = False) -> tuple[str, ...]:
     if not parts and not allow_root:
         raise PathRefused("path is empty; name a file relative to the workspace")
     return parts
-
-
-@lru_cache(maxsize=512)
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """Matched against `/` + the path. `**` as a whole component matches zero or more
-    components; `*`, `?` and `[...]` stay inside one. So `src/**` matches `src` and all below."""
-    pieces = ["(?:/[^/]+)*" if part == "**" else "/" + "".join(_glob_component(part))
-              for part in pattern.split("/") if part not in ("", ".")]
-    return re.compile("".join(pieces) + r"\Z", re.IGNORECASE | re.DOTALL)
-
-
-def _glob_component(part: str) -> Iterable[str]:
-    i = 0
-    while i < len(part):
-        char, close = part[i], part.find("]", i + 2)
-        if char == "*":
-            yield "[^/]*"
-        elif char == "?":
-            yield "[^/]"
-        elif char == "[" and close > 0:
-            body = part[i + 1:close]
-            negate = body[:1] in ("!", "^")
-            body = "".join(c if c == "-" else re.escape(c) for c in (body[1:] if negate else body))
-            yield ("[^/" if negate else "[") + body + "]"
-            i = close
-        else:
-            yield re.escape(char)
-        i += 1
-
-
-def glob_match(pattern: str, rel: str, *, basename_if_no_slash: bool = False) -> bool:
-    """Case-insensitive (a case-insensitive checkout names `.GITHUB` and `.github` alike)."""
-    if basename_if_no_slash and "/" not in pattern:
-        rel = rel.rsplit("/", 1)[-1]
-    return _glob_regex(pattern).match("/" + rel) is not None
-
-
-def any_glob(patterns: Iterable[str], rel: str) -> bool:
-    return any(glob_match(p, rel) for p in patterns)
 
 
 def _refusal(parts: Sequence[str], exc: OSError) -> PathRefused:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .base import DEFAULT_TOOL_OUTPUT_LIMIT, ToolOutcome, ToolSpec, safe_output
-from .confined import PROTECTED_WRITE_GLOBS, ConfinedRoot, PathRefused, any_glob, glob_match, split_path
+from .confined import PROTECTED_WRITE_GLOBS, ConfinedRoot, PathRefused, split_path
+from .globs import any_glob, glob_match
 from .workspace_files import (
     MAX_LIST_ENTRIES,
     MAX_SEARCH_MATCHES,
