@@ -79,8 +79,7 @@ def test_list_and_search_cover_tracked_and_untracked_not_ignored(ws: Path) -> No
 
 def test_unignoring_by_editing_gitignore_does_not_open_ignored_files(ws: Path) -> None:
     tools = tools_for(ws)
-    refused(tools, "read_file", "read_ignored", path=".env")
-    assert call(tools, "write_file", path=".gitignore", content="# nothing ignored\n").ok
+    assert call(tools, "write_file", path=".gitignore", content="# nothing ignored\n").ok  # the first call
     refused(tools, "read_file", "read_ignored", path=".env")
     refused(tools, "read_file", "read_ignored", path="build/out.txt")
     refused(tools, "edit_file", "read_ignored", path=".env", old="TOKEN", new="X")

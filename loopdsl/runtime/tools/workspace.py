@@ -110,7 +110,8 @@ class WorkspaceTools:
         if unknown:
             raise ValueError(f"not built-in tools: {unknown}")
         self.names = names
-        self._ignored: frozenset[str] | None = None  # filled on first use: git costs a process
+        # Taken now, at the attempt's start, before any tool of it can edit a `.gitignore`.
+        self._ignored = frozenset() if read_ignored else ignored_at_start(self.root, timeout=30.0)
 
     def specs(self) -> Sequence[ToolSpec]:
         return [SPECS[name] for name in self.names]
@@ -128,9 +129,9 @@ class WorkspaceTools:
                 raise ToolFailure(f"unknown tool {name!r}; this agent has: {', '.join(self.names)}")
             if not isinstance(args, Mapping):
                 raise ToolFailure("arguments must be a JSON object")
-            extra = sorted(set(args) - set(SPECS[name].parameters["properties"]))
-            if extra:
-                raise ToolFailure(f"unknown argument(s) {', '.join(map(str, extra))} for {name}")
+            unknown = sorted(map(str, set(args) - set(SPECS[name].parameters["properties"])))
+            if unknown:
+                raise ToolFailure(f"unknown argument(s) {', '.join(unknown)} for {name}")
             result, extra = getattr(self, "_" + name)(args, time.monotonic() + timeout)
         except (ToolFailure, PathRefused) as exc:
             return self._failed(str(exc))
@@ -169,21 +170,16 @@ class WorkspaceTools:
                                   "the agent must list it in `writable` to change it")
         return rel, parts
 
-    def _ignored_at_start(self, deadline: float) -> frozenset[str]:
-        if self._ignored is None:
-            self._ignored = ignored_at_start(self.root, timeout=max(deadline - time.monotonic(), 1.0))
-        return self._ignored
-
     def _check_readable(self, rel: str, deadline: float) -> None:
         if self.read_ignored:
             return
-        if was_ignored(self._ignored_at_start(deadline), rel) or is_ignored(
+        if was_ignored(self._ignored, rel) or is_ignored(
                 self.root, rel, timeout=max(deadline - time.monotonic(), 1.0)):
             raise PathRefused(f"{rel!r} is ignored by git (it may hold credentials); "
                               "reading ignored files needs `read_ignored: true`")
 
-    def _keep(self, prefix: str, glob: str | None, deadline: float) -> Callable[[str], bool]:
-        ignored = frozenset() if self.read_ignored else self._ignored_at_start(deadline)
+    def _keep(self, prefix: str, glob: str | None) -> Callable[[str], bool]:
+        ignored = self._ignored
 
         def keep(name: str) -> bool:
             if prefix and name != prefix and not name.startswith(prefix + "/"):
@@ -222,7 +218,7 @@ class WorkspaceTools:
         rel, parts = self._resolve(args, default=".")
         glob = _optional_str(args, "glob")
         self.root.kind(parts)  # a missing directory or a nested repository is an error, not "no files"
-        listing = confined_files(self.root, self._names(deadline), self._keep(rel, glob, deadline), MAX_LIST_ENTRIES)
+        listing = confined_files(self.root, self._names(deadline), self._keep(rel, glob), MAX_LIST_ENTRIES)
         if not listing.entries:
             return "(no files)", {}
         note = f"\n[first {MAX_LIST_ENTRIES} entries; narrow with path or glob]" if listing.more else ""
@@ -244,7 +240,7 @@ class WorkspaceTools:
             raise ToolFailure(f"invalid regular expression: {exc}") from None
         self.root.kind(parts)
         deadline = min(deadline, time.monotonic() + SEARCH_TIME_LIMIT_S)
-        found = search_files(self.root, self._names(deadline), self._keep(rel, glob, deadline), compiled, deadline=deadline)
+        found = search_files(self.root, self._names(deadline), self._keep(rel, glob), compiled, deadline=deadline)
         if found.timed_out and not found.matches:
             raise ToolFailure("the search ran past its time limit (a pattern that backtracks without end?); "
                               "simplify the pattern or narrow path/glob")
