@@ -50,12 +50,15 @@ def test_binary_files_give_size_and_hash(ws: Path) -> None:
 
 def test_output_is_capped_and_redacted(ws: Path) -> None:
     (ws / "big.txt").write_text("s3cr3t-value\n" + "y" * 10_000 + "\nend\n")
-    tools = tools_for(ws, output_limit=1000, redact=Redactor(["s3cr3t-value"]))
+    tools = tools_for(ws, output_limit=1000, redactor=Redactor(["s3cr3t-value"]))
     outcome = call(tools, "read_file", path="big.txt")
     assert outcome.ok and outcome.truncated
     assert "s3cr3t-value" not in outcome.result and "***" in outcome.result
     assert "bytes cut" in outcome.result and outcome.result.endswith("end\n")
     assert len(outcome.result.encode()) < 1100
+    error = refused(tools, "read_file", "does not exist", path="s3cr3t-value/x.txt")
+    assert "s3cr3t-value" not in error and "***" in error
+    assert "s3cr3t-value" not in str(call(tools, "write_file", path="s3cr3t-value.txt", content="x").result)
 
 
 def test_list_and_search_cover_tracked_and_untracked_not_ignored(ws: Path) -> None:

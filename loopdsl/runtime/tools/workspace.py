@@ -94,17 +94,18 @@ class WorkspaceTools:
     def __init__(self, root: Path | str, *, writable: bool = False, writable_globs: Iterable[str] = (),
                  read_ignored: bool = False, paths: Iterable[str] = (),
                  output_limit: int = DEFAULT_TOOL_OUTPUT_LIMIT,
-                 redact: Callable[[str], str] | None = None, tools: Iterable[str] | None = None) -> None:
+                 redactor: Callable[[str], str] | None = None, tools: Iterable[str] | None = None) -> None:
         """`writable` only for a worktree; `writable_globs` the protected paths the agent
         listed in `writable`; `paths` an agent's narrowing (`src/**`); `tools` the names to
-        offer (default: all the tools this workspace allows)."""
+        offer (default: all the tools this workspace allows); `redactor` hides the run's
+        secrets in what the model reads (before the output cap)."""
         self.root = ConfinedRoot(root)
         self.writable = writable
         self.writable_globs = tuple(writable_globs)
         self.read_ignored = read_ignored
         self.paths = tuple(paths)
         self.output_limit = output_limit
-        self.redact = redact or (lambda text: text)
+        self.redact = redactor or (lambda text: text)  # a runtime.redaction.Redactor is callable
         names = tuple(tools) if tools is not None else READ_TOOLS + (WRITE_TOOLS if writable else ())
         unknown = [n for n in names if n not in SPECS]
         if unknown:
