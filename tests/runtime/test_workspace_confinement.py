@@ -66,6 +66,11 @@ def test_symlinks_are_never_followed(ws: Path) -> None:
     refused(tools, "write_file", "symlink", path="secret-link.txt", content="pwned")
     refused(tools, "edit_file", "symlink", path="secret-link.txt", old=OUTSIDE_SECRET, new="pwned")
     refused(tools, "write_file", "symlink", path="out/new.txt", content="pwned")
+    (ws / "dangling.txt").symlink_to(ws.parent / "outside" / "created-through-link.txt")
+    refused(tools, "write_file", "symlink", path="dangling.txt", content="pwned")
+    (ws / "src" / "hooks").symlink_to(ws / ".git" / "hooks")  # a way into .git that avoids the name
+    refused(tools, "write_file", "symlink", path="src/hooks/pre-commit", content="#!/bin/sh\n")
+    assert not (ws / ".git" / "hooks" / "pre-commit").exists()
     listed = call(tools, "list_files").result.splitlines()
     assert "secret-link.txt" not in listed and not any(p.startswith(("out/", "inner/")) for p in listed)
     assert call(tools, "search_files", pattern="SECRET").result == "(no matches)"
