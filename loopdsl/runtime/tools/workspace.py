@@ -26,6 +26,7 @@ from .base import DEFAULT_TOOL_OUTPUT_LIMIT, ToolOutcome, ToolSpec, safe_output
 from .confined import PROTECTED_WRITE_GLOBS, ConfinedRoot, PathRefused, split_path
 from .globs import any_glob, glob_match
 from .workspace_files import (
+    GitUnusable,
     MAX_LIST_ENTRIES,
     MAX_SEARCH_MATCHES,
     candidate_files,
@@ -112,7 +113,12 @@ class WorkspaceTools:
             raise ValueError(f"not built-in tools: {unknown}")
         self.names = names
         # Taken now, at the attempt's start, before any tool of it can edit a `.gitignore`.
-        self._ignored = frozenset() if read_ignored else ignored_at_start(self.root, timeout=30.0)
+        self._ignored: frozenset[str] = frozenset()
+        self._git_problem: GitUnusable | None = None  # reported by every call that needs git
+        try:
+            self._ignored = frozenset() if read_ignored else ignored_at_start(self.root, timeout=30.0)
+        except GitUnusable as exc:
+            self._git_problem = exc
 
     def specs(self) -> Sequence[ToolSpec]:
         return [SPECS[name] for name in self.names]
@@ -134,7 +140,7 @@ class WorkspaceTools:
             if unknown:
                 raise ToolFailure(f"unknown argument(s) {', '.join(unknown)} for {name}")
             result, extra = getattr(self, "_" + name)(args, time.monotonic() + timeout)
-        except (ToolFailure, PathRefused) as exc:
+        except (ToolFailure, PathRefused, GitUnusable) as exc:
             return self._failed(str(exc))
         except OSError as exc:  # the file system said no (full disk, permissions): data too
             return self._failed(f"{name} failed: {exc.strerror or exc}")
@@ -174,6 +180,8 @@ class WorkspaceTools:
     def _check_readable(self, rel: str, deadline: float) -> None:
         if self.read_ignored:
             return
+        if self._git_problem:
+            raise self._git_problem
         if was_ignored(self._ignored, rel) or is_ignored(
                 self.root, rel, timeout=max(deadline - time.monotonic(), 1.0)):
             raise PathRefused(f"{rel!r} is ignored by git (it may hold credentials); "
@@ -193,6 +201,8 @@ class WorkspaceTools:
         return keep
 
     def _names(self, deadline: float) -> list[str]:
+        if self._git_problem:
+            raise self._git_problem
         return candidate_files(self.root, ignored=self.read_ignored,
                                timeout=max(deadline - time.monotonic(), 1.0))
 
@@ -202,8 +212,8 @@ class WorkspaceTools:
         rel, parts = self._resolve(args)
         offset = _positive_int(args, "offset", 1)
         limit = _positive_int(args, "limit", DEFAULT_READ_LINES)
+        data, size = self.root.read_bytes(parts, max_bytes=MAX_FILE_BYTES)  # confinement first
         self._check_readable(rel, deadline)
-        data, size = self.root.read_bytes(parts, max_bytes=MAX_FILE_BYTES)
         if is_binary(data):
             return {"path": rel, "binary": True, "size": size, "sha256": sha256_hex(data)}, {}
         lines = data.decode("utf-8").splitlines(keepends=True)
@@ -275,8 +285,8 @@ class WorkspaceTools:
         old, new = args.get("old"), args.get("new")
         if not isinstance(old, str) or not old or not isinstance(new, str):
             raise ToolFailure("old must be a non-empty string and new a string")
+        data, _ = self.root.read_bytes(parts, max_bytes=MAX_FILE_BYTES)  # confinement first
         self._check_readable(rel, deadline)
-        data, _ = self.root.read_bytes(parts, max_bytes=MAX_FILE_BYTES)
         if is_binary(data):
             raise ToolFailure(f"{rel!r} is a binary file; edit_file changes text files")
         text = data.decode("utf-8")

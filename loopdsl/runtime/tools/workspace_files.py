@@ -56,8 +56,22 @@ def is_binary(data: bytes) -> bool:
 
 def _git_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0")
+    env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C", LANGUAGE="C")  # English errors
     return env
+
+
+class GitUnusable(Exception):
+    """git cannot answer in this repository (dubious ownership, a broken index): the tools
+    then refuse rather than treat ignored files as readable."""
+
+
+def _outside_a_repository(done: subprocess.CompletedProcess[bytes], what: str = "list this workspace") -> bool:
+    if done.returncode == 0:
+        return False
+    if b"not a git repository" in done.stderr:
+        return True
+    message = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    raise GitUnusable(f"git cannot {what}: {message[0] if message else done.returncode}")
 
 
 def _git(root: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[bytes]:
@@ -91,12 +105,12 @@ def _walked(root: ConfinedRoot) -> list[str]:
 def candidate_files(root: ConfinedRoot, *, ignored: bool, timeout: float) -> list[str]:
     """Sorted workspace-relative names, before the per-file confinement check."""
     listed = _git(root.path, "ls-files", "-z", "--cached", "--others", "--exclude-standard", timeout=timeout)
-    if listed.returncode != 0:
+    if _outside_a_repository(listed):
         return sorted(set(_walked(root)))
     names = set(_names(listed.stdout))
     if ignored:
         more = _git(root.path, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", timeout=timeout)
-        names.update(_names(more.stdout) if more.returncode == 0 else ())
+        names.update(() if _outside_a_repository(more) else _names(more.stdout))
     # `sub/` is how git lists an untracked nested repository: never a file of ours.
     return sorted(name for name in names if name and not name.endswith("/")
                   and not any(is_dot_git(part) for part in name.split("/")))
@@ -107,7 +121,7 @@ def ignored_at_start(root: ConfinedRoot, *, timeout: float) -> frozenset[str]:
     that can write `.gitignore` could otherwise un-ignore `.env` and then read it."""
     done = _git(root.path, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory",
                 timeout=timeout)
-    return frozenset(_names(done.stdout)) if done.returncode == 0 else frozenset()
+    return frozenset() if _outside_a_repository(done) else frozenset(_names(done.stdout))
 
 
 def was_ignored(ignored: frozenset[str], rel: str) -> bool:
@@ -123,7 +137,8 @@ def is_ignored(root: ConfinedRoot, rel: str, *, timeout: float) -> bool:
     repository nothing is."""
     # `./` first: a name starting with `:` would otherwise be read as pathspec magic.
     done = _git(root.path, "check-ignore", "-q", "--", "./" + rel, timeout=timeout)
-    return done.returncode == 0
+    return done.returncode == 0 or done.returncode != 1 and not _outside_a_repository(
+        done, f"tell whether {rel!r} is ignored")
 
 
 @dataclass
