@@ -90,14 +90,23 @@ def load_schema(kind: str = "loop") -> dict[str, Any]:
 
 
 @lru_cache(maxsize=None)
-def validator(kind: str = "loop") -> Draft7Validator:
+def validator(kind: str = "loop", shortcuts: bool = True) -> Draft7Validator:
     """One validator per kind for the process, built from the schema with its `$ref`s inlined:
     jsonschema resolves a reference on every visit, and inlining makes lint ~20% faster.
-    Patterns match as JSON Schema says (ECMA `$`: a name never ends in a newline)."""
+    Patterns match as JSON Schema says (ECMA `$`: a name never ends in a newline).
+    `shortcuts`: go straight to a state's (or reply's) kind definition instead of through
+    the editors' `if/then` dispatcher (language.kind_dispatch; same errors, half the time)."""
+    from jsonschema import validators
+
+    from .kind_dispatch import KEYWORD, by_kind, with_kind_shortcuts
     from .user_schema import validator_class
 
-    built: Draft7Validator = validator_class()(_inline_refs(load_schema(kind)),
-                                               format_checker=Draft7Validator.FORMAT_CHECKER)
+    inlined = _inline_refs(load_schema(kind))
+    if not shortcuts:
+        plain: Draft7Validator = validator_class()(inlined, format_checker=Draft7Validator.FORMAT_CHECKER)
+        return plain
+    fast = validators.extend(validator_class(), {KEYWORD: by_kind})
+    built: Draft7Validator = fast(with_kind_shortcuts(inlined), format_checker=Draft7Validator.FORMAT_CHECKER)
     return built
 
 
