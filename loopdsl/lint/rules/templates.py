@@ -150,9 +150,9 @@ def _compile_problems(source: str, mode: Mode, facts: Any = None) -> tuple[Probl
     warnings: list[templates.TemplateError] = []
     try:
         if mode == "shell":
-            _, errors, warnings = templates.analyze_shell(source, facts or templates.NO_FACTS)
+            errors, warnings = templates.shell_problems(source, facts or templates.NO_FACTS)
         else:
-            (templates.compile_expression if mode == "expr" else templates.compile_template)(source)
+            (templates.check_expression if mode == "expr" else templates.check_template)(source)
             errors = []
     except templates.TemplateError as exc:
         errors = [exc]
