@@ -34,7 +34,8 @@ from ..language.imports import (
 )
 from ..language.files import YAML_SUFFIXES, walk
 from ..language.loader import Document, load_document
-from ..language.model import Loop, build_loop
+from ..language.model import Loop
+from ..language.model_build import build_loop
 from .registry import GRAPH_RULES, RULES, LintContext
 
 INTERNAL_ERROR = "internal-error"

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loopdsl.language import schema
+from loopdsl.language.schema_explain import explain
 from loopdsl.language.kind_dispatch import KEYWORD, with_kind_shortcuts
 from loopdsl.language.loader import load_text
 
@@ -20,7 +21,7 @@ KINDS = ("loop", "test", "replies")
 def findings(kind: str, data: Any, shortcuts: bool) -> list[Any]:
     """Every finding the schema module derives from the validator's errors, in order."""
     errors = schema.validator(kind, shortcuts=shortcuts).iter_errors(data)
-    return [finding for error in errors for finding in schema._explain(error)]
+    return [finding for error in errors for finding in explain(error)]
 
 
 def same(kind: str, data: Any) -> None:
