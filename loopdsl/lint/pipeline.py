@@ -18,6 +18,7 @@ from .rules import (
     calls as rules_calls,
     graph_shape as rules_graph,
     secrets as rules_secrets,
+    sub_loops as rules_sub_loops,
     templates as rules_templates,
 )  # noqa: F401  (importing registers their rules)
 from . import salvage
