@@ -7,7 +7,8 @@ from typing import Sequence
 from ..language.diagnostics import Diagnostic, LoopError
 from ..language.model import Loop
 from ..lint.lockfile import LOCK_NAME, check_locked, find_lock, write_lock
-from ..lint.pipeline import is_loop_text, load_loop
+from ..lint.pipeline import load_loop
+from ..lint.report import is_loop_text
 from ..language.errors import LoopdslError
 from ..language.files import YAML_SUFFIXES, walk
 

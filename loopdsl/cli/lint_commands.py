@@ -9,7 +9,7 @@ import click
 
 from ..api.locking import check_lock, lock as write_lock
 from ..language.diagnostics import format_github, format_json, format_text
-from ..lint.pipeline import run_lint_cli
+from ..lint.report import run_lint_cli
 from .output import EXIT_FINDINGS, EXIT_OK, FORMATS
 
 

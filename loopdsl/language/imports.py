@@ -17,7 +17,8 @@ from typing import Any
 
 from .diagnostics import Diagnostic, Severity
 from .loader import Document, is_file, load_document
-from .model import Gate, ModelAlias, YamlPath, build_gate, build_model_alias
+from .model import Gate, ModelAlias, YamlPath
+from .model_build import build_gate, build_model_alias
 from .price_checks import params_cost_diagnostics, price_diagnostic
 
 LIBRARY_KEYS = ("loopdsl", "description", "imports", "gates", "models")

@@ -227,6 +227,17 @@ def analyze_shell(source: str, facts: InputFacts = NO_FACTS
                   ) -> tuple[ShellCommand | None, list[TemplateError], list[TemplateError]]:
     """Compile a shell command: (command or None, every error, every warning). `facts` says
     which inputs are integers or fixed choices, the only values bash may evaluate."""
+    return _analyze(source, facts, build=True)
+
+
+def shell_problems(source: str, facts: InputFacts = NO_FACTS) -> tuple[list[TemplateError], list[TemplateError]]:
+    """analyze_shell's errors and warnings, without building the command (for lint)."""
+    _command, errors, warnings = _analyze(source, facts, build=False)
+    return errors, warnings
+
+
+def _analyze(source: str, facts: InputFacts, build: bool
+             ) -> tuple[ShellCommand | None, list[TemplateError], list[TemplateError]]:
     errors: list[TemplateError] = []
     try:
         items = _split_jinja(source, errors)
@@ -237,29 +248,35 @@ def analyze_shell(source: str, facts: InputFacts = NO_FACTS
     errors.extend(placement_errors)
     expressions = []
     for placeholder in placeholders:
-        compiled = _compile_placeholder(placeholder, errors)
+        compiled = _compile_placeholder(placeholder, errors, build)
         if compiled is not None:
             expressions.append(compiled)
     errors.sort(key=lambda e: (e.offset is None, e.offset or 0))
-    if errors:
+    if errors or not build:
         return None, errors, warnings
     command = ShellCommand(source, _script(items, places), tuple(expressions),
                            tuple(check for _place, check in places))
     return command, [], warnings
 
 
-def _compile_placeholder(placeholder: Placeholder, errors: list[TemplateError]) -> Expression | None:
+def _compile_placeholder(placeholder: Placeholder, errors: list[TemplateError], build: bool) -> Expression | None:
+    """The placeholder's compiled expression (None when it has errors, or when not `build`:
+    then it is only checked)."""
     # Imported here: templates.py imports this module, so a module-level import would cycle.
-    from .templates import _parse_expression, compile_expression
+    from .templates import Expression, _parse_expression, check_expression
 
     try:
-        expression = compile_expression(placeholder.expression)
+        tree = _parse_expression(placeholder.expression)
+        # Looked for before compiling: compiling rewrites parts of the tree.
+        unsafe = any(f.name == "unsafe_raw" for f in [tree, *tree.find_all(nodes.Filter)]
+                     if isinstance(f, nodes.Filter))
+        expression = Expression(placeholder.expression, tree) if build else None
+        if not build:
+            check_expression(placeholder.expression, tree)
     except TemplateError as exc:
         errors.append(TemplateError(exc.message, exc.rule, placeholder.offset))
         return None
-    tree = _parse_expression(placeholder.expression)
-    filters = [tree, *tree.find_all(nodes.Filter)]   # find_all skips the root itself
-    if any(isinstance(f, nodes.Filter) and f.name == "unsafe_raw" for f in filters):
+    if unsafe:
         at = placeholder.expression.find("unsafe_raw")
         errors.append(with_hint(
             "unsafe_raw is not allowed in a shell command: every placeholder reaches the "

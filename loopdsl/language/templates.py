@@ -58,6 +58,7 @@ from .shell_command import (
     check_shell,
     compile_shell,
     env_problems,
+    shell_problems,
 )
 
 __all__ = [
@@ -66,7 +67,8 @@ __all__ = [
     "RULE_ESCAPED", "RULE_HEREDOC", "RULE_NAME", "RULE_OPTION", "RULE_PLACE", "RULE_SHELL_SYNTAX",
     "RULE_SINGLE_QUOTE", "RULE_STATEMENT", "RULE_SYNTAX", "RULE_UNSAFE_RAW", "TRUNCATION_MARKER",
     "Expression", "InputFacts", "NO_FACTS", "RenderError", "ShellCommand", "Template", "TemplateError", "analyze_shell",
-    "argv_problems", "check_argv", "check_env", "check_shell", "env_problems",
+    "argv_problems", "check_argv", "check_env", "check_expression", "check_shell", "check_template",
+    "env_problems", "shell_problems",
     "compile_expression", "compile_shell", "compile_template", "install_globals", "to_text",
     "truncate_text", "variables",
 ]
@@ -167,6 +169,24 @@ def _compile_tree(tree: nodes.Template, source: str) -> JinjaTemplate:
         raise _syntax_error(exc, source) from None
 
 
+def _check_tree(tree: nodes.Template, source: str) -> None:
+    """What _compile_tree would raise, without building the Python code object: Jinja's
+    code generator finds every remaining problem (unknown filters and tests ...), and
+    lint, which never renders, spares the bytecode compile (a third of the cost)."""
+    env = _environment()
+    tree = _BoundLoops().visit(tree)
+    tree.set_environment(env)
+    try:
+        env.compile(tree, raw=True)
+    except TemplateSyntaxError as exc:
+        raise _syntax_error(exc, source) from None
+
+
+def _expression_tree(expr: nodes.Expr) -> nodes.Template:
+    """An expression as a template that stores its value in `result`."""
+    return nodes.Template([nodes.Assign(nodes.Name("result", "store", lineno=1), expr, lineno=1)], lineno=1)
+
+
 # A key no template can name (Jinja names cannot hold NUL): marks a context dict that
 # already carries the environment's globals, so expressions need not layer them on.
 GLOBALS_INSTALLED = "\x00globals"
@@ -183,11 +203,11 @@ def install_globals(context: dict[str, Any]) -> None:
 class Expression:
     """A compiled Jinja expression (`when`, `expr`, `set` values, `for_each`)."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, parsed: nodes.Expr | None = None) -> None:
+        """`parsed`: the tree of `source` when the caller already parsed it."""
         self.source = source
-        expr = _parse_expression(source)
-        body = [nodes.Assign(nodes.Name("result", "store", lineno=1), expr, lineno=1)]
-        self._template = _compile_tree(nodes.Template(body, lineno=1), source)
+        expr = parsed if parsed is not None else _parse_expression(source)
+        self._template = _compile_tree(_expression_tree(expr), source)
         self._cached: Any = None
 
     def __call__(self, context: Mapping[str, Any]) -> Any:
@@ -252,6 +272,16 @@ def compile_expression(source: str) -> Expression:
 
 def compile_template(source: str) -> Template:
     return Template(source)
+
+
+def check_expression(source: str, parsed: nodes.Expr | None = None) -> None:
+    """Raise the TemplateError compile_expression would, without compiling (for lint)."""
+    _check_tree(_expression_tree(parsed if parsed is not None else _parse_expression(source)), source)
+
+
+def check_template(source: str) -> None:
+    """Raise the TemplateError compile_template would, without compiling (for lint)."""
+    _check_tree(_parse_template(source), source)
 
 
 def variables(source: str, *, expression: bool = False) -> set[str]:

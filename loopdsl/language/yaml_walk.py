@@ -9,8 +9,7 @@ counted, so a billion-laughs file costs as much as its text.
 """
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from ruamel.yaml.events import (
@@ -25,10 +24,9 @@ from ruamel.yaml.events import (
 
 from .diagnostics import Diagnostic, Severity
 from .model import YamlPath
+from .yaml_scalars import MAX_INT_DIGITS, ResolvePlain, scalar_value
 
-# (text of a plain scalar, the event's `implicit` pair) -> the tag YAML resolves it to,
-# such as "tag:yaml.org,2002:int"; "tag:yaml.org,2002:str" when nothing else matches.
-ResolvePlain = Callable[[str, Any], str]
+__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "MAX_NODES", "ResolvePlain", "Stop", "Walker", "diagnostic", "mark_position"]
 
 MAX_DEPTH = 64
 # Expanded size (aliases counted as many times as they are used) above which a file is
@@ -37,16 +35,6 @@ MAX_NODES = 100_000
 # One run reports every tag / duplicate key / bad key, but a hostile file could hold
 # thousands: past this many the rest are dropped.
 MAX_COLLECTED_ERRORS = 50
-# Python refuses to turn longer digit strings into int (sys.int_max_str_digits).
-MAX_INT_DIGITS = 4000
-
-_TAG_INT = "tag:yaml.org,2002:int"
-_TAG_FLOAT = "tag:yaml.org,2002:float"
-_TAG_BOOL = "tag:yaml.org,2002:bool"
-_TAG_NULL = "tag:yaml.org,2002:null"
-_TAG_MERGE = "tag:yaml.org,2002:merge"
-_TRUE_WORDS = frozenset({"true", "yes", "on"})
-_BAD_ESCAPED = re.compile("[\x00\ud800-\udfff]")
 
 HINTS = {
     "yaml-syntax": "Check indentation (spaces only, no tabs) and quoting: a value that "
@@ -239,75 +227,7 @@ class Walker:
 
     def scalar(self, event: Any, where: tuple[int, int]) -> tuple[Any, str]:
         """The scalar's value and kind: "str", "merge" (the `<<` key) or "other"."""
-        text: str = event.value
-        if event.style == ">":
-            # ruamel's round-trip scanner marks each fold of a `>` scalar with a BEL for its
-            # own constructor to remove; a real BEL cannot be there (block scalars have no
-            # escapes and raw control characters are refused), so drop them all.
-            text = text.replace("\a", "")
-        elif event.style == '"' and _BAD_ESCAPED.search(text):
-            # Only an escape (`\0`, `\uD800`) can get here: the raw text was checked.
-            self.collect(where, "yaml-encoding", "an escape in this string makes a NUL or a "
-                         "lone surrogate, which loop files cannot hold; write the character "
-                         "itself, or use \\U0001F600-style escapes for emoji")
-        if getattr(event, "ctag", None) is not None or event.style is not None:
-            return text, "str"  # quoted, or tagged (already reported): the text as written
-        resolved = self.resolve(text, event.implicit)
-        if resolved == _TAG_NULL:
-            return None, "other"
-        if resolved == _TAG_BOOL:
-            return text.lower() in _TRUE_WORDS, "other"
-        if resolved == _TAG_INT:
-            return self.to_int(text, where), "other"
-        if resolved == _TAG_FLOAT:
-            return self.to_float(text, where), "other"
-        if resolved == _TAG_MERGE:
-            return text, "merge"
-        return text, "str"  # strings, and timestamps kept as the text written
-
-    def to_int(self, text: str, where: tuple[int, int]) -> int | str:
-        digits = text.replace("_", "")
-        sign = -1 if digits.startswith("-") else 1
-        digits = digits.lstrip("+-")
-        if len(digits) > MAX_INT_DIGITS:
-            self.collect(where, "yaml-syntax", f"an integer with {len(digits)} digits is too "
-                         "large; quote it if it is meant as text")
-            return text
-        try:
-            if digits[:2] in ("0b", "0o", "0x"):
-                return sign * int(digits[2:], {"b": 2, "o": 8, "x": 16}[digits[1]])
-            if self.version == (1, 1) and ":" in digits:  # YAML 1.1 sexagesimal
-                total = 0
-                for part in digits.split(":"):
-                    total = total * 60 + int(part)
-                return sign * total
-            if self.version == (1, 1) and digits.startswith("0") and digits != "0":
-                return sign * int(digits, 8)
-            return sign * int(digits, 10)
-        except ValueError:
-            self.collect(where, "yaml-syntax", f"`{text}` looks like an integer but is not a "
-                         "valid one; quote it if it is meant as text")
-            return text
-
-    def to_float(self, text: str, where: tuple[int, int]) -> float | str:
-        value = text.replace("_", "").lower()
-        sign = -1.0 if value.startswith("-") else 1.0
-        value = value.lstrip("+-")
-        try:
-            if value == ".inf":
-                return sign * float("inf")
-            if value == ".nan":
-                return float("nan")
-            if self.version != (1, 2) and ":" in value:  # YAML 1.1 sexagesimal
-                total = 0.0
-                for part in value.split(":"):
-                    total = total * 60 + float(part)
-                return sign * total
-            return sign * float(value)
-        except ValueError:
-            self.collect(where, "yaml-syntax", f"`{text}` looks like a number but is not a "
-                         "valid one; quote it if it is meant as text")
-            return text
+        return scalar_value(event, where, self.resolve, self.version, self.collect)
 
     # ---- building
     def attach(self, value: Any, where: tuple[int, int], size: int, kind: str,

@@ -3,8 +3,8 @@
 Each rule is a small function `(ctx) -> Iterable[Diagnostic]` with a stable rule id,
 registered with `@rule`. Rules collect, never raise: the pipeline (lint.py) runs all of
 them so one lint shows every problem. This module holds the shared context and the
-rules about names, references and the shape of the state graph; rules_templates.py
-and rules_calls.py hold the rest (importing them registers their rules).
+rules about names, references and the shape of the state graph; the modules of rules/
+hold the rest, one topic each (importing them registers their rules).
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from ..language.state_graph import LoopGraph
 if TYPE_CHECKING:
     from ..language.imports import ImportResult
     from ..language.loader import Document
+    from .template_sites import Site as TemplateSite
 
 Rule = Callable[["LintContext"], Iterable[Diagnostic]]
 RULES: list[Rule] = []
@@ -122,6 +123,14 @@ class LintContext:
                 hit = text.find(fragment, hit + 1)
         return line0, col0
 
+    @cached_property
+    def template_sites(self) -> list[TemplateSite]:
+        """Every template, expression and command of the loop (template_sites.py); built
+        once, as several rules read them."""
+        from .template_sites import sites  # deferred: template_sites refers to this class
+
+        return sites(self)
+
     # ------------------------------------------------------------ graph
     @property
     def states(self) -> Mapping[str, State]:
@@ -217,9 +226,7 @@ def _suggest_name(name: str) -> str:
 @rule
 def cwd_outside_workspace(ctx: LintContext) -> Iterator[Diagnostic]:
     """A literal `cwd` that the engine would refuse (shell.confined_cwd) is refused now."""
-    from .rules.templates import sites  # deferred: rules_templates imports this module
-
-    for site in sites(ctx):
+    for site in ctx.template_sites:
         if site.path[-1] != "cwd" or "{" in site.source:
             continue  # a template is checked when it is rendered
         parts = Path(site.source).parts

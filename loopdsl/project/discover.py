@@ -32,7 +32,7 @@ def find_test_files(paths: Sequence[str | Path]) -> list[Path]:
 
 def find_loop_files(root: Path) -> list[Path]:
     """Loop files (a top-level `loopdsl:` key) under `root`; loop tests are never loops."""
-    from ..lint.pipeline import is_loop_text
+    from ..lint.report import is_loop_text
 
     out = []
     for file in walk(root) if root.is_dir() else [root]:

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from loopdsl.language import templates
 
 from loopdsl.language.model import DEFAULT_OUTPUT_CAP
 from loopdsl.language.templates import (
@@ -280,3 +283,49 @@ def test_payload_sentinel_check_can_detect_an_escape(tmp_path: Path, monkeypatch
 def test_harmless_introspection_renders_without_internals() -> None:
     assert compile_template("{{ self }}").render({}) == "<TemplateReference None>"
     assert compile_template("{{ x.upper() }}").render({"x": "a"}) == "A"
+
+
+# ------------------------------------------------ lint's checks without compiling (issue 10)
+
+_CHECKED_EXPRESSIONS = [
+    "a.b == 1", "x | nosuchfilter", "x is nosuchtest", "x |", "[1, 2] | map('upper') | list",
+    "range(3) | sum", "a if b else c", "x | unsafe_raw", "loop.index", "{'a': 1}.a", "(",
+]
+_CHECKED_TEMPLATES = [
+    "{{ a.b }}", "{{ x | nosuchfilter }}", "{% for i in x %}{{ i }}{% endfor %}", "{% if %}",
+    "{% set loop = 1 %}", "{% for loop in x %}{% endfor %}", "{% macro m() %}{% endmacro %}{{ m() }}",
+    "{{ x is nosuchtest }}", "{% block b %}{% endblock %}{% block b %}{% endblock %}",
+]
+_CHECKED_COMMANDS = [
+    "echo {{ x }}", "echo {{ x | nosuchfilter }}", "echo {{ x | unsafe_raw }}", "echo '{{ x }}'",
+    "echo {{ x | unsafe_raw | nosuchfilter }}", "echo {{ ( }}", "echo {% if x %}y{% endif %}",
+]
+
+
+def _raised(call: Any, source: str) -> tuple[str, str, Any] | None:
+    try:
+        call(source)
+    except templates.TemplateError as exc:
+        return exc.message, exc.rule, exc.offset
+    return None
+
+
+@pytest.mark.parametrize("source", _CHECKED_EXPRESSIONS)
+def test_check_expression_raises_what_compiling_raises(source: str) -> None:
+    assert _raised(templates.check_expression, source) == _raised(templates.compile_expression, source)
+
+
+@pytest.mark.parametrize("source", _CHECKED_TEMPLATES)
+def test_check_template_raises_what_compiling_raises(source: str) -> None:
+    assert _raised(templates.check_template, source) == _raised(templates.compile_template, source)
+
+
+@pytest.mark.parametrize("source", _CHECKED_COMMANDS)
+def test_shell_problems_are_what_compiling_finds(source: str) -> None:
+    def key(errors: list[templates.TemplateError]) -> list[tuple[str, str, Any]]:
+        return [(e.message, e.rule, e.offset) for e in errors]
+
+    command, errors, warnings = templates.analyze_shell(source)
+    checked, checked_warnings = templates.shell_problems(source)
+    assert (key(checked), key(checked_warnings)) == (key(errors), key(warnings))
+    assert (command is None) == bool(errors)

@@ -1,4 +1,5 @@
-"""Lint rules about what states call: models, prices, gates, skills, checkpoints, sub-loops."""
+"""Lint rules about what states call: models, prices, gates, skills, checkpoints (sub-loops
+are in sub_loops.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -6,14 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from ...language.price_checks import params_cost_diagnostics, price_diagnostic
-from ...language.diagnostics import Diagnostic, Severity, format_plain
+from ...language.diagnostics import Diagnostic, Severity
 from ...language.loader import is_file
 from ...language.model import (
     BUILTIN_GATES,
     EvaluateAction,
     Gate,
     LlmAction,
-    LoopAction,
     ModelAlias,
     State,
 )
@@ -212,7 +212,7 @@ def skill_files(ctx: LintContext) -> Iterator[Diagnostic]:
                 f'skill file "{call.skill}" does not exist',
                 path,
                 value=True,
-                hint=f"the path is relative to the loop file's folder ({_folder(ctx)})",
+                hint=f"the path is relative to the loop file's folder ({loop_folder(ctx)})",
             )
             continue
         for problem in check_skill(file):
@@ -228,7 +228,8 @@ def skill_files(ctx: LintContext) -> Iterator[Diagnostic]:
             )
 
 
-def _folder(ctx: LintContext) -> str:
+def loop_folder(ctx: LintContext) -> str:
+    """The linted file's folder as the user sees it (relative paths in the loop start there)."""
     parent = str(Path(ctx.path).parent)
     return "the current folder" if parent in ("", ".") else parent
 
@@ -244,133 +245,6 @@ def checkpoint_unattended(ctx: LintContext) -> Iterator[Diagnostic]:
                 f'checkpoint "{state.name}" waits for a person, but the loop is marked `unattended: true`',
                 state.path + ("checkpoint",),
                 hint="replace the checkpoint with an `evaluate` state or a gate, or drop `unattended: true`",
-            )
-
-
-# ================================================================ sub-loops
-
-_TYPE_CHECKS = {
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "array": lambda v: isinstance(v, list),
-    "object": lambda v: isinstance(v, dict),
-}
-
-
-def _type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    for name in ("integer", "number", "string", "array", "object"):
-        if _TYPE_CHECKS[name](value):
-            return name
-    return "null" if value is None else type(value).__name__
-
-
-def _is_template(value: Any) -> bool:
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
-
-
-@rule
-def sub_loops(ctx: LintContext) -> Iterator[Diagnostic]:
-    for state in ctx.states.values():
-        action = state.action
-        if not isinstance(action, LoopAction):
-            continue
-        yield from _check_sub_loop(ctx, state, action)
-
-
-def _check_sub_loop(ctx: LintContext, state: State, action: LoopAction) -> Iterator[Diagnostic]:
-    loop_path = state.path + ("loop",)
-    if action.path.startswith("pkg:"):
-        from ...language.packaged_loops import PackageError, resolve_loop_ref
-
-        try:
-            file = resolve_loop_ref(action.path)
-        except PackageError as exc:
-            yield ctx.diag("missing-file", exc.message, loop_path, value=True, hint=exc.hint)
-            return
-        shown = action.path
-    else:
-        file = ctx.source.parent / action.path
-        shown = ctx.child_display(action.path)
-    if not is_file(file):
-        yield ctx.diag(
-            "missing-file",
-            f'sub-loop file "{action.path}" does not exist',
-            loop_path,
-            value=True,
-            hint=f"the path is relative to the loop file's folder ({_folder(ctx)})",
-        )
-        return
-    if ctx.analyze_child is None:
-        return
-    child = ctx.analyze_child(file, shown)
-    if child is None:  # the child is already being linted higher up: a recursive sub-loop
-        yield ctx.diag(
-            "loop-recursion",
-            f'sub-loop "{action.path}" runs a loop that is already running it (recursion)',
-            loop_path,
-            value=True,
-            severity=Severity.WARNING,
-            hint="recursive sub-loops only stop when the shared budget runs out; make sure that is intended",
-        )
-        return
-    errors = [d for d in child.diagnostics if d.is_error]
-    if errors:
-        related = tuple((d.path, d.line, d.col, f"{d.message} [{d.rule}]") for d in errors[:3])
-        yield ctx.diag(
-            "child-invalid",
-            f'sub-loop "{action.path}" does not lint: {len(errors)} error{"s" if len(errors) != 1 else ""} '
-            f"(first: {format_plain(errors[0])})",
-            loop_path,
-            value=True,
-            hint=f"run `loopdsl lint {shown}` and fix it",
-            related=related,
-        )
-    if child.loop is None:
-        return
-    inputs = child.loop.inputs
-    for key, value in action.with_.items():
-        if key not in inputs:
-            yield ctx.diag(
-                "with-unknown-input",
-                f'sub-loop "{action.path}" has no input "{key}"{did_you_mean(key, inputs)}',
-                state.path + ("with", key),
-                hint=f"its inputs are: {quoted_list(inputs)}",
-            )
-            continue
-        spec = inputs[key]
-        if value is None or _is_template(value) or spec.type not in _TYPE_CHECKS:
-            continue
-        if not _TYPE_CHECKS[spec.type](value):
-            yield ctx.diag(
-                "with-type",
-                f'input "{key}" of sub-loop "{action.path}" is {spec.type}, got {_type_name(value)} {value!r}',
-                state.path + ("with", key),
-                value=True,
-                hint=f"pass a {spec.type}" + (" (unquoted)" if spec.type in ("integer", "number", "boolean") else ""),
-            )
-    missing = [n for n, s in inputs.items() if s.required and not s.has_default and n not in action.with_]
-    if missing:
-        where = state.path + ("with",) if "with" in (ctx.doc.data["states"][state.name] or {}) else loop_path
-        yield ctx.diag(
-            "with-missing-input",
-            f'sub-loop "{action.path}" needs input{"s" if len(missing) > 1 else ""} '
-            f"{', '.join(missing)}, not given in `with:`",
-            where,
-            hint="add " + ", ".join(f"`{n}: ...`" for n in missing) + " under `with:`",
-        )
-    parent_secrets = set(ctx.loop.secrets)
-    for secret in child.loop.secrets:
-        if secret not in parent_secrets:
-            yield ctx.diag(
-                "child-secret",
-                f'sub-loop "{action.path}" declares secret {secret}, which this loop does not declare',
-                loop_path,
-                value=True,
-                hint=f"add {secret} to this loop's `secrets:`: a child only gets secrets its parent has",
             )
 
 

@@ -3,7 +3,7 @@
 A command's environment holds only the secrets its `env:` passes whole
 (`env: {X: "{{ secrets.X }}"}`). These rules catch a command that still reads a
 declared secret it is not given, and a command that gets secrets while it runs what
-a model wrote. Where templates may read secrets at all is checked in rules_templates.
+a model wrote. Where templates may read secrets at all is checked in rules/template_names.py.
 """
 from __future__ import annotations
 

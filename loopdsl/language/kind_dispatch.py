@@ -1,0 +1,91 @@
+"""A shortcut through the schema's per-kind dispatcher, for lint's own validator.
+
+The published loop schema picks a state's definition by its action key with one `if/then`
+per kind, because that is the form editors understand. jsonschema evaluates every `if` of
+every state: eight sub-validations per state, about half of lint's time on a large file.
+When a mapping has exactly one of the kind keys, the dispatcher's `oneOf` passes, only that
+kind's `if` holds, and the errors it yields are exactly the errors of that kind's
+definition, in the same order. So lint's validator goes straight to the definition in that
+case and keeps the whole dispatcher for every other one (no kind key, two of them, not a
+mapping): the diagnostics are the same either way, only cheaper to find.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+KEYWORD = "loopdsl_by_kind"
+
+# The only keys a dispatcher node may have for the shortcut to be exact: `type: object` is
+# satisfied by any mapping, and the rest are annotations.
+_DISPATCHER_KEYS = {"type", "title", "description", "oneOf", "allOf"}
+_REQUIRED_KEYS = {"type", "oneOf", "allOf"}
+
+
+def with_kind_shortcuts(schema: Any) -> Any:
+    """A copy of `schema` in which every per-kind dispatcher is wrapped in KEYWORD."""
+    if isinstance(schema, list):
+        return [with_kind_shortcuts(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    copied = {key: with_kind_shortcuts(value) for key, value in schema.items()}
+    kinds = _kinds(copied)
+    if not kinds:
+        return copied
+    # The wrapper keeps `type` and the annotations where they were (an enclosing `oneOf` looks
+    # at its branches' types, hints read the description); the dispatcher itself moves under
+    # KEYWORD, without the `type` the wrapper already checks.
+    wrapper = {key: value for key, value in copied.items() if key not in ("oneOf", "allOf")}
+    wrapper[KEYWORD] = {"kinds": kinds, "whole": {key: value for key, value in copied.items() if key != "type"}}
+    return wrapper
+
+
+def _kinds(node: dict[str, Any]) -> dict[str, Any] | None:
+    """{kind key: its definition} when `node` is a dispatcher of exactly the expected shape:
+    `oneOf: [{required: [k]} ...]` and `allOf: [{if: {required: [k]}, then: ...} ...]`, plus at
+    most one entry for "none of the keys" (which is false whenever one key is present)."""
+    if set(node) - _DISPATCHER_KEYS or _REQUIRED_KEYS - set(node) or node.get("type") != "object":
+        return None
+    order = list(node)
+    if order.index("type") > min(order.index("oneOf"), order.index("allOf")):
+        return None  # the wrapper checks `type` first, as the node itself must
+    one_of, all_of = node.get("oneOf"), node.get("allOf")
+    if not (isinstance(one_of, list) and isinstance(all_of, list)):
+        return None
+    keys = [_single_required(branch) for branch in one_of]
+    if any(key is None for key in keys) or len(set(keys)) != len(keys):
+        return None
+    kinds: dict[str, Any] = {}
+    none_of = {"allOf": [{"not": {"required": [key]}} for key in keys]}
+    for entry in all_of:
+        if not (isinstance(entry, dict) and set(entry) == {"if", "then"}):
+            return None
+        key = _single_required(entry["if"])
+        if key in keys and key not in kinds:
+            kinds[key] = entry["then"]
+        elif not _same_conditions(entry["if"], none_of):
+            return None
+    return kinds if set(kinds) == set(keys) else None
+
+
+def _single_required(node: Any) -> str | None:
+    if isinstance(node, dict) and set(node) == {"required"} and isinstance(node["required"], list) \
+            and len(node["required"]) == 1 and isinstance(node["required"][0], str):
+        return str(node["required"][0])
+    return None
+
+
+def _same_conditions(node: Any, expected: dict[str, Any]) -> bool:
+    """`node` is `allOf` of the same `not: {required: [k]}` terms as `expected`, in any order."""
+    if not (isinstance(node, dict) and set(node) == {"allOf"} and isinstance(node["allOf"], list)):
+        return False
+    return sorted(map(repr, node["allOf"])) == sorted(map(repr, expected["allOf"]))
+
+
+def by_kind(validator: Any, spec: dict[str, Any], instance: Any, schema: Any) -> Iterator[Any]:
+    """KEYWORD's check: the kind's own definition when exactly one kind key is given."""
+    if isinstance(instance, dict):
+        present = [key for key in spec["kinds"] if key in instance]
+        if len(present) == 1:
+            yield from validator.descend(instance, spec["kinds"][present[0]])
+            return
+    yield from validator.descend(instance, spec["whole"])
