@@ -28,6 +28,7 @@ import json
 import math
 import re
 import time
+import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -195,7 +196,7 @@ def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str |
         return error("auth")
     if any(_MISSING_KEY_TEXT.search(str(e)) for e in chain):
         return error("auth", http=False)  # raised by the client before any request: no status
-    if _unreadable_reply(below):
+    if _unreadable_reply(chain[1:]):
         if tools_offered:
             return provider_error("parse", model, f"the model's reply could not be read (malformed tool calls?): "
                                   f"{detail}", secrets=secrets, billed=True)
@@ -213,11 +214,20 @@ def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str |
     return error("server_error", billed=unreadable)
 
 
-def _unreadable_reply(below: list[set[str]]) -> bool:
-    """Whether what LiteLLM's exception wraps says a reply arrived that could not be read:
-    a decoding or shape error, and no network or HTTP-status error."""
-    return (any(_UNREADABLE & names for names in below)
-            and not any((_NETWORK | _HTTP_STATUS_ERRORS | _NOT_CONNECTED) & names for names in below))
+def _unreadable_reply(below: list[BaseException]) -> bool:
+    """Whether what LiteLLM's exception wraps says a reply arrived that could not be read: a
+    malformed body, or a shape error raised while converting the response (not while building
+    the request), and no network or HTTP-status error."""
+    if any((_NETWORK | _HTTP_STATUS_ERRORS | _NOT_CONNECTED) & _class_names(e) for e in below):
+        return False
+    return any(isinstance(e, json.JSONDecodeError) or (_UNREADABLE & _class_names(e) and _raised_reading(e))
+               for e in below)
+
+
+def _raised_reading(exc: BaseException) -> bool:
+    # LiteLLM's converters are all named for the response (transform_response,
+    # convert_to_model_response_object); a request-side bug raises elsewhere.
+    return any("response" in frame.name for frame in traceback.extract_tb(exc.__traceback__))
 
 
 # -- response parsing -----------------------------------------------------------------

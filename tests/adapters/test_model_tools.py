@@ -156,6 +156,22 @@ def test_malformed_tool_calls_are_a_parse_error(litellm: Any, stub_server: StubS
     assert len(stub_server.requests) == 1
 
 
+def test_a_bad_tool_definition_is_not_blamed_on_the_model(litellm: Any, stub_server: StubServer) -> None:
+    """LiteLLM fails building an Anthropic request from this definition: nothing was sent,
+    so it is not the model's malformed answer."""
+    broken = {"type": "function", "function": {"name": "x", "parameters": 5}}
+    with pytest.raises(ProviderError) as info:
+        complete(request(stub_server, ANTHROPIC, tools=(broken,)))
+    assert info.value.kind != "parse" and stub_server.requests == []
+
+
+@pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
+def test_a_cut_off_answer_says_length(litellm: Any, stub_server: StubServer, model: str) -> None:
+    stub_server.enqueue(StubReply(text="It is in src/", finish_reason="length"))
+    response = complete(request(stub_server, model, tools=(GREP,)))
+    assert (response.text, response.finish_reason, response.tool_calls) == ("It is in src/", "length", ())
+
+
 @pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
 def test_a_malformed_body_stays_a_server_error(litellm: Any, stub_server: StubServer, model: str) -> None:
     stub_server.reply_malformed()
@@ -197,6 +213,16 @@ def test_a_schema_is_sent_as_response_format_where_the_model_supports_it(litellm
     assert supported["response_format"]["json_schema"]["schema"] == SCHEMA
     assert "response_format" not in unknown
     assert "response_format" not in with_tools  # some providers turn it into a forced tool call
+
+
+def test_a_schema_reaches_anthropic_in_its_own_form(litellm: Any, stub_server: StubServer) -> None:
+    stub_server.reply_text('{"summary": "ok"}')
+    answer = complete(request(stub_server, ANTHROPIC, response_schema=SCHEMA))
+    assert answer.text == '{"summary": "ok"}' and answer.tool_calls == ()
+    [sent] = stub_server.requests
+    # LiteLLM's translation of response_format for Anthropic (an output format, not a forced tool).
+    assert sent.body["output_format"]["schema"]["properties"] == SCHEMA["properties"]
+    assert "tools" not in sent.body and "tool_choice" not in sent.body
 
 
 def _loop(tmp_path: Path, stub: StubServer, states: str) -> Path:
