@@ -99,6 +99,7 @@ class StubServer:
         # Requests that arrived with nothing queued and no responder answer: a test that
         # sees these made more calls than it scripted (e.g. a hidden retry).
         self.unscripted = 0
+        self.responder_errors: list[BaseException] = []
         # Usage the stub reported in its 200 replies, summed: what a provider would bill.
         self.billed = {"prompt_tokens": 0, "completion_tokens": 0}
         self._server: ThreadingHTTPServer | None = None
@@ -200,7 +201,11 @@ class StubServer:
             reply = self._queue.pop(0) if self._queue else None
             responder = self.responder
         if reply is None and responder is not None:
-            reply = responder(request.body)  # outside the lock: it may take its time
+            try:
+                reply = responder(request.body)  # outside the lock: it may take its time
+            except Exception as exc:  # noqa: BLE001 - a test's bug: answer 500 and keep it for the test
+                self.responder_errors.append(exc)
+                reply = StubReply(status=500, error_message=f"stub responder failed: {exc!r}")
         with self._lock:
             if reply is None:
                 self.unscripted += 1

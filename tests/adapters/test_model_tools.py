@@ -130,6 +130,25 @@ def test_tool_choice_and_parallel_calls_are_sent_only_when_set(litellm: Any, stu
     assert chosen["tool_choice"] == "required" and chosen["parallel_tool_calls"] is False
 
 
+def test_anthropic_gets_tool_choice_and_parallel_calls_in_its_own_words(litellm: Any, stub_server: StubServer) -> None:
+    stub_server.reply_text("a")
+    stub_server.reply_text("b")
+    complete(request(stub_server, ANTHROPIC, tools=(GREP,), tool_choice="required", parallel_tool_calls=False))
+    complete(request(stub_server, ANTHROPIC, tools=(GREP,),
+                     tool_choice={"type": "function", "function": {"name": "grep"}}))
+    required, named = (r.body for r in stub_server.requests)
+    assert required["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
+    assert named["tool_choice"]["type"] == "tool" and named["tool_choice"]["name"] == "grep"
+
+
+def test_a_failing_responder_answers_500_and_is_kept(litellm: Any, stub_server: StubServer) -> None:
+    stub_server.responder = lambda body: body["no such key"]
+    with pytest.raises(ProviderError) as info:
+        complete(request(stub_server, OPENAI))
+    assert info.value.kind == "server_error" and "stub responder failed" in info.value.message
+    assert isinstance(stub_server.responder_errors[0], KeyError) and stub_server.unscripted == 0
+
+
 def test_arguments_are_kept_as_the_raw_string(litellm: Any, stub_server: StubServer) -> None:
     stub_server.reply_tool_calls(tool_call("grep", '{"pattern": "x"', "c1"), tool_call("grep", "{}", "c2"))
     response = complete(request(stub_server, OPENAI, tools=(GREP,)))
