@@ -37,7 +37,7 @@ from ..language.prices import without_cost_params
 from .litellm_loading import ensure_litellm, is_loaded, wait_until_loaded
 from ..language.prices import model_provider
 from ..runtime.redaction import Redactor
-from ..runtime.model_port import LlmRequest, LlmResponse, PROVIDER_ERROR_KINDS, Provider, ProviderError, ToolCall
+from ..runtime.model_port import LlmRequest, LlmResponse, PROVIDER_ERROR_KINDS, Provider, ProviderError, ToolCall, json_copy
 
 if TYPE_CHECKING:
     # Re-exported lazily (see `__getattr__` at the bottom): `scripted` imports this module.
@@ -64,7 +64,9 @@ _MISSING_KEY_TEXT = re.compile(
     r"missing credentials|missing [\w ]{0,40}api[ _-]?key|api_key client option must be set|no api[ _-]?key", re.IGNORECASE
 )
 # A reply that arrived but that LiteLLM could not turn into its response object.
-_UNREADABLE = frozenset({"ValidationError", "TypeError", "AttributeError", "KeyError", "IndexError", "JSONDecodeError"})
+_UNREADABLE = frozenset({"ValidationError", "TypeError", "AttributeError", "KeyError", "IndexError"})
+# Characters of a provider's error message kept in ours.
+_DETAIL_LIMIT = 500
 # Down an exception chain: the network failed (the reply did not arrive whole).
 _NETWORK = frozenset({"TransportError", "ClientError", "OSError", "APIConnectionError"})
 
@@ -173,7 +175,7 @@ def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str |
     chain = _exception_chain(exc)
     names = _class_names(exc)
     status = _status_code(exc)
-    detail = re.sub(r"^litellm\.\w+: ", "", str(exc) or type(exc).__name__)
+    detail = _short(re.sub(r"^litellm\.\w+: ", "", str(exc) or type(exc).__name__))
 
     def error(kind: str, retry_after: float | None = None, http: bool = True,
               billed: bool | None = None) -> ProviderError:
@@ -196,10 +198,11 @@ def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str |
         return error("auth")
     if any(_MISSING_KEY_TEXT.search(str(e)) for e in chain):
         return error("auth", http=False)  # raised by the client before any request: no status
-    if _unreadable_reply(chain[1:]):
-        if tools_offered:
-            return provider_error("parse", model, f"the model's reply could not be read (malformed tool calls?): "
-                                  f"{detail}", secrets=secrets, billed=True)
+    unreadable = _unreadable_reply(chain[1:])
+    if unreadable == "shape" and tools_offered:
+        return provider_error("parse", model, f"the model's reply could not be read (malformed tool calls?): "
+                              f"{detail}", secrets=secrets, billed=True)
+    if unreadable:
         return provider_error("server_error", model, f"the provider sent a malformed response body: {detail}",
                               secrets=secrets, billed=True)
     # A refused or dropped connection reaches us as LiteLLM's InternalServerError
@@ -210,18 +213,28 @@ def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str |
         return error("connection", http=False, billed=not never_sent)
     # A reply that arrived but could not be read (a 200 with a malformed body) may have been
     # paid; an HTTP error status (a real 4xx/5xx: a status error down the chain) was not.
-    unreadable = bool(below) and not any(_HTTP_STATUS_ERRORS & names_ for names_ in below)
-    return error("server_error", billed=unreadable)
+    arrived = bool(below) and not any(_HTTP_STATUS_ERRORS & names_ for names_ in below)
+    return error("server_error", billed=arrived)
 
 
-def _unreadable_reply(below: list[BaseException]) -> bool:
-    """Whether what LiteLLM's exception wraps says a reply arrived that could not be read: a
-    malformed body, or a shape error raised while converting the response (not while building
-    the request), and no network or HTTP-status error."""
+def _short(detail: str) -> str:
+    """A provider's message without the traceback and request dump LiteLLM appends to some
+    (file paths, the whole reply), capped: it is shown to people and fed back to the model."""
+    for marker in ("Traceback (most recent call last)", "received_args="):
+        detail = detail.split(marker, 1)[0]
+    detail = detail.strip()
+    return detail if len(detail) <= _DETAIL_LIMIT else detail[:_DETAIL_LIMIT] + " [...]"
+
+
+def _unreadable_reply(below: list[BaseException]) -> str | None:
+    """What LiteLLM's exception wraps says of a reply that arrived but could not be read:
+    "body" (not JSON), "shape" (a shape error raised while converting the response, not
+    while building the request), or None (not that; or a network or HTTP-status error)."""
     if any((_NETWORK | _HTTP_STATUS_ERRORS | _NOT_CONNECTED) & _class_names(e) for e in below):
-        return False
-    return any(isinstance(e, json.JSONDecodeError) or (_UNREADABLE & _class_names(e) and _raised_reading(e))
-               for e in below)
+        return None
+    if any(isinstance(e, json.JSONDecodeError) for e in below):
+        return "body"
+    return "shape" if any(_UNREADABLE & _class_names(e) and _raised_reading(e) for e in below) else None
 
 
 def _raised_reading(exc: BaseException) -> bool:
@@ -318,15 +331,15 @@ def _response_format(litellm: Any, request: LlmRequest) -> dict[str, Any] | None
     # Not `strict`: OpenAI's strict mode refuses ordinary schemas (optional keys, no
     # additionalProperties: false); the answer is checked against the schema afterwards anyway.
     return {"type": "json_schema",
-            "json_schema": {"name": "answer", "schema": dict(request.response_schema), "strict": False}}
+            "json_schema": {"name": "answer", "schema": json_copy(request.response_schema), "strict": False}}
 
 
 def _tool_kwargs(request: LlmRequest) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     if request.tools:
-        kwargs["tools"] = [dict(tool) for tool in request.tools]
+        kwargs["tools"] = json_copy(request.tools)
     if request.tool_choice is not None:
-        kwargs["tool_choice"] = request.tool_choice
+        kwargs["tool_choice"] = json_copy(request.tool_choice)
     if request.parallel_tool_calls is not None:
         kwargs["parallel_tool_calls"] = request.parallel_tool_calls
     return kwargs
@@ -345,7 +358,9 @@ class LiteLLMProvider:
     async def complete(self, request: LlmRequest, *, state: str, attempt: int | None = None) -> LlmResponse:
         litellm = await wait_until_loaded()
         api_key = request.api_key or (LOCAL_PLACEHOLDER_KEY if request.api_base else None)
-        kwargs: dict[str, Any] = {"model": request.model, "messages": [dict(m) for m in request.messages]}
+        # Copies: LiteLLM's provider translations may edit what they are given, and the request
+        # (its canonical form, the conversation it belongs to) must stay as it was.
+        kwargs: dict[str, Any] = {"model": request.model, "messages": json_copy(request.messages)}
         kwargs["max_tokens"] = request.max_tokens
         for name, value in (
             ("temperature", request.temperature),

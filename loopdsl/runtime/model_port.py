@@ -45,10 +45,10 @@ class LlmRequest:
 
     def __post_init__(self) -> None:
         # Deep copies: a caller that appends to its conversation must not change a sent request.
-        object.__setattr__(self, "messages", tuple(_copied(dict(m)) for m in self.messages))
+        object.__setattr__(self, "messages", tuple(json_copy(dict(m)) for m in self.messages))
         object.__setattr__(self, "params", dict(self.params))
-        object.__setattr__(self, "tools", tuple(_copied(dict(t)) for t in self.tools))
-        object.__setattr__(self, "tool_choice", _copied(self.tool_choice))
+        object.__setattr__(self, "tools", tuple(json_copy(dict(t)) for t in self.tools))
+        object.__setattr__(self, "tool_choice", json_copy(self.tool_choice))
 
     def canonical(self) -> dict[str, Any]:
         """What determines the answer, as JSON-able data, without any credential.
@@ -61,16 +61,16 @@ class LlmRequest:
         """
         data: dict[str, Any] = {
             "model": self.model,
-            "messages": [_copied(m) for m in self.messages],
+            "messages": [json_copy(m) for m in self.messages],
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "api_base": _strip_userinfo(self.api_base),
             "params": _without_credentials(self.params),
         }
         if self.tools:
-            data["tools"] = [_copied(t) for t in self.tools]
+            data["tools"] = [json_copy(t) for t in self.tools]
         if self.tool_choice is not None:
-            data["tool_choice"] = _copied(self.tool_choice)
+            data["tool_choice"] = json_copy(self.tool_choice)
         if self.parallel_tool_calls is not None:
             data["parallel_tool_calls"] = self.parallel_tool_calls
         return data
@@ -152,16 +152,16 @@ class Provider(Protocol):
                      tools: Sequence[Mapping[str, Any]] = ()) -> int: ...
 
 
-def _copied(value: Any) -> Any:
+def json_copy(value: Any) -> Any:
     """A copy of JSON-like data (dicts and lists copied, leaves shared): ~10x faster than
     `copy.deepcopy`, which matters on every turn of a long agent conversation."""
     kind = type(value)
     if kind is str or kind is int or kind is float or kind is bool or value is None:
         return value  # the leaves, by far the most values: checked first, without isinstance's ABC lookup
     if isinstance(value, Mapping):
-        return {k: _copied(v) for k, v in value.items()}
+        return {k: json_copy(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_copied(v) for v in value]
+        return [json_copy(v) for v in value]
     return value
 
 

@@ -172,6 +172,8 @@ def test_malformed_tool_calls_are_a_parse_error(litellm: Any, stub_server: StubS
         complete(request(stub_server, model, tools=(GREP,)))
     assert info.value.kind == "parse" and info.value.billed, info.value.message
     assert info.value.message.startswith(model)
+    assert "Traceback" not in info.value.message, info.value.message
+    assert "site-packages" not in info.value.message and "received_args" not in info.value.message
     assert len(stub_server.requests) == 1
 
 
@@ -192,11 +194,14 @@ def test_a_cut_off_answer_says_length(litellm: Any, stub_server: StubServer, mod
 
 
 @pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
-def test_a_malformed_body_stays_a_server_error(litellm: Any, stub_server: StubServer, model: str) -> None:
+@pytest.mark.parametrize("tools", [(), (GREP,)])
+def test_a_malformed_body_stays_a_server_error(litellm: Any, stub_server: StubServer, model: str, tools: Any) -> None:
+    """A body that is not JSON is the provider's fault, tools or not: retried like a 5xx."""
     stub_server.reply_malformed()
     with pytest.raises(ProviderError) as info:
-        complete(request(stub_server, model))
+        complete(request(stub_server, model, tools=tools))
     assert info.value.kind == "server_error" and info.value.billed
+    assert "malformed response body" in info.value.message
 
 
 def test_anthropic_errors_map_to_kinds(litellm: Any, stub_server: StubServer) -> None:
