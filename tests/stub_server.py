@@ -1,11 +1,18 @@
-"""A loopback OpenAI-compatible chat-completions server for tests.
+"""A loopback model server for tests: OpenAI chat completions and Anthropic Messages.
 
 Each request pops the next scripted `StubReply` from a queue, so a test decides
-exactly what the "provider" answers (text and usage, no or garbage usage, 429 with
-Retry-After, 500, a malformed body, a connection dropped after the request was read,
-a reply slower than the client's timeout) and can count the
-requests it received: every request body is recorded, which is how tests prove
-that one `complete()` call is exactly one paid HTTP request.
+exactly what the "provider" answers (text and usage, tool calls, no or garbage usage,
+429 with Retry-After, 500, a malformed body, a connection dropped after the request
+was read, a reply slower than the client's timeout). With the queue empty, a
+`responder` (a function of the parsed request, i.e. the conversation so far) may
+decide the reply, which is how a multi-turn tool conversation is served.
+
+The same server speaks both wire formats, chosen by the path: `/v1/chat/completions`
+(OpenAI; `api_base`) and `/v1/messages` (Anthropic, with `tool_use`/`tool_result`
+content blocks and `input_tokens`/`output_tokens`; `anthropic_api_base`, for models
+`anthropic/...`), so LiteLLM's translation of one request to each is exercised.
+Every request body is recorded (one `complete()` must be one paid HTTP request) and
+the usage returned is summed in `billed` (what a provider would charge).
 
 The server binds 127.0.0.1 on a free port and serves only between `start()` and
 `stop()`; a delayed reply waits on an event that `stop()` sets, so shutting down
@@ -19,9 +26,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
+
+from stub_formats import anthropic_body, anthropic_error_body, openai_body, openai_error_body
 
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+ANTHROPIC_PATHS = ("/v1/messages", "/messages")
 
 
 @dataclass
@@ -29,7 +39,7 @@ class StubReply:
     """One scripted answer. `raw_body` (bytes) replaces the JSON body entirely."""
 
     status: int = 200
-    text: str = "stub reply"
+    text: str | None = "stub reply"  # None: `content: null` (a tool turn without text)
     prompt_tokens: int = 11
     completion_tokens: int = 7
     headers: dict[str, str] = field(default_factory=dict)
@@ -38,6 +48,26 @@ class StubReply:
     error_message: str = "stub error"
     omit_usage: bool = False  # a 200 without a `usage` object
     drop: bool = False  # read the request, then close the connection without answering
+    # OpenAI-format calls: [{"id", "type": "function", "function": {"name", "arguments"}}],
+    # sent as given (garbage included); `tool_call()` builds a well-formed one.
+    tool_calls: Any = None
+    finish_reason: Any = None  # None: "tool_calls" when there are tool calls, else "stop"
+
+    def billed_usage(self) -> tuple[int, int] | None:
+        """(prompt, completion) tokens this reply reports, when it is a 200 that reports any."""
+        if self.status != 200 or self.raw_body is not None or self.omit_usage or self.drop:
+            return None
+        return self.prompt_tokens, self.completion_tokens
+
+
+def tool_call(name: str, arguments: Any, call_id: str | None = None) -> dict[str, Any]:
+    """One OpenAI-format tool call; a non-string `arguments` is sent as its JSON text."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id or f"call_stub_{time.monotonic_ns()}", "type": "function",
+            "function": {"name": name, "arguments": text}}
+
+
+Responder = Callable[[Any], "StubReply | None"]
 
 
 @dataclass
@@ -57,16 +87,21 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class StubServer:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, responder: Responder | None = None) -> None:
         self._host = host
         self._port = port
         self._lock = threading.Lock()
         self._queue: list[StubReply] = []
         self._stopping = threading.Event()
         self.requests: list[RecordedRequest] = []
-        # Requests that arrived with nothing queued: a test that sees these made
-        # more calls than it scripted (e.g. a hidden retry).
+        # Asked with the parsed request body when nothing is queued; None: not answered.
+        self.responder = responder
+        # Requests that arrived with nothing queued and no responder answer: a test that
+        # sees these made more calls than it scripted (e.g. a hidden retry).
         self.unscripted = 0
+        self.responder_errors: list[BaseException] = []
+        # Usage the stub reported in its 200 replies, summed: what a provider would bill.
+        self.billed = {"prompt_tokens": 0, "completion_tokens": 0}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -105,6 +140,11 @@ class StubServer:
     def api_base(self) -> str:
         return f"http://{self._host}:{self.port}/v1"
 
+    @property
+    def anthropic_api_base(self) -> str:
+        # LiteLLM appends /v1/messages to an Anthropic api_base.
+        return f"http://{self._host}:{self.port}"
+
     # -- programming the replies -------------------------------------------
     def enqueue(self, *replies: StubReply) -> None:
         with self._lock:
@@ -132,11 +172,22 @@ class StubServer:
     def reply_slow(self, delay_s: float, text: str = "too late") -> None:
         self.enqueue(StubReply(text=text, delay_s=delay_s))
 
+    def reply_tool_calls(self, *calls: dict[str, Any], text: str | None = None, prompt_tokens: int = 11,
+                         completion_tokens: int = 7) -> None:
+        self.enqueue(StubReply(text=text, tool_calls=list(calls), prompt_tokens=prompt_tokens,
+                               completion_tokens=completion_tokens))
+
     def reset(self) -> None:
         with self._lock:
             self._queue.clear()
             self.requests.clear()
             self.unscripted = 0
+            self.billed = {"prompt_tokens": 0, "completion_tokens": 0}
+
+    @property
+    def billed_tokens(self) -> int:
+        with self._lock:
+            return self.billed["prompt_tokens"] + self.billed["completion_tokens"]
 
     @property
     def pending(self) -> int:
@@ -147,41 +198,26 @@ class StubServer:
     def _next_reply(self, request: RecordedRequest) -> StubReply | None:
         with self._lock:
             self.requests.append(request)
-            if self._queue:
-                return self._queue.pop(0)
-            self.unscripted += 1
-            return None
+            reply = self._queue.pop(0) if self._queue else None
+            responder = self.responder
+        if reply is None and responder is not None:
+            try:
+                reply = responder(request.body)  # outside the lock: it may take its time
+            except Exception as exc:  # noqa: BLE001 - a test's bug: answer 500 and keep it for the test
+                self.responder_errors.append(exc)
+                reply = StubReply(status=500, error_message=f"stub responder failed: {exc!r}")
+        with self._lock:
+            if reply is None:
+                self.unscripted += 1
+                return None
+            usage = reply.billed_usage()
+            if usage is not None:
+                self.billed["prompt_tokens"] += usage[0]
+                self.billed["completion_tokens"] += usage[1]
+            return reply
 
     def _wait(self, seconds: float) -> None:
         self._stopping.wait(seconds)
-
-
-def _completion_body(reply: StubReply, model: str) -> bytes:
-    payload = {
-        "id": f"chatcmpl-stub-{time.monotonic_ns()}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": reply.text},
-                "finish_reason": "stop",
-            }
-        ],
-    }
-    if not reply.omit_usage:
-        payload["usage"] = {
-            "prompt_tokens": reply.prompt_tokens,
-            "completion_tokens": reply.completion_tokens,
-            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-        }
-    return json.dumps(payload).encode()
-
-
-def _error_body(reply: StubReply) -> bytes:
-    kind = "rate_limit_exceeded" if reply.status == 429 else "server_error"
-    return json.dumps({"error": {"message": reply.error_message, "type": kind, "code": reply.status}}).encode()
 
 
 def _make_handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
@@ -198,7 +234,8 @@ def _make_handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
                 body: Any = json.loads(raw or b"null")
             except ValueError:
                 body = raw.decode("utf-8", "replace")
-            if self.path not in CHAT_PATHS:
+            anthropic = self.path in ANTHROPIC_PATHS
+            if self.path not in CHAT_PATHS and not anthropic:
                 self._send(404, b'{"error": {"message": "not found"}}', {})
                 return
             recorded = RecordedRequest(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
@@ -215,9 +252,9 @@ def _make_handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
             if reply.raw_body is not None:
                 payload = reply.raw_body
             elif reply.status == 200:
-                payload = _completion_body(reply, model)
+                payload = (anthropic_body if anthropic else openai_body)(reply, model)
             else:
-                payload = _error_body(reply)
+                payload = (anthropic_error_body if anthropic else openai_error_body)(reply)
             self._send(reply.status, payload, reply.headers)
 
         def _send(self, status: int, payload: bytes, headers: dict[str, str]) -> None:

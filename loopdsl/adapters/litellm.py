@@ -13,7 +13,10 @@ paid request.
 A malformed (unparseable) response body from the provider is reported as
 `server_error`, not `parse`: `parse` is reserved for *our* parsing of the model's
 answer (its message becomes `feedback` for the model), and a garbled body is the
-provider's fault, worth retrying like any other 5xx. A missing API key is `auth`
+provider's fault, worth retrying like any other 5xx. The exception: on a request that
+offers tools, a reply LiteLLM cannot convert (tool calls without a name, garbage in
+place of the calls) is the model's malformed answer, so `parse`, as are tool calls
+that arrive without an id, a name or string arguments. A missing API key is `auth`
 whatever status LiteLLM gives it (the OpenAI client's is a synthetic 500): waiting
 does not make a key appear.
 """
@@ -25,6 +28,7 @@ import json
 import math
 import re
 import time
+import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +37,7 @@ from ..language.prices import without_cost_params
 from .litellm_loading import ensure_litellm, is_loaded, wait_until_loaded
 from ..language.prices import model_provider
 from ..runtime.redaction import Redactor
-from ..runtime.model_port import LlmRequest, LlmResponse, PROVIDER_ERROR_KINDS, Provider, ProviderError
+from ..runtime.model_port import LlmRequest, LlmResponse, PROVIDER_ERROR_KINDS, Provider, ProviderError, ToolCall, json_copy
 
 if TYPE_CHECKING:
     # Re-exported lazily (see `__getattr__` at the bottom): `scripted` imports this module.
@@ -59,16 +63,26 @@ _HTTP_STATUS_ERRORS = frozenset({"APIStatusError", "HTTPStatusError"})
 _MISSING_KEY_TEXT = re.compile(
     r"missing credentials|missing [\w ]{0,40}api[ _-]?key|api_key client option must be set|no api[ _-]?key", re.IGNORECASE
 )
+# A reply that arrived but that LiteLLM could not turn into its response object.
+_UNREADABLE = frozenset({"ValidationError", "TypeError", "AttributeError", "KeyError", "IndexError"})
+# Characters of a provider's error message kept in ours.
+_DETAIL_LIMIT = 500
+# Down an exception chain: the network failed (the reply did not arrive whole).
+_NETWORK = frozenset({"TransportError", "ClientError", "OSError", "APIConnectionError"})
+
+
 # -- token counts -----------------------------------------------------------------------
 def tokenizer_is_exact(model: str) -> bool:
     """Whether LiteLLM's `token_counter` uses the provider's real tokenizer for `model`."""
     return model_provider(model) in EXACT_TOKENIZER_PROVIDERS
 
 
-def count_prompt_tokens(model: str, messages: Sequence[Mapping[str, str]]) -> int:
-    """Prompt tokens to reserve: exact for OpenAI models, else ceil(1.25 x LiteLLM's estimate)."""
+def count_prompt_tokens(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> int:
+    """Prompt tokens to reserve, tool definitions included: exact for OpenAI models, else
+    ceil(1.25 x LiteLLM's estimate)."""
     litellm = ensure_litellm()
-    counted = int(litellm.token_counter(model=model, messages=[dict(m) for m in messages]))
+    counted = int(litellm.token_counter(model=model, messages=[dict(m) for m in messages],
+                                        tools=[dict(t) for t in tools] or None))
     return counted if tokenizer_is_exact(model) else math.ceil(ESTIMATE_MARGIN * counted)
 
 
@@ -139,6 +153,7 @@ _KIND_WORDING = {
     "auth": "not authorised (check the API key and its permissions): ",
     "connection": "could not reach the provider: ",
     "server_error": "",
+    "parse": "",
 }
 
 
@@ -151,12 +166,16 @@ def provider_error(kind: str, model: str, detail: str, *, status: int | None = N
                          billed=billed)
 
 
-def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str | None] = ()) -> ProviderError:
-    """One LiteLLM/OpenAI exception -> a ProviderError with one of our kinds."""
+def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str | None] = (),
+                      tools_offered: bool = False) -> ProviderError:
+    """One LiteLLM/OpenAI exception -> a ProviderError with one of our kinds.
+
+    `tools_offered`: the request offered tools, so a reply LiteLLM could not read is
+    the model's malformed tool call (`parse`) rather than the provider's (`server_error`)."""
     chain = _exception_chain(exc)
     names = _class_names(exc)
     status = _status_code(exc)
-    detail = re.sub(r"^litellm\.\w+: ", "", str(exc) or type(exc).__name__)
+    detail = _short(re.sub(r"^litellm\.\w+: ", "", str(exc) or type(exc).__name__))
 
     def error(kind: str, retry_after: float | None = None, http: bool = True,
               billed: bool | None = None) -> ProviderError:
@@ -179,6 +198,13 @@ def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str |
         return error("auth")
     if any(_MISSING_KEY_TEXT.search(str(e)) for e in chain):
         return error("auth", http=False)  # raised by the client before any request: no status
+    unreadable = _unreadable_reply(chain[1:])
+    if unreadable == "shape" and tools_offered:
+        return provider_error("parse", model, f"the model's reply could not be read (malformed tool calls?): "
+                              f"{detail}", secrets=secrets, billed=True)
+    if unreadable:
+        return provider_error("server_error", model, f"the provider sent a malformed response body: {detail}",
+                              secrets=secrets, billed=True)
     # A refused or dropped connection reaches us as LiteLLM's InternalServerError
     # wrapping openai.APIConnectionError / httpx.ConnectError: look down the chain.
     connection_names = {"APIConnectionError", "ConnectError", "ClientConnectorError", "ConnectionError"}
@@ -187,27 +213,57 @@ def map_litellm_error(exc: BaseException, *, model: str, secrets: Iterable[str |
         return error("connection", http=False, billed=not never_sent)
     # A reply that arrived but could not be read (a 200 with a malformed body) may have been
     # paid; an HTTP error status (a real 4xx/5xx: a status error down the chain) was not.
-    unreadable = bool(below) and not any(_HTTP_STATUS_ERRORS & names_ for names_ in below)
-    if any(isinstance(e, json.JSONDecodeError) for e in chain):
-        return provider_error("server_error", model, f"the provider sent a malformed response body: {detail}",
-                              secrets=secrets, billed=True)
-    return error("server_error", billed=unreadable)
+    arrived = bool(below) and not any(_HTTP_STATUS_ERRORS & names_ for names_ in below)
+    return error("server_error", billed=arrived)
+
+
+def _short(detail: str) -> str:
+    """A provider's message without the traceback and request dump LiteLLM appends to some
+    (file paths, the whole reply), capped: it is shown to people and fed back to the model."""
+    for marker in ("Traceback (most recent call last)", "received_args="):
+        detail = detail.split(marker, 1)[0]
+    detail = detail.strip()
+    return detail if len(detail) <= _DETAIL_LIMIT else detail[:_DETAIL_LIMIT] + " [...]"
+
+
+def _unreadable_reply(below: list[BaseException]) -> str | None:
+    """What LiteLLM's exception wraps says of a reply that arrived but could not be read:
+    "body" (not JSON), "shape" (a shape error raised while converting the response, not
+    while building the request), or None (not that; or a network or HTTP-status error)."""
+    if any((_NETWORK | _HTTP_STATUS_ERRORS | _NOT_CONNECTED) & _class_names(e) for e in below):
+        return None
+    if any(isinstance(e, json.JSONDecodeError) for e in below):
+        return "body"
+    return "shape" if any(_UNREADABLE & _class_names(e) and _raised_reading(e) for e in below) else None
+
+
+def _raised_reading(exc: BaseException) -> bool:
+    # LiteLLM's converters are all named for the response (transform_response,
+    # convert_to_model_response_object); a request-side bug raises elsewhere.
+    return any("response" in frame.name for frame in traceback.extract_tb(exc.__traceback__))
 
 
 # -- response parsing -----------------------------------------------------------------
-def _response_to_llm(litellm: Any, response: Any, request: LlmRequest) -> LlmResponse:
-    choices = getattr(response, "choices", None) or []
-    if not choices:  # a 200 that says nothing: the work may still have been billed
-        raise ProviderError("server_error", f"{request.model}: the provider returned no choices", billed=True)
-    message = getattr(choices[0], "message", None)
-    text = getattr(message, "content", None) or ""
-    usage = getattr(response, "usage", None)
-    prompt_tokens = getattr(usage, "prompt_tokens", None)
-    completion_tokens = getattr(usage, "completion_tokens", None)
-    if not plausible_usage(prompt_tokens, completion_tokens):
-        # LiteLLM turns a missing `usage` into zeros: never take that as a free call.
-        return LlmResponse(text=text if isinstance(text, str) else str(text), prompt_tokens=0, completion_tokens=0,
-                           cost_usd=None, model=str(getattr(response, "model", None) or request.model), usage_known=False)
+def _tool_calls(raw: Any, model: str) -> tuple[ToolCall, ...]:
+    """The reply's tool calls, each with a non-empty id and name and string arguments
+    (kept raw: the caller checks them against the tool's params); else `parse`."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, (list, tuple)):
+        raise ProviderError("parse", f"{model}: the reply's tool_calls is not a list", billed=True)
+    calls = []
+    for index, call in enumerate(raw):
+        function = getattr(call, "function", None)
+        call_id, name = getattr(call, "id", None), getattr(function, "name", None)
+        arguments = getattr(function, "arguments", None)
+        if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name and isinstance(arguments, str)):
+            raise ProviderError("parse", f"{model}: tool call {index + 1} of the reply has no id, no name or "
+                                "arguments that are not a string", billed=True)
+        calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
+    return tuple(calls)
+
+
+def _cost(litellm: Any, response: Any, request: LlmRequest) -> float | None:
     hidden = getattr(response, "_hidden_params", None) or {}
     cost = hidden.get("response_cost") if isinstance(hidden, Mapping) else None
     if cost is None and not request.priced:
@@ -216,14 +272,31 @@ def _response_to_llm(litellm: Any, response: Any, request: LlmRequest) -> LlmRes
         except Exception:  # noqa: BLE001 - LiteLLM raises for a model it cannot price: unknown, not free
             cost = None
     if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
-        cost = None  # unknown, never free (nor negative)
-    return LlmResponse(
-        text=text,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        cost_usd=None if cost is None else float(cost),
-        model=str(getattr(response, "model", None) or request.model),
-    )
+        return None  # unknown, never free (nor negative)
+    return float(cost)
+
+
+def _response_to_llm(litellm: Any, response: Any, request: LlmRequest) -> LlmResponse:
+    choices = getattr(response, "choices", None) or []
+    if not choices:  # a 200 that says nothing: the work may still have been billed
+        raise ProviderError("server_error", f"{request.model}: the provider returned no choices", billed=True)
+    message = getattr(choices[0], "message", None)
+    text = getattr(message, "content", None) or ""
+    text = text if isinstance(text, str) else str(text)
+    tool_calls = _tool_calls(getattr(message, "tool_calls", None), request.model)
+    finish = getattr(choices[0], "finish_reason", None)
+    finish_reason = finish if isinstance(finish, str) and finish else None
+    model = str(getattr(response, "model", None) or request.model)
+    usage = getattr(response, "usage", None)
+    prompt_tokens = getattr(usage, "prompt_tokens", None)
+    completion_tokens = getattr(usage, "completion_tokens", None)
+    if not plausible_usage(prompt_tokens, completion_tokens):
+        # LiteLLM turns a missing `usage` into zeros: never take that as a free call.
+        return LlmResponse(text=text, prompt_tokens=0, completion_tokens=0, cost_usd=None, model=model,
+                           usage_known=False, tool_calls=tool_calls, finish_reason=finish_reason)
+    return LlmResponse(text=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                       cost_usd=_cost(litellm, response, request), model=model, tool_calls=tool_calls,
+                       finish_reason=finish_reason)
 
 
 _FORCED = {"num_retries": 0, "max_retries": 0}
@@ -241,7 +314,35 @@ async def _acompletion(litellm: Any, kwargs: dict[str, Any], request: LlmRequest
     except ProviderError:
         raise
     except Exception as exc:
-        raise map_litellm_error(exc, model=request.model, secrets=secrets) from exc
+        raise map_litellm_error(exc, model=request.model, secrets=secrets, tools_offered=bool(request.tools)) from exc
+
+
+def _response_format(litellm: Any, request: LlmRequest) -> dict[str, Any] | None:
+    """The structured-output `response_format` for a request with a schema, where LiteLLM says
+    the model supports one; never with tools (some providers make it a forced tool call)."""
+    if request.response_schema is None or request.tools:
+        return None
+    try:
+        supported = bool(litellm.supports_response_schema(model=request.model))
+    except Exception:  # noqa: BLE001 - a model LiteLLM does not know: send no response_format
+        supported = False
+    if not supported:
+        return None
+    # Not `strict`: OpenAI's strict mode refuses ordinary schemas (optional keys, no
+    # additionalProperties: false); the answer is checked against the schema afterwards anyway.
+    return {"type": "json_schema",
+            "json_schema": {"name": "answer", "schema": json_copy(request.response_schema), "strict": False}}
+
+
+def _tool_kwargs(request: LlmRequest) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    if request.tools:
+        kwargs["tools"] = json_copy(request.tools)
+    if request.tool_choice is not None:
+        kwargs["tool_choice"] = json_copy(request.tool_choice)
+    if request.parallel_tool_calls is not None:
+        kwargs["parallel_tool_calls"] = request.parallel_tool_calls
+    return kwargs
 
 
 class LiteLLMProvider:
@@ -254,10 +355,12 @@ class LiteLLMProvider:
     async def wait_until_loaded(self) -> None:
         await wait_until_loaded()
 
-    async def complete(self, request: LlmRequest, *, state: str) -> LlmResponse:
+    async def complete(self, request: LlmRequest, *, state: str, attempt: int | None = None) -> LlmResponse:
         litellm = await wait_until_loaded()
         api_key = request.api_key or (LOCAL_PLACEHOLDER_KEY if request.api_base else None)
-        kwargs: dict[str, Any] = {"model": request.model, "messages": [dict(m) for m in request.messages]}
+        # Copies: LiteLLM's provider translations may edit what they are given, and the request
+        # (its canonical form, the conversation it belongs to) must stay as it was.
+        kwargs: dict[str, Any] = {"model": request.model, "messages": json_copy(request.messages)}
         kwargs["max_tokens"] = request.max_tokens
         for name, value in (
             ("temperature", request.temperature),
@@ -268,13 +371,18 @@ class LiteLLMProvider:
             if value is not None:
                 kwargs[name] = value
         kwargs.update(without_cost_params(request.params))  # never more output or completions than reserved
+        kwargs.update(_tool_kwargs(request))  # the request's own tools win over an alias's `params`
+        response_format = _response_format(litellm, request)
+        if response_format is not None and "response_format" not in kwargs and "tools" not in kwargs:
+            kwargs["response_format"] = response_format
         kwargs.update(_FORCED)  # a model alias cannot switch LiteLLM's retries back on
         kwargs["max_tokens"] = request.max_tokens
         response = await _acompletion(litellm, kwargs, request, (api_key, request.api_key))
         return _response_to_llm(litellm, response, request)
 
-    def count_tokens(self, model: str, messages: Sequence[Mapping[str, str]]) -> int:
-        return count_prompt_tokens(model, messages)
+    def count_tokens(self, model: str, messages: Sequence[Mapping[str, Any]],
+                     tools: Sequence[Mapping[str, Any]] = ()) -> int:
+        return count_prompt_tokens(model, messages, tools)
 
 
 # -- re-exports from `scripted` ---------------------------------------------------------

@@ -7,6 +7,11 @@ Tokens are counted the way dry runs and `loopdsl cost` estimate them, at 3 UTF-8
 a token (`budget.conservative_tokens`), for the reservation and the usage alike, so a
 scripted reply's usage never exceeds what was reserved for it; costs come from the same
 price table LiteLLM uses (`prices`). `providers` re-exports the public names of this module.
+
+A reply may call tools (`{tool_calls: [{name, args}], text?, usage?}`, for agent states):
+`args` is sent as its JSON, or verbatim when it is a string (malformed JSON included),
+and the calls get the ids `call_<turn>_<i>`, turn = 1 + the assistant messages of the
+request, i from 1, so a script's ids are known in advance.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from typing import Any
 
 from ..runtime.budget import conservative_tokens, cost_for
 from ..language.prices import model_price
-from ..runtime.model_port import LlmRequest, LlmResponse, ProviderError
+from ..runtime.model_port import LlmRequest, LlmResponse, ProviderError, ToolCall
 from .litellm import provider_error
 from ..runtime.errors import ScriptError, ScriptExhausted
 
@@ -40,16 +45,22 @@ class _Entry:
     retry_after: float | None = None
     decision: str = ""
     comment: str = ""
+    tool_calls: tuple[tuple[str, str], ...] = ()  # (name, arguments as sent)
+
+
+def _arguments(args: Any) -> str:
+    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
 
 
 def _entry(raw: Any) -> _Entry:
     """One entry of a script that passed schemas/replies.schema.json."""
     if isinstance(raw, str):
         return _Entry("reply", text=raw)
-    if "text" in raw:
+    if "text" in raw or "tool_calls" in raw:
         usage = raw.get("usage")
         counts = (usage["prompt_tokens"], usage["completion_tokens"]) if usage is not None else None
-        return _Entry("reply", text=raw["text"], usage=counts)
+        calls = tuple((str(c["name"]), _arguments(c.get("args", {}))) for c in raw.get("tool_calls") or ())
+        return _Entry("reply", text=str(raw.get("text") or ""), usage=counts, tool_calls=calls)
     if "error" in raw:
         retry_after = raw.get("retry_after")
         return _Entry("error", error=raw["error"], message=str(raw.get("message", f"scripted {raw['error']}")),
@@ -57,9 +68,25 @@ def _entry(raw: Any) -> _Entry:
     return _Entry("decision", decision=raw["decision"], comment=str(raw.get("comment", "") or ""))
 
 
-def scripted_prompt_tokens(messages: Sequence[Mapping[str, str]]) -> int:
-    """A prompt's tokens at 3 bytes a token, plus each message's framing."""
-    return sum(conservative_tokens(str(m.get("content") or "")) + MESSAGE_FRAME_TOKENS for m in messages)
+def _message_text(message: Mapping[str, Any]) -> str:
+    content = message.get("content") or ""
+    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    if message.get("tool_calls"):  # an assistant tool turn: its calls are prompt too
+        text += json.dumps(message["tool_calls"], ensure_ascii=False)
+    return text
+
+
+def scripted_prompt_tokens(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> int:
+    """A prompt's tokens at 3 bytes a token, plus each message's framing and the tool definitions."""
+    counted = sum(conservative_tokens(_message_text(m)) + MESSAGE_FRAME_TOKENS for m in messages)
+    if tools:
+        counted += conservative_tokens(json.dumps(list(tools), ensure_ascii=False))
+    return counted
+
+
+def conversation_turn(messages: Sequence[Mapping[str, Any]]) -> int:
+    """Which turn of an agent conversation a request is: 1 + the assistant messages in it."""
+    return 1 + sum(1 for m in messages if m.get("role") == "assistant")
 
 
 def _scripted_error(entry: _Entry, model: str) -> ProviderError:
@@ -118,22 +145,23 @@ class ScriptedProvider:
             raise ScriptError(describe(problems))
         return cls._parsed(doc.data, str(file))
 
-    def _next(self, state: str, want: str) -> _Entry | None:
+    def _next(self, state: str, want: str, where: str = "") -> _Entry | None:
+        """The state's next entry; `where` (" (attempt 2, turn 3)") places a reply that is missing."""
         entries = self._entries.get(state)
         if entries is None:
             if want == "decision":
                 return None
             known = ", ".join(sorted(self._entries)) or "none"
             raise ScriptExhausted(
-                f"{self._source}: no scripted reply for state '{state}' (the script has entries for: {known}); "
-                f"add `{state}: [...]` to the script"
+                f"{self._source}: no scripted reply for state '{state}'{where} (the script has entries for: "
+                f"{known}); add `{state}: [...]` to the script"
             )
         used = self._used[state]
         if used >= len(entries):
             if want == "decision":
                 return None
             raise ScriptExhausted(
-                f"{self._source}: state '{state}' asked for reply {used + 1} but the script has only "
+                f"{self._source}: state '{state}'{where} asked for reply {used + 1} but the script has only "
                 f"{len(entries)} for it; add more entries under `{state}:`"
             )
         entry = entries[used]
@@ -144,17 +172,22 @@ class ScriptedProvider:
         self._used[state] = used + 1
         return entry
 
-    async def complete(self, request: LlmRequest, *, state: str) -> LlmResponse:
-        entry = self._next(state, "reply")
+    async def complete(self, request: LlmRequest, *, state: str, attempt: int | None = None) -> LlmResponse:
+        turn = conversation_turn(request.messages)
+        place = ([f"attempt {attempt}"] if attempt is not None else []) + ([f"turn {turn}"] if request.tools else [])
+        entry = self._next(state, "reply", f" ({', '.join(place)})" if place else "")
         assert entry is not None
         if entry.kind == "error":
             raise _scripted_error(entry, request.model)
+        calls = tuple(ToolCall(id=f"call_{turn}_{i}", name=name, arguments=arguments)
+                      for i, (name, arguments) in enumerate(entry.tool_calls, start=1))
         if entry.usage is not None:
             # The scripted prompt size is kept: prompt_tokens_to_reserve reserved for it.
             prompt, completion = entry.usage
         else:
             # Counted as reserved, so budgets behave offline as they would online.
-            prompt, completion = scripted_prompt_tokens(request.messages), conservative_tokens(entry.text)
+            said = entry.text + "".join(call.name + call.arguments for call in calls)
+            prompt, completion = scripted_prompt_tokens(request.messages, request.tools), conservative_tokens(said)
         # A real provider stops at max_tokens; so does a scripted completion.
         completion = min(completion, request.max_tokens)
         price = model_price(request.model)
@@ -164,16 +197,20 @@ class ScriptedProvider:
             completion_tokens=completion,
             cost_usd=None if price is None else cost_for(price, prompt, completion),  # unknown is never $0
             model=request.model,
+            tool_calls=calls,
+            finish_reason="tool_calls" if calls else "stop",
         )
 
-    def count_tokens(self, model: str, messages: Sequence[Mapping[str, str]]) -> int:
-        return scripted_prompt_tokens(messages)
+    def count_tokens(self, model: str, messages: Sequence[Mapping[str, Any]],
+                     tools: Sequence[Mapping[str, Any]] = ()) -> int:
+        return scripted_prompt_tokens(messages, tools)
 
-    def prompt_tokens_to_reserve(self, model: str, messages: Sequence[Mapping[str, str]], state: str) -> int:
+    def prompt_tokens_to_reserve(self, model: str, messages: Sequence[Mapping[str, Any]], state: str,
+                                 tools: Sequence[Mapping[str, Any]] = ()) -> int:
         """The real count, or the next scripted reply's `usage.prompt_tokens` when larger,
         so that scripted usage never bills more than was reserved (caps hold offline too).
         The engine uses this hook, when a provider has it, instead of `count_tokens`."""
-        counted = self.count_tokens(model, messages)
+        counted = self.count_tokens(model, messages, tools)
         entries = self._entries.get(state) or []
         used = self._used.get(state, 0)
         usage = entries[used].usage if used < len(entries) else None

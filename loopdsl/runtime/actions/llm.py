@@ -30,6 +30,12 @@ EVALUATOR_INSTRUCTIONS = (
     "You are an evaluator. Judge the work against the criteria. Reply with JSON only, exactly "
     'of the form {"verdict": "accept" | "reject", "feedback": "<what to change, or why it is fine>"}.'
 )
+# The evaluator's answer as a JSON Schema, sent as structured output where the model takes one.
+EVALUATOR_SCHEMA = {
+    "type": "object",
+    "properties": {"verdict": {"type": "string", "enum": ["accept", "reject"]}, "feedback": {"type": "string"}},
+    "required": ["verdict", "feedback"],
+}
 def parse_json_reply(text: str) -> Any:
     try:
         return bounded_json.loads(strip_code_fence(text))
@@ -139,6 +145,7 @@ class LlmCaller:
             raise StepFailure("budget", f"refusing to call model '{alias.name}': its params set {shown}, which would "
                               "change what the call costs beyond its reservation; use `max_tokens` and `budget:`")
         temperature = action.temperature if action.temperature is not None else alias.temperature
+        schema = EVALUATOR_SCHEMA if isinstance(action, EvaluateAction) else (action.schema if action.output == "json" else None)
         chain = self._chain(alias)
         priced = [(m, self._price(alias, m)) for m in chain]
         last: ProviderError | None = None
@@ -154,6 +161,7 @@ class LlmCaller:
                 params=dict(alias.params) if index == 0 else {},
                 # `_charge` prices the first model itself whenever it has a price.
                 priced=index == 0 and priced[0][1] is not None,
+                response_schema=schema,  # also as the provider's structured output where supported
             )
             canonical = request.canonical()
             key = request_key(cc.run_id, cc.state, cc.visit, cc.attempt, index, model)
@@ -230,6 +238,7 @@ class LlmCaller:
             "usage": usage,
             "cost_usd": cost_usd,
             "model": response.model or request.model,
+            **response.tool_fields(),
         }
         if not response.usage_known:
             result["usage_unknown"] = True  # charged the reservation: the reply's usage was missing or garbage
