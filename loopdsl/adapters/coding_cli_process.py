@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..runtime.process_tree import MARKER_VAR, CommandRef, kill_now, new_marker, start_time, stop_command
+from ..runtime.process_tree import CommandRef, kill_now, new_marker, spawn_in_session, start_time, stop_command
 from ..runtime.redaction import Redactor
 from ..runtime.tools.base import safe_output
 from .coding_cli_events import Meter, StreamState, TokenPrices, parse_line, reader_for
@@ -89,16 +89,10 @@ async def supervise(argv: Sequence[str], env: dict[str, str], workspace: Path, p
                     on_start: Callable[[CommandRef], Any] | None) -> Outcome:
     """Start the CLI, watch it (`_watch`), and kill its whole group whatever happened."""
     marker = new_marker()
-    spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
-        *argv, cwd=str(workspace), env={**env, MARKER_VAR: marker}, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True))
     try:
-        # Shielded: cancelled while asyncio wires the pipes, asyncio would kill only the
-        # direct child; the group is killed instead as soon as the spawn completes.
-        proc = await asyncio.shield(spawn)
-    except asyncio.CancelledError:
-        spawn.add_done_callback(lambda done: _kill_spawned(done, marker))
-        raise
+        proc = await spawn_in_session(
+            argv, marker=marker, env=env, cwd=str(workspace), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     except FileNotFoundError:
         return Outcome(127, "", start_error=f"{argv[0]}: command not found (set the alias's cli_path)")
     except OSError as exc:
@@ -136,11 +130,6 @@ async def supervise(argv: Sequence[str], env: dict[str, str], workspace: Path, p
     outcome.exit_code = proc.returncode
     outcome.stderr = stderr.text()
     return outcome
-
-
-def _kill_spawned(spawn: asyncio.Future[asyncio.subprocess.Process], marker: str) -> None:
-    if not spawn.cancelled() and spawn.exception() is None:
-        kill_now(CommandRef(spawn.result().pid, marker))
 
 
 async def _until_exited(proc: asyncio.subprocess.Process, limit: float) -> None:

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..runtime.process_tree import MARKER_VAR, CommandRef, kill_now, new_marker, start_time, stop_command
+from ..runtime.process_tree import CommandRef, kill_now, new_marker, spawn_in_session, start_time, stop_command
 from ..runtime.redaction import Redactor
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # one JSON-RPC line from the server
@@ -76,10 +76,10 @@ class StdioServer:
     async def connect(self) -> AsyncIterator[tuple[Any, Any]]:
         import anyio  # the mcp SDK's stream types; only loaded when an MCP tool is used
 
-        proc = await asyncio.create_subprocess_exec(
-            *self._argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env={**self._env, MARKER_VAR: self._marker},
-            cwd=self._cwd, start_new_session=True, limit=MAX_MESSAGE_BYTES)
+        proc = await spawn_in_session(
+            self._argv, marker=self._marker, env=dict(self._env), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=self._cwd,
+            limit=MAX_MESSAGE_BYTES)
         self._proc = proc
         self.ref = CommandRef(proc.pid, self._marker, start_time(proc.pid))
         to_session, from_server = anyio.create_memory_object_stream(0)

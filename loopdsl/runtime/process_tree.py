@@ -184,3 +184,25 @@ async def stop_command(ref: CommandRef, grace: float, *, exited: Any = None) -> 
 def kill_now(ref: CommandRef) -> None:
     """SIGKILL at once, without waiting (a cancelled step that is cancelled again)."""
     signal_command(ref, signal.SIGKILL)
+
+
+async def spawn_in_session(argv: Any, *, marker: str, env: dict[str, str],
+                           **options: Any) -> asyncio.subprocess.Process:
+    """Start `argv` as the leader of a new session, carrying `marker` in its environment.
+
+    Shielded: a cancellation that lands while asyncio is still wiring the pipes would leave
+    the new process running (or make asyncio kill only the direct child); here the whole
+    command is killed as soon as the spawn completes, and the cancellation goes on."""
+    spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
+        *argv, env={**env, MARKER_VAR: marker}, start_new_session=True, **options))
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        spawn.add_done_callback(lambda done: kill_spawned(done, marker))
+        raise
+
+
+def kill_spawned(spawn: "asyncio.Future[asyncio.subprocess.Process]", marker: str) -> None:
+    """Done-callback of a cancelled spawn: kill what it started, if it started."""
+    if not spawn.cancelled() and spawn.exception() is None:
+        kill_now(CommandRef(spawn.result().pid, marker))

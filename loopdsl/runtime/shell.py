@@ -22,6 +22,7 @@ from .process_tree import (
     CommandRef,
     command_alive,
     kill_now,
+    kill_spawned,
     new_marker,
     start_time,
     stop_command,
@@ -156,7 +157,7 @@ async def _stop_after_cancelled_spawn(spawn: asyncio.Future[asyncio.subprocess.P
     try:
         proc = await spawn
     except asyncio.CancelledError:
-        spawn.add_done_callback(lambda done: _kill_spawned_group(done, marker))
+        spawn.add_done_callback(lambda done: kill_spawned(done, marker))
         return
     except (OSError, ValueError):
         return  # it never started
@@ -165,11 +166,6 @@ async def _stop_after_cancelled_spawn(spawn: asyncio.Future[asyncio.subprocess.P
         await _stop_group(proc, ref, grace)
     except asyncio.CancelledError:
         kill_now(ref)
-
-
-def _kill_spawned_group(spawn: asyncio.Future[asyncio.subprocess.Process], marker: str) -> None:
-    if not spawn.cancelled() and spawn.exception() is None:
-        kill_now(CommandRef(spawn.result().pid, marker))
 
 
 async def _await_readers(proc: asyncio.subprocess.Process, readers: asyncio.Future[Any], timeout: float) -> None:
