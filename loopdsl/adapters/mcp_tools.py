@@ -191,6 +191,9 @@ class McpToolBox:
 
     async def _start(self) -> None:
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        # An opener cancelled mid-start never reads the failure; retrieving it here keeps
+        # asyncio from printing it at garbage collection.
+        ready.add_done_callback(lambda done: done.cancelled() or done.exception())
         self._task = asyncio.create_task(self._serve(ready), name=f"mcp {self.entry.name}")
         what = f"MCP server {self.entry.name!r}"
         try:
