@@ -168,3 +168,6 @@ class Ports:
     real_waits: bool = True
     use_cache: bool = False
     keep_events: bool = True
+    # Tool kinds served outside the runtime (MCP servers, from adapters/): kind -> factory
+    # (runtime/tools/registry.py); the runtime's own kinds need no entry.
+    tool_kinds: Mapping[str, Any] = field(default_factory=dict)
