@@ -174,3 +174,32 @@ def test_every_turn_is_reserved_with_the_tool_definitions_and_caps_hold(tmp_path
     # Each turn's reservation counted the tool definitions: a request's prompt size as the
     # provider counts it (tools included) is what the usage reports.
     assert all(r.tools for r in provider.requests)
+
+
+MCP_SERVER = Path(__file__).resolve().parents[1] / "adapters" / "mcp_server.py"
+
+
+def test_an_mcp_server_serves_its_allowed_tools_and_its_secret_stays_out_of_the_conversation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setenv("SRV_TOKEN", "tok-5ecret-value")
+
+    def answer(turn: int, request: LlmRequest) -> Any:
+        if turn == 1:
+            return [("srv__echo", {"text": "hello"}), ("plus", {"a": 2, "b": 3}), ("srv__fail", {})]
+        return "done"
+
+    tools = (f"  srv:\n    description: A test server.\n"
+             f"    mcp: {{command: [{sys.executable}, {MCP_SERVER}], env: {{TOKEN: \"$SRV_TOKEN\"}}}}\n"
+             "    allow: [echo, {name: add, as: plus}]\n")
+    provider = Conversation(answer)
+    result = run(tmp_path, loop_text("tools: [srv]\nmax_turns: 3", tools, extra="secrets: [SRV_TOKEN]"), provider)
+    assert result.status == "completed", result.state.error
+    offered = sorted(t["function"]["name"] for t in provider.requests[0].tools)
+    assert offered == ["plus", "srv__echo"]
+    calls = result.state.results["work"]["tool_calls"]
+    assert [c["ok"] for c in calls] == [True, True, False]
+    assert "unknown tool" in calls[2]["error"]  # not allowed: not offered, not run
+    sent = json.dumps([list(r.messages) for r in provider.requests])
+    assert "hello" in sent and "tok-5ecret-value" not in sent

@@ -57,8 +57,9 @@ class AgentAttempt:
     async def run(self) -> dict[str, Any]:
         opened: list[ToolBox] = []
         try:
-            await self._open_tools(opened)
-            self._first_request()
+            stored = self.store.get_response(agent_key("start", **self.ids))
+            await self._open_tools(opened, None if stored is None else stored["tools"])
+            self._first_request(stored)
             return await self._conversation()
         finally:
             for box in opened:
@@ -128,10 +129,9 @@ class AgentAttempt:
                 "cost_usd": round(self.cost, 12), "tool_calls": list(self.calls)}
 
     # ------------------------------------------------------------ first request
-    def _first_request(self) -> None:
+    def _first_request(self, stored: dict[str, Any] | None) -> None:
         """Stored before turn 1; a resumed attempt reads it back and never renders again."""
         key = agent_key("start", **self.ids)
-        stored = self.store.get_response(key)
         if stored is not None:
             self.messages = [dict(m) for m in stored["messages"]]
             self.definitions = [dict(d) for d in stored["tools"]]
@@ -147,7 +147,7 @@ class AgentAttempt:
         self.store.put_response(key, engine.redact.redact_obj(record) if engine.redact else record)
         engine.commit()
 
-    async def _open_tools(self, opened: list[ToolBox]) -> None:
+    async def _open_tools(self, opened: list[ToolBox], stored: list[dict[str, Any]] | None) -> None:
         engine, loop = self.engine, self.engine.loop
         listed = []
         for use in self.action.tools:
@@ -156,7 +156,7 @@ class AgentAttempt:
                 raise StepFailure("parse", f"agent '{self.state.name}' lists unknown tool '{use.name}'")
             listed.append((tool, use))
             self.uses[use.name] = use
-        env = self._tool_env()
+        env = self._tool_env(stored)
         for kind, group in group_by_kind(listed).items():
             factory = factory_for(kind, engine.ports.tool_kinds)
             if factory is None:
@@ -167,14 +167,15 @@ class AgentAttempt:
                 self.boxes[spec.name] = box
                 self.specs[spec.name] = spec
 
-    def _tool_env(self) -> ToolEnv:
+    def _tool_env(self, stored: list[dict[str, Any]] | None) -> ToolEnv:
         engine = self.engine
         return ToolEnv(
             workdir=engine.ports.workdir, env=engine.ports.env, secret_values=engine.ports.secret_values,
             redact=engine.redact if engine.redact else (lambda text: text),
             output_limit=self.action.tool_output_limit, action=self.action, worktree=engine.loop.workspace.worktree,
             inputs=engine.run.inputs, run={"id": engine.run.run_id, "date": engine.run.date}, shell=engine.ports.shell,
-            facts=input_facts(engine.loop), on_process=self._process_started)
+            facts=input_facts(engine.loop), on_process=self._process_started, redactor=engine.redact,
+            stored_definitions=stored)
 
     # ------------------------------------------------------------ tool calls
     async def _run_calls(self, calls: list[dict[str, Any]], *, run: bool) -> None:

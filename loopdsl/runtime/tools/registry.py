@@ -40,6 +40,10 @@ class ToolEnv:
     # Called with (call id, process description) once a tool's process runs: the agent
     # commits it, so that a resumed run can kill a call cut off by a crash.
     on_process: Callable[[str, dict[str, Any]], None] = lambda call_id, ref: None
+    redactor: Any = None  # the engine's Redactor, for kinds that redact error text themselves
+    # A resumed attempt's stored tool definitions (function dicts): kinds that list their
+    # tools (MCP) offer these instead of listing again. None: a fresh attempt.
+    stored_definitions: Sequence[Mapping[str, Any]] | None = None
 
     def base_env(self) -> dict[str, str]:
         return {k: self.env[k] for k in BASE_ENV_KEYS if k in self.env}
@@ -86,3 +90,21 @@ def group_by_kind(tools: Sequence[tuple[ToolDef, ToolUse]]) -> dict[str, list[tu
     for tool, use in tools:
         groups.setdefault(tool.kind, []).append((tool, use))
     return groups
+
+
+class ToolBoxes:
+    """Several ToolBoxes of one kind (one per MCP server) seen as one."""
+
+    def __init__(self, boxes: Sequence[ToolBox]) -> None:
+        self.boxes = list(boxes)
+        self._by_name = {spec.name: box for box in self.boxes for spec in box.specs()}
+
+    def specs(self) -> Sequence[Any]:
+        return [spec for box in self.boxes for spec in box.specs()]
+
+    async def call(self, name: str, args: Mapping[str, Any], *, call_id: str, timeout: float) -> Any:
+        return await self._by_name[name].call(name, args, call_id=call_id, timeout=timeout)
+
+    async def aclose(self) -> None:
+        for box in self.boxes:
+            await box.aclose()
