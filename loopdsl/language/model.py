@@ -98,6 +98,8 @@ class ModelAlias:
     # Other LiteLLM call parameters (top_p, seed, stop, ...), passed through as given.
     params: Mapping[str, Any] = field(default_factory=dict)
     path: YamlPath = ()
+    cli_path: str | None = None  # agent `cli:` states: the CLI binary and extra arguments
+    cli_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -206,7 +206,7 @@ def _input(name: str, raw: Any) -> InputSpec:
 
 _ALIAS_KEYS = {
     "model", "max_tokens", "temperature", "price", "api_base", "api_key_env", "timeout",
-    "fallbacks", "params", "description",
+    "fallbacks", "params", "description", "cli_path", "cli_args",
 }
 
 
@@ -228,6 +228,8 @@ def build_model_alias(name: str, raw: Any, path: YamlPath | None = None) -> Mode
         fallbacks=_tuple_str(raw.get("fallbacks")),
         params=params,
         path=path if path is not None else ("models", name),
+        cli_path=raw.get("cli_path"),
+        cli_args=_tuple_str(raw.get("cli_args")),
     )
 
 

@@ -280,7 +280,7 @@ class Engine:
         attempt = int(pending["attempt"]) if pending else 1
         if pending and pending.get("kind") == "shell":
             await settle_interrupted_command(self, state, pending)
-        if state.kind in ("llm", "evaluate", "agent"):
+        if state.kind in ("llm", "evaluate") or (state.kind == "agent" and getattr(state.action, "cli", None) is None):
             await self._wait_for_model_client()
         while True:
             if not (pending and pending.get("step_taken") and attempt == int(pending["attempt"])):

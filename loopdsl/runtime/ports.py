@@ -171,3 +171,6 @@ class Ports:
     # Tool kinds served outside the runtime (MCP servers, from adapters/): kind -> factory
     # (runtime/tools/registry.py); the runtime's own kinds need no entry.
     tool_kinds: Mapping[str, Any] = field(default_factory=dict)
+    # Runs a coding-agent CLI for an `agent: {cli: ...}` state (api/agent_tools.run_cli);
+    # None: such states cannot run.
+    coding_cli: Callable[..., Any] | None = None

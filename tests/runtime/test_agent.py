@@ -203,3 +203,40 @@ def test_an_mcp_server_serves_its_allowed_tools_and_its_secret_stays_out_of_the_
     assert "unknown tool" in calls[2]["error"]  # not allowed: not offered, not run
     sent = json.dumps([list(r.messages) for r in provider.requests])
     assert "hello" in sent and "tok-5ecret-value" not in sent
+
+
+FAKE_CLI = Path(__file__).resolve().parents[1] / "data" / "fake_cli" / "claude"
+
+
+def cli_loop(tmp_path: Path, scenario: str, cap: float) -> Path:
+    path = tmp_path / "cli.yaml"
+    path.write_text(
+        "loopdsl: 1\nname: cli-agent\n"
+        f"models:\n  claude: {{model: anthropic/claude-sonnet-4-5, max_tokens: 1000, cli_path: {FAKE_CLI},\n"
+        "           price: {input_per_mtok: 0.3, output_per_mtok: 1.5}}\n"
+        "budget: {cost_usd: 5}\n"
+        "start: review\nstates:\n"
+        f"  review:\n    agent: {{cli: claude-code, model: claude, prompt: 'scenario {scenario}', max_turns: 4, "
+        f"max_cost_usd: {cap}}}\n    next: done\n"
+        "  done: {end: completed}\n")
+    return path
+
+
+def test_a_cli_agent_answers_and_its_spend_is_charged(tmp_path: Path) -> None:
+    result = loopdsl.run(cli_loop(tmp_path, "answer", 1.0), workdir=tmp_path)
+    assert result.status == "completed", result.state.error
+    review = result.state.results["review"]
+    assert review["text"] == "All done: fixed a.py."
+    assert 0 < review["cost_usd"] == pytest.approx(result.state.ledger["cost_usd"])
+
+
+@pytest.mark.parametrize("scenario", ["spend", "overshoot"])
+def test_a_cli_agent_at_its_reservation_ends_the_run_with_the_overspend_recorded(tmp_path: Path, scenario: str) -> None:
+    result = loopdsl.run(cli_loop(tmp_path, scenario, 1.0), workdir=tmp_path)
+    assert result.status == "budget_exhausted"
+    overspend = result.state.meta.get("overspend_usd", 0.0)
+    spent = result.state.ledger["cost_usd"]
+    assert spent >= 1.0 and overspend == pytest.approx(spent - 1.0)
+    if scenario == "overshoot":
+        assert overspend == pytest.approx(0.7)
+    assert any(e["type"] == "overspend" for e in result.events)

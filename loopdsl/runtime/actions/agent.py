@@ -320,5 +320,7 @@ def _assistant_message(reply: dict[str, Any]) -> dict[str, Any]:
 
 async def run_agent(engine: "Engine", cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
     if cs.state.action.cli is not None:  # type: ignore[union-attr]
-        raise StepFailure("parse", f"agent '{cs.state.name}': coding-agent CLIs (`cli:`) are not supported by this build")
+        from .agent_cli import run_cli_agent
+
+        return await run_cli_agent(engine, cs, ctx, visit, attempt)
     return await AgentAttempt(engine, cs, ctx, visit, attempt).run()

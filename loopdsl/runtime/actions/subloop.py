@@ -185,6 +185,7 @@ def _shared_child_ports(parent: "Engine", child: ChildLoop) -> Ports:
         use_cache=mine.use_cache,
         keep_events=False,
         tool_kinds=mine.tool_kinds,
+        coding_cli=mine.coding_cli,
     )
 
 
