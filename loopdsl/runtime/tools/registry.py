@@ -62,7 +62,7 @@ async def open_workspace_tools(tools: Sequence[tuple[ToolDef, ToolUse]], env: To
     paths = tuple(p for _tool, use in tools for p in use.paths)
     return WorkspaceTools(env.workdir, writable=env.worktree, writable_globs=env.action.writable,
                           read_ignored=env.action.read_ignored, paths=paths, output_limit=env.output_limit,
-                          redact=env.redact, tools=[tool.name for tool, _use in tools])
+                          redactor=env.redact, tools=[tool.name for tool, _use in tools])
 
 
 # kind -> "module:attribute" of its factory, imported when an agent first uses that kind.
