@@ -240,3 +240,43 @@ def test_a_cli_agent_at_its_reservation_ends_the_run_with_the_overspend_recorded
     if scenario == "overshoot":
         assert overspend == pytest.approx(0.7)
     assert any(e["type"] == "overspend" for e in result.events)
+
+
+class Approver:
+    """A human port answering tool approvals in turn."""
+
+    def __init__(self, *answers: dict[str, Any]) -> None:
+        self.answers = list(answers)
+        self.asked: list[str] = []
+
+    async def decide(self, state: str, message: str, choices: tuple[str, ...]) -> dict[str, Any] | None:
+        self.asked.append(message)
+        return self.answers.pop(0) if self.answers else None
+
+
+def test_a_tool_that_needs_approval_runs_only_when_a_person_approves(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    tools = f"  touch:\n    description: Mark.\n    params: {{n: {{type: integer}}}}\n    required: [n]\n" \
+            f"    approve: true\n    shell: echo {{{{ args.n }}}} >> {marker}\n"
+    provider = Conversation(lambda turn, request: [("touch", {"n": 1}), ("touch", {"n": 2})] if turn == 1 else "ok")
+    human = Approver({"decision": "approve"}, {"decision": "reject", "comment": "not that one"})
+    result = run(tmp_path, loop_text("tools: [touch]\nmax_turns: 3", tools), provider, human=human)
+    assert result.status == "completed"
+    assert marker.read_text() == "1\n"
+    assert '{"n": 2}' in human.asked[1]
+    assert json.loads(tool_messages(provider.requests[1])[1]["content"]) == {"error": "rejected: not that one"}
+
+
+def test_without_a_person_at_hand_an_approval_makes_the_run_wait_then_resume_runs_it(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    tools = f"  touch:\n    description: Mark.\n    shell: echo x >> {marker}\n"
+    provider = Conversation(lambda turn, request: [("touch", {})] if turn == 1 else "ok")
+    store = tmp_path / "store"
+    agent = "tools: [{name: touch, approve: true}]\nmax_turns: 3"
+    waiting = run(tmp_path, loop_text(agent, tools), provider, store=store)
+    assert waiting.status == "waiting" and not marker.exists()
+    loopdsl.decide(waiting.run_id, "approve", store=store)
+    ended = loopdsl.resume(waiting.run_id, store=store, provider=provider)
+    assert ended.status == "completed"
+    assert marker.read_text() == "x\n"
+    assert sum(1 for r in provider.requests if len(r.messages) == len(provider.requests[0].messages)) == 1  # turn 1 paid once

@@ -61,6 +61,7 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (root / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     (root / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
     (root / "fixer.yaml").write_text(LOOP)
+    (root / ".gitignore").write_text("__pycache__/\n")
     _git(root, "add", ".")
     _git(root, "commit", "-q", "-m", "initial")
     return root
@@ -93,5 +94,7 @@ def test_an_agent_fixes_a_failing_test_on_its_run_branch(repo: Path) -> None:
     assert _git(repo, "show", f"loopdsl/{run_id}:calc.py") == "def add(a, b):\n    return a + b\n"
     assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a - b\n"  # the checkout is untouched
     assert _git(repo, "status", "--porcelain") == before
+    fix = result.state.results["fix"]
+    assert fix["changed_files"] == ["calc.py"] and "1 insertion" in fix["diff_stat"]
     spent = result.state.ledger["cost_usd"]
     assert spent == pytest.approx(result.state.results["fix"]["cost_usd"])

@@ -60,7 +60,15 @@ class AgentAttempt:
             stored = self.store.get_response(agent_key("start", **self.ids))
             await self._open_tools(opened, None if stored is None else stored["tools"])
             self._first_request(stored)
-            return await self._conversation()
+            try:
+                result = await self._conversation()
+            except StepFailure as failure:
+                if failure.result is not None and self.engine.loop.workspace.worktree:
+                    failure.result.update(await self._changes())
+                raise
+            if self.engine.loop.workspace.worktree:
+                result.update(await self._changes())
+            return result
         finally:
             for box in opened:
                 try:
@@ -127,6 +135,19 @@ class AgentAttempt:
                 "model": self.models[-1] if self.models else self.turns.chain[self.turns.start],
                 "models": list(dict.fromkeys(self.models)), "usage": dict(self.usage),
                 "cost_usd": round(self.cost, 12), "tool_calls": list(self.calls)}
+
+    async def _changes(self) -> dict[str, Any]:
+        """`changed_files` and `diff_stat` of the worktree, through the shell port with git's
+        external diff, text conversion and fsmonitor off (the repository's config runs nothing)."""
+        engine = self.engine
+        git = ["git", "-c", "core.fsmonitor=false", "-c", "diff.external=", "--no-pager"]
+        env = {k: v for k, v in engine.ports.env.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+        status = await engine.ports.shell(argv=[*git, "status", "--porcelain=v1", "-z", "--untracked-files=all"],
+                                          cwd=engine.ports.workdir, env=env, timeout=30.0, redact=engine.redact or (lambda s: s))
+        stat = await engine.ports.shell(argv=[*git, "diff", "--no-ext-diff", "--no-textconv", "--stat", "HEAD"],
+                                        cwd=engine.ports.workdir, env=env, timeout=30.0, redact=engine.redact or (lambda s: s))
+        files = sorted({entry[3:] for entry in status.stdout.split("\0") if len(entry) > 3}) if status.exit_code == 0 else []
+        return {"changed_files": files, "diff_stat": stat.stdout.strip() if stat.exit_code == 0 else ""}
 
     # ------------------------------------------------------------ first request
     def _first_request(self, stored: dict[str, Any] | None) -> None:
@@ -214,6 +235,10 @@ class AgentAttempt:
             return self._finish_call(key, call, args, ToolOutcome.failure(problem))
         if stored is not None and await self._cut_off(stored, name, call) == "skip":
             return self._finish_call(key, call, args, ToolOutcome.failure("interrupted"))
+        if stored is None and self._needs_approval(name):
+            refused = await self._approval(name, call, args)
+            if refused is not None:
+                return self._finish_call(key, call, args, ToolOutcome.failure(refused))
         started = {"status": "started", "args_hash": hashlib.sha256(str(call.get("arguments")).encode()).hexdigest()}
         self.store.put_response(key, started)
         self.engine.run.pending = {"kind": "agent_tool", "state": self.state.name, "visit": self.ids["visit"],
@@ -229,6 +254,33 @@ class AgentAttempt:
         except Exception as exc:  # noqa: BLE001 - a tool's bug goes back to the model, never crashes the run
             outcome = ToolOutcome.failure(f"{name} failed: {type(exc).__name__}: {exc}")
         return self._finish_call(key, call, args, outcome)
+
+    def _needs_approval(self, name: str) -> bool:
+        use = self.uses.get(name)
+        tool = resolve_tool(self.engine.loop.tools, name)
+        return bool((use is not None and use.approve) or (tool is not None and tool.kind != "builtin" and tool.approve))
+
+    async def _approval(self, name: str, call: dict[str, Any], args: Any) -> str | None:
+        """None when a person approved the call; else the error the model is told."""
+        engine = self.engine
+        decision = engine.run.decision
+        if decision is None or decision.get("decision") not in ("approve", "reject"):
+            shown = json.dumps(engine.redact.redact_obj(args) if engine.redact else args, ensure_ascii=False)
+            message = (f"agent '{self.state.name}' asks to call {name} (call {call['id']}) with "
+                       f"{shown[:2000]}; approve to run it, reject to tell the model no")
+            asked = engine._monotonic()
+            decision = await engine.ports.human.decide(self.state.name, message, ("approve", "reject"))
+            engine._segment_start += engine._monotonic() - asked  # a person's time is not run time
+            if decision is None:
+                wait_for_person(engine, self.state, reason="tool_approval", message=message,
+                                choices=("approve", "reject"), timeout=None)
+        engine.run.decision = None
+        assert decision is not None
+        engine.emit("decided", state=self.state.name, decision=decision.get("decision"), call=call["id"],
+                    comment=decision.get("comment", ""), by=decision.get("by") or "unknown")
+        if decision.get("decision") == "approve":
+            return None
+        return f"rejected: {decision.get('comment') or 'a person declined this call'}"
 
     def _process_started(self, call_id: str, ref: dict[str, Any]) -> None:
         key = self._tool_key(call_id)
