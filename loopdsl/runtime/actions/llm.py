@@ -243,8 +243,6 @@ class LlmCaller:
             "model": response.model or request.model,
             **response.tool_fields(),
         }
-        if response.tool_calls or request.tools:  # an agent's turn: its calls and why it stopped are the reply too
-            result.update(response.tool_fields())
         if not response.usage_known:
             result["usage_unknown"] = True  # charged the reservation: the reply's usage was missing or garbage
         result = self.redact(result)
