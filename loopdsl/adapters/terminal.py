@@ -58,6 +58,10 @@ class Progress:
                 # The message's first line says what failed; its tail (test output, the
                 # schema error) is what a person needs to see: show a few lines of both.
                 line += ": " + _some_lines(event.get("message", ""))
+        elif kind == "tool_call":
+            line = f"  {tool_line(event)}"
+        elif kind == "turn_retry":
+            line = f"  turn {event.get('turn')} retried in {event.get('delay_s')}s after {event.get('kind')}"
         elif kind == "retry":
             line = f"  retry in {event['delay_s']}s after {event['kind']}: {_first_line(event.get('message', ''))}"
         elif kind == "failed":
@@ -80,6 +84,13 @@ class Progress:
                 line = f"  sub-loop {event['run_id']} ended {inner.get('status')}"
         if line:
             print(visible(line), file=self.stream, flush=True)
+
+
+def tool_line(event: Mapping[str, Any]) -> str:
+    """`tool read_file src/x.py ok 0.01s`: one agent tool call, for progress and `show`."""
+    outcome = "ok" if event.get("ok") else f"failed ({_first_line(str(event.get('error') or ''), 80)})"
+    summary = f" {event['summary']}" if event.get("summary") else ""
+    return f"tool {event.get('name')}{summary} {outcome} {float(event.get('duration_s') or 0):.2f}s"
 
 
 def _charged_failure(event: Mapping[str, Any]) -> str:
@@ -194,6 +205,10 @@ def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunS
             cost = 0.0 if e.get("cached") else e.get("cost_usd")
             tag = " cached" if e.get("cached") else " replayed" if e.get("replayed") else ""
             lines.append(f"  {e.get('state')} #{e.get('attempt')} {e.get('model')}: {usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens {_money(cost)}{tag}")
+    tool_calls = [e for e in events if e.get("type") == "tool_call"]
+    if tool_calls:
+        lines.append("tool calls:")
+        lines.extend(f"  {e.get('state')} #{e.get('attempt')} turn {e.get('turn')}: {tool_line(e)}" for e in tool_calls)
     files = state.meta.get("files") or {}
     if files:
         lines.append("files:")

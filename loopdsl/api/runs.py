@@ -18,6 +18,7 @@ from ..language.errors import LoopdslError
 from ..language.packaged_loops import child_loop_path
 from ..runtime.engine import Engine, MemoryResponses, MemoryRunLog, NoHuman, Ports, utc_now
 from ..runtime.ports import ChildLoop
+from .agent_tools import adapter_tool_kinds, run_cli
 from ..language.inputs import coerce_inputs
 from ..language.model import LlmAction, Loop
 from ..language.schedules import time_zone
@@ -224,6 +225,8 @@ def make_ports(
         children=LoopFileChildren(),
         run_log=run_log if run_log is not None else MemoryRunLog(),
         responses=responses if responses is not None else MemoryResponses(),
+        tool_kinds=adapter_tool_kinds(),
+        coding_cli=run_cli,
     )
 
 

@@ -148,10 +148,10 @@ def compile_state(state: State, facts: InputFacts = NO_FACTS) -> CompiledState:
     parts: dict[str, Any] = {}
     if isinstance(action, ShellSpec):
         parts["shell"] = _compile_shell(action, facts)
-    elif isinstance(action, (LlmAction, EvaluateAction)):
-        parts["prompt"] = compile_template(action.prompt)
-        if action.system:
-            parts["system"] = compile_template(action.system)
+    elif isinstance(action, (LlmAction, EvaluateAction)) or state.kind == "agent":
+        parts["prompt"] = compile_template(action.prompt)  # type: ignore[union-attr]
+        if action.system:  # type: ignore[union-attr]
+            parts["system"] = compile_template(action.system)  # type: ignore[union-attr]
     elif isinstance(action, SetAction):
         parts["set_values"] = {
             k: compile_expression(v) if isinstance(v, str) else v for k, v in action.values.items()

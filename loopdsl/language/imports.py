@@ -1,9 +1,10 @@
-"""`imports:` — reusable gates and model aliases from other YAML files.
+"""`imports:` — reusable gates, model aliases and tools from other YAML files.
 
-An imported file (a *library*) has top-level `gates:` and/or `models:` (optionally
+An imported file (a *library*) has top-level `gates:`, `models:` and/or `tools:` (optionally
 `loopdsl: 1`, `description:` and its own `imports:`). Paths are relative to the
 importing file. `{path, as: alias}` puts the library's names under `alias.name`;
-a bare path merges them as they are. Missing files, cycles and two definitions of
+a bare path merges them as they are. Tools are offered to models, whose function names
+allow no '.', so an aliased tool is `alias__name`. Missing files, cycles and two definitions of
 one name are lint errors that point at both places.
 """
 from __future__ import annotations
@@ -15,13 +16,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .agent_model import build_tool
 from .diagnostics import Diagnostic, Severity
 from .loader import Document, is_file, load_document
 from .model import Gate, ModelAlias, YamlPath
 from .model_build import build_gate, build_model_alias
 from .price_checks import params_cost_diagnostics, price_diagnostic
 
-LIBRARY_KEYS = ("loopdsl", "description", "imports", "gates", "models")
+LIBRARY_KEYS = ("loopdsl", "description", "imports", "gates", "models", "tools")
 Location = tuple[str, int, int]  # display path, line, col
 
 
@@ -29,6 +31,7 @@ Location = tuple[str, int, int]  # display path, line, col
 class ImportResult:
     gates: dict[str, Gate] = field(default_factory=dict)
     models: dict[str, ModelAlias] = field(default_factory=dict)
+    tools: dict[str, Any] = field(default_factory=dict)  # name -> agent_model.ToolDef
     diagnostics: list[Diagnostic] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)  # every file imported, transitively
     # Where each (kind, name) is defined, for clash reports and for rules that point at
@@ -119,10 +122,11 @@ def resolve_imports(
 
 def _merge(into: ImportResult, library: ImportResult, alias: str | None,
            importer: str, item_at: tuple[int, int], relative: str) -> None:
-    prefix = f"{alias}." if alias else ""
-    for kind, table, target in (("gate", library.gates, into.gates), ("model", library.models, into.models)):
+    tables = (("gate", library.gates, into.gates), ("model", library.models, into.models),
+              ("tool", library.tools, into.tools))
+    for kind, table, target in tables:
         for name, thing in table.items():
-            full = prefix + name
+            full = (f"{alias}__" if kind == "tool" else f"{alias}.") + name if alias else name
             origin = library.origins.get((kind, name), (relative, 1, 1))
             if full in target:
                 first = into.origins.get((kind, full), (importer, 1, 1))
@@ -141,8 +145,8 @@ def local_clashes(doc: Document, imported: ImportResult) -> list[Diagnostic]:
     """A loop's own gates/models that have the same name as imported ones."""
     out = []
     data = doc.data if isinstance(doc.data, dict) else {}
-    for kind, section in (("gate", "gates"), ("model", "models")):
-        table = imported.gates if kind == "gate" else imported.models
+    for kind, section in (("gate", "gates"), ("model", "models"), ("tool", "tools")):
+        table = {"gate": imported.gates, "model": imported.models, "tool": imported.tools}[kind]
         defined = data.get(section)
         for name in defined if isinstance(defined, dict) else ():
             if name in table:
@@ -246,6 +250,11 @@ def lint_library(doc: Document, source: Path, *, cache: ImportCache | None = Non
         if usable("gates", name):
             result.gates[name] = build_gate(raw, ("gates", name), name=name)
             result.origins[("gate", name)] = (doc.path, *doc.locate(("gates", name)))
+    tools = data.get("tools")
+    for name, raw in (tools.items() if isinstance(tools, dict) else ()):
+        if usable("tools", name) and isinstance(raw, dict):
+            result.tools[name] = build_tool(name, raw)
+            result.origins[("tool", name)] = (doc.path, *doc.locate(("tools", name)))
     models = data.get("models")
     for name, raw in (models.items() if isinstance(models, dict) else ()):
         if usable("models", name):
@@ -277,4 +286,4 @@ def _price_problems(doc: Document, name: str, alias: ModelAlias) -> list[Diagnos
 def is_library(data: Any) -> bool:
     """A YAML mapping that is an import library rather than a loop."""
     return isinstance(data, dict) and not ({"states", "start", "name"} & set(data)) and bool(
-        {"gates", "models"} & set(data))
+        {"gates", "models", "tools"} & set(data))

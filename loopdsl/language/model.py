@@ -17,13 +17,13 @@ from .state_graph import EXHAUST, FAIL, NEXT, ROUTE, TIME_OUT, LoopGraph
 
 YamlPath = tuple[Union[str, int], ...]
 
-STATE_KINDS = ("shell", "llm", "evaluate", "checkpoint", "set", "loop", "end")
+STATE_KINDS = ("shell", "llm", "agent", "evaluate", "checkpoint", "set", "loop", "end")
 END_STATUSES = ("completed", "failed", "escalated")
 ERROR_KINDS = (
     "rate_limit", "server_error", "timeout", "connection", "auth", "context_window",
-    "shell_exit", "gate", "parse", "no_transition", "budget",
+    "shell_exit", "gate", "parse", "no_transition", "budget", "max_turns", "interrupted",
 )
-DEFAULT_RETRY_ON = frozenset(ERROR_KINDS) - {"auth", "context_window", "no_transition", "budget"}
+DEFAULT_RETRY_ON = frozenset(ERROR_KINDS) - {"auth", "context_window", "no_transition", "budget", "max_turns", "interrupted"}
 RESERVED_NAMES = frozenset(
     {"inputs", "secrets", "feedback", "run", "budget", "history", "item", "index", "error"}
 )
@@ -98,6 +98,8 @@ class ModelAlias:
     # Other LiteLLM call parameters (top_p, seed, stop, ...), passed through as given.
     params: Mapping[str, Any] = field(default_factory=dict)
     path: YamlPath = ()
+    cli_path: str | None = None  # agent `cli:` states: the CLI binary and extra arguments
+    cli_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -230,13 +232,13 @@ class LoopAction:
     tolerate_failures: int = 0
 
 
-Action = Union[ShellSpec, LlmAction, EvaluateAction, CheckpointAction, SetAction, LoopAction, None]
+Action = Union[ShellSpec, LlmAction, EvaluateAction, CheckpointAction, SetAction, LoopAction, Any, None]  # Any: agent_model.AgentAction
 
 
 @dataclass(frozen=True)
 class State:
     name: str
-    kind: Literal["shell", "llm", "evaluate", "checkpoint", "set", "loop", "end"]
+    kind: Literal["shell", "llm", "agent", "evaluate", "checkpoint", "set", "loop", "end"]
     action: Action = None
     end: str | None = None  # for kind == "end": completed | failed | escalated
     output: Mapping[str, Any] = field(default_factory=dict)  # end-state outputs (templates)
@@ -314,6 +316,7 @@ class Loop:
     workspace: Workspace = field(default_factory=Workspace)
     imports: tuple[Import, ...] = ()
     gates: Mapping[str, Gate] = field(default_factory=dict)
+    tools: Mapping[str, Any] = field(default_factory=dict)  # name -> agent_model.ToolDef
     unattended: bool = False
     concurrency: Concurrency | None = None
     outputs: Mapping[str, Any] = field(default_factory=dict)

@@ -119,6 +119,10 @@ def _action(kind: str, raw: Mapping[str, Any], path: YamlPath) -> Action:
             max_tokens=b.get("max_tokens"),
             temperature=b.get("temperature"),
         )
+    if kind == "agent":
+        from .agent_model import build_agent_action  # agent_model builds on model.py's types
+
+        return build_agent_action(body, path + ("agent",))
     if kind == "evaluate":
         b = dict(body or {})
         return EvaluateAction(
@@ -202,7 +206,7 @@ def _input(name: str, raw: Any) -> InputSpec:
 
 _ALIAS_KEYS = {
     "model", "max_tokens", "temperature", "price", "api_base", "api_key_env", "timeout",
-    "fallbacks", "params", "description",
+    "fallbacks", "params", "description", "cli_path", "cli_args",
 }
 
 
@@ -224,7 +228,15 @@ def build_model_alias(name: str, raw: Any, path: YamlPath | None = None) -> Mode
         fallbacks=_tuple_str(raw.get("fallbacks")),
         params=params,
         path=path if path is not None else ("models", name),
+        cli_path=raw.get("cli_path"),
+        cli_args=_tuple_str(raw.get("cli_args")),
     )
+
+
+def _tools(raw: Any) -> dict[str, Any]:
+    from .agent_model import build_tools  # agent_model builds on model.py's types
+
+    return build_tools(raw) if raw else {}
 
 
 def build_loop(data: Mapping[str, Any], source: Path | None = None) -> Loop:
@@ -258,6 +270,7 @@ def build_loop(data: Mapping[str, Any], source: Path | None = None) -> Loop:
         workspace=Workspace(worktree=bool(workspace.get("worktree", False)), base=str(workspace.get("base", "HEAD"))),
         imports=tuple(imports),
         gates={k: build_gate(v, ("gates", k), name=k) for k, v in (data.get("gates") or {}).items()},
+        tools=_tools(data.get("tools")),
         start=str(data["start"]),
         states={k: build_state(k, v) for k, v in data["states"].items()},
         unattended=bool(data.get("unattended", False)),

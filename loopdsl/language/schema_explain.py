@@ -40,6 +40,7 @@ _NAME_SEPARATORS = {r"^[a-z][a-z0-9_]*$": "_", r"^[a-z][a-z0-9-]*$": "-", r"^[a-
 PATTERN_HELP: dict[str, str] = {
     r"^[a-z][a-z0-9_]*$": "use lowercase letters, digits and '_', starting with a letter",
     r"^[a-z][a-z0-9-]*$": "use lowercase letters, digits and '-', starting with a letter",
+    r"^[a-z][a-z0-9_]{0,63}$": "use lowercase letters, digits and '_', starting with a letter, at most 64 characters",
     r"^[a-z][a-z0-9_-]*$": "use lowercase letters, digits, '_' and '-', starting with a letter",
     GATE_REF_PATTERN: (
         "a gate given as a string must be `python_syntax`, `no_secrets` or the name of a gate "

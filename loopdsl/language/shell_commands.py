@@ -105,7 +105,7 @@ OPTION_COMMANDS = frozenset({
 _VALUE_OPTIONS: dict[str, frozenset[str]] = {
     "git": frozenset({"-C", "-c", "--git-dir", "--work-tree", "-m", "-b", "-B", "-n", "-F",
                       "--author", "--format", "--pretty", "--message", "-o", "--since",
-                      "--until", "--max-count"}),
+                      "--until", "--max-count", "-e"}),  # -e: `git grep -e PATTERN`
     "grep": frozenset({"-e", "-f", "-m", "-A", "-B", "-C", "--regexp", "--file", "--include",
                        "--exclude"}),
     "rg": frozenset({"-e", "-g", "-t", "-m", "--glob", "--type", "--regexp"}),

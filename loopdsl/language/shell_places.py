@@ -97,6 +97,8 @@ class InputFacts:
     choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Variables of the command's `env:` whose value is a template: they carry values too.
     env: frozenset[str] = frozenset()
+    # A shell tool's `integer` params: `args.X` is validated against its params before it runs.
+    arg_integers: frozenset[str] = frozenset()
 
     def with_env(self, env: Mapping[str, str]) -> InputFacts:
         carrying = frozenset(k for k, v in env.items() if "{{" in str(v) or "{%" in str(v))
@@ -154,6 +156,8 @@ def proven_value(expression: str, facts: InputFacts) -> tuple[str, tuple[str, ..
         if (tree.node.name, tree.attr) == ("run", "attempt"):
             return integer
         if tree.node.name == "inputs" and tree.attr in facts.integers:
+            return integer
+        if tree.node.name == "args" and tree.attr in facts.arg_integers:
             return integer
         values = facts.choice(tree.attr) if tree.node.name == "inputs" else None
         if values is not None:

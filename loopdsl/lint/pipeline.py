@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .rules import (
+    agents as rules_agents,
     calls as rules_calls,
     graph_shape as rules_graph,
     secrets as rules_secrets,
@@ -126,6 +127,7 @@ class LintSession:
             loop,
             gates={**imported.gates, **loop.gates},
             models={**imported.models, **loop.models},
+            tools={**imported.tools, **loop.tools},
         )
         ctx = LintContext(
             doc=accepted.doc, loop=loop, path=path, source=source, imported=imported,

@@ -284,6 +284,18 @@ def unknown_state(ctx: LintContext) -> Iterator[Diagnostic]:
 # Every id the semantic rules, imports and the lint driver report, with its severity and
 # what it means: the source for the "Semantic rules" table in docs/dsl.md.
 RULE_DOCS: dict[str, tuple[str, str]] = {
+    "unknown-tool": ("error", "An agent lists a tool that is neither under `tools:` (or imported) nor built in (with a did-you-mean)."),
+    "tool-description": ("warning", "A tool without `description`: the model picks tools by their description."),
+    "tool-params": ("error", "A tool's `params` are not a valid JSON Schema, a `default` does not match its param, or `required` names no param."),
+    "tool-unknown-arg": ("error", "A tool's command reads `args.X` for an X that is not a param, or an optional param without a default."),
+    "tool-template": ("error", "A tool's command reads something other than `args`, `inputs`, `run.id` and `run.date`."),
+    "tool-shadows-builtin": ("error", "A tool named like a built-in tool or `args`."),
+    "tool-writes-without-worktree": ("error", "An agent lists `write_file` or `edit_file` in a loop without `workspace: {worktree: true}`."),
+    "tool-secret-with-writer": ("error", "A shell tool that gets secrets, in an agent that can also write files (it would run model-written code with them)."),
+    "tool-approve-unattended": ("error", "A tool that needs a person's approval in an `unattended` loop."),
+    "agent-max-turns": ("error", "An agent without `max_turns`."),
+    "mcp-allow": ("error", "An MCP tool without `allow`."),
+    "cli-max-turns": ("error", "`max_turns` on a `cli: codex` agent: codex takes no turn cap."),
     "unknown-state": ("error", "`start`, `next`, a transition, `on_failure`, `on_exhausted` or `on_timeout` names a state that does not exist (with a did-you-mean)."),
     "unknown-model": ("error", "An `llm`/`evaluate` `model` is not an alias under `models` (or imported)."),
     "unknown-gate": ("error", "A gate reference names no gate under `gates` (or imported) and no built-in."),

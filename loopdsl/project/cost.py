@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime.budget import rates_for
+from ..language.agent_model import AgentAction
 from ..language.model import EvaluateAction, LlmAction, Loop, LoopAction, ModelAlias, Price
 from .prompt_size import prompt_size
 
@@ -154,6 +155,9 @@ def plan_calls(loop: Loop, multiplier: int | None = 1, _seen: frozenset[Path] = 
             for plan in plan_calls(child, times, _seen | {path}):
                 plans.append(plan)
             continue
+        if isinstance(action, AgentAction):
+            plans.extend(_agent_plan(loop, name, action, visits, multiplier))
+            continue
         if not isinstance(action, (LlmAction, EvaluateAction)) or action.model not in loop.models:
             continue
         alias = loop.models[action.model]
@@ -174,6 +178,39 @@ def plan_calls(loop: Loop, multiplier: int | None = 1, _seen: frozenset[Path] = 
             typical_cost=_cost(price_of(alias, alias.model), typical_prompt, max_tokens // 2),
         ))
     return plans
+
+
+def _agent_plan(loop: Loop, name: str, action: AgentAction, visits: int | None, multiplier: int | None) -> list[CallPlan]:
+    from ..language.prices import max_input_tokens
+    from .agent_cost import agent_worst
+
+    if action.cli is None and action.model not in loop.models:
+        return []
+    alias = loop.models.get(action.model)
+    chain = [alias.model, *alias.fallbacks] if alias is not None else []
+    skill = _read_skill(loop, action.skill)
+    worst = agent_worst(loop, action, skill, _cost, [price_of(alias, m) for m in chain] if alias else [],
+                        [max_input_tokens(m) for m in chain])
+    max_tokens = int(action.max_tokens or (alias.max_tokens if alias else 0) or 0)
+    return [CallPlan(
+        loop=loop.name, state=name, alias=action.model or str(action.cli), models=chain,
+        visits=None if (visits is None or multiplier is None) else visits * multiplier,
+        attempts=loop.states[name].retry.max_attempts,
+        prompt_tokens_worst=worst["prompt"], prompt_tokens_typical=worst["prompt"], max_tokens=max_tokens,
+        worst_tokens_per_attempt=worst["tokens"], worst_cost_per_attempt=worst["cost"],
+        typical_tokens=worst["prompt"] + max_tokens // 2,
+        typical_cost=None if not chain else _cost(price_of(alias, alias.model), worst["prompt"], max_tokens // 2)
+        if alias else worst["cost"],
+    )]
+
+
+def _read_skill(loop: Loop, skill: str | None) -> str:
+    if not skill:
+        return ""
+    try:
+        return (loop.base_dir / skill).read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
 
 
 def _dearest(units: list[tuple[int, float]], count: int | None) -> float:

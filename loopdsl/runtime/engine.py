@@ -280,7 +280,7 @@ class Engine:
         attempt = int(pending["attempt"]) if pending else 1
         if pending and pending.get("kind") == "shell":
             await settle_interrupted_command(self, state, pending)
-        if state.kind in ("llm", "evaluate"):
+        if state.kind in ("llm", "evaluate") or (state.kind == "agent" and getattr(state.action, "cli", None) is None):
             await self._wait_for_model_client()
         while True:
             if not (pending and pending.get("step_taken") and attempt == int(pending["attempt"])):
@@ -465,6 +465,10 @@ class Engine:
             return await self._shell(cs, ctx, visit, attempt)
         if kind in ("llm", "evaluate"):
             return await self._llm(cs, ctx, visit, attempt)
+        if kind == "agent":
+            from .actions.agent import run_agent  # agent states are rare: most runs never load the turn loop
+
+            return await run_agent(self, cs, ctx, visit, attempt)
         if kind == "checkpoint":
             return await checkpoint(self, cs, ctx)
         if kind == "loop":

@@ -168,3 +168,9 @@ class Ports:
     real_waits: bool = True
     use_cache: bool = False
     keep_events: bool = True
+    # Tool kinds served outside the runtime (MCP servers, from adapters/): kind -> factory
+    # (runtime/tools/registry.py); the runtime's own kinds need no entry.
+    tool_kinds: Mapping[str, Any] = field(default_factory=dict)
+    # Runs a coding-agent CLI for an `agent: {cli: ...}` state (api/agent_tools.run_cli);
+    # None: such states cannot run.
+    coding_cli: Callable[..., Any] | None = None

@@ -136,7 +136,7 @@ def test_every_state_kind_has_its_own_definition_chosen_by_its_action_key() -> N
     definitions = load_schema()["definitions"]
     catalogue = definitions["state_keys"]["properties"]
     actions = action_keys()
-    assert actions == ("shell", "llm", "evaluate", "checkpoint", "set", "loop", "end")
+    assert actions == ("shell", "llm", "agent", "evaluate", "checkpoint", "set", "loop", "end")
     chosen = {b["if"].get("required", [None])[0]: b["then"]["$ref"] for b in definitions["state"]["allOf"]}
     for kind in actions:
         assert chosen[kind] == f"#/definitions/state_{kind}"

@@ -69,6 +69,9 @@ def test_every_rule_has_a_failing_case() -> None:
         "secret-outside-env", "secret-not-passed", "secret-with-model-output",
         "cwd-outside-workspace", "shell-name", "shell-code",
         "shell-command-name", "shell-place", "shell-syntax", "shell-option",
+        "unknown-tool", "tool-description", "tool-params", "tool-unknown-arg", "tool-template",
+        "tool-shadows-builtin", "tool-writes-without-worktree", "tool-secret-with-writer",
+        "tool-approve-unattended", "agent-max-turns", "mcp-allow", "cli-max-turns",
     }
     loader = {
         "yaml-syntax", "yaml-duplicate-key", "yaml-tag", "yaml-anchor-bomb", "yaml-too-deep",

@@ -139,3 +139,24 @@ def test_a_loop_that_does_not_lint_is_a_usage_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["cost", str(bad)])
     assert result.exit_code == 2
     assert "has lint errors" in result.stderr
+
+
+AGENT_FIXTURE = FIXTURE.with_name("agent.yaml")
+
+
+def test_an_agent_worst_case_sums_its_growing_turns_and_a_cli_counts_its_cap() -> None:
+    data = cost_json(str(AGENT_FIXTURE))
+    calls = {c["state"]: c for c in data["calls"]}
+    # P0: the prompt at 3 bytes a token, plus the tool's definition as it is sent.
+    definition = {"type": "function", "function": {"name": "run_tests", "description": "Run the tests.",
+                                                   "parameters": {"type": "object", "properties": {},
+                                                                  "additionalProperties": False}}}
+    p0 = math.ceil(len("Fix the failing tests.") / 3) + math.ceil(len(json.dumps(definition)) / 3)
+    assert calls["fix"]["prompt_tokens_worst"] == p0
+    # Turn t sends P0 + (t-1) x (max_tokens + 2 calls x 3000 bytes / 3 bytes a token).
+    prompts = [p0 + (t - 1) * (1000 + 2 * 1000) for t in (1, 2, 3)]
+    assert calls["fix"]["worst_tokens_per_attempt"] == sum(prompts) + 3 * 1000
+    per_attempt = sum(prompts) * 1e-6 + 3 * 1000 * 2e-6
+    assert calls["fix"]["worst_cost_per_attempt"] == pytest.approx(per_attempt, rel=1e-9)
+    assert calls["review"]["worst_cost_per_attempt"] == 0.5
+    assert data["per_run"]["worst"]["cost_usd"] == pytest.approx(2 * per_attempt + 0.5, rel=1e-9)

@@ -9,6 +9,7 @@ from typing import Any
 from ...language.price_checks import params_cost_diagnostics, price_diagnostic
 from ...language.diagnostics import Diagnostic, Severity
 from ...language.loader import is_file
+from ...language.agent_model import AgentAction
 from ...language.model import (
     BUILTIN_GATES,
     EvaluateAction,
@@ -25,7 +26,10 @@ from ...language.schedules import cron_is_valid, time_zone
 # ================================================================ models
 
 
-def _call(state: State) -> LlmAction | EvaluateAction | None:
+def _call(state: State) -> LlmAction | EvaluateAction | AgentAction | None:
+    """A state that calls a model through an alias (an agent running a CLI does not)."""
+    if isinstance(state.action, AgentAction):
+        return state.action if state.action.cli is None else None
     return state.action if isinstance(state.action, (LlmAction, EvaluateAction)) else None
 
 

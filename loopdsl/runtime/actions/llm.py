@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ...language import bounded_json
@@ -73,6 +73,8 @@ class CallContext:
     visit: int
     attempt: int
     system_prefix: str  # skill text, when the state names a skill
+    # More of the call's identity for its `pending` record (an agent's turn number).
+    pending_extra: dict[str, Any] = field(default_factory=dict)
 
 
 class LlmCaller:
@@ -203,20 +205,21 @@ class LlmCaller:
         self.ledger.settle(reservation, response.prompt_tokens + response.completion_tokens, cost_usd)
         return {"prompt_tokens": response.prompt_tokens, "completion_tokens": response.completion_tokens}, cost_usd
 
-    async def _paid_call(self, request: LlmRequest, priced: list[tuple[str, Price | None]], key: str, canonical: dict, cc: CallContext) -> dict[str, Any]:
+    async def _paid_call(self, request: LlmRequest, priced: list[tuple[str, Price | None]], key: str, canonical: dict,
+                         cc: CallContext, reserve_from: int = 0) -> dict[str, Any]:
+        """`reserve_from`: the first chain entry still in play (an agent's sticky fallback);
+        the call is reserved at the dearest price from there on."""
         provider = self.provider()
-        reserve_for = getattr(provider, "prompt_tokens_to_reserve", None)
-        prompt_tokens = (reserve_for(request.model, list(request.messages), cc.state) if reserve_for is not None
-                         else provider.count_tokens(request.model, list(request.messages)))
+        prompt_tokens = prompt_tokens_for(provider, request, cc.state)
         try:
-            tokens, cost = reservation_for(priced, prompt_tokens, request.max_tokens)
+            tokens, cost = reservation_for(priced[reserve_from:], prompt_tokens, request.max_tokens)
         except ValueError as exc:
             raise StepFailure("budget", f"refusing to call {request.model}: {exc}") from None
         reservation = self.ledger.reserve(tokens, cost, label=f"{cc.state}#{cc.visit}.{cc.attempt}")
         self.count_asked(cc.state)
         self.commit_pending(
             {"kind": "llm", "state": cc.state, "visit": cc.visit, "attempt": cc.attempt,
-             "key": key, "reserved": {"tokens": tokens, "cost_usd": cost}, "step_taken": True}
+             "key": key, "reserved": {"tokens": tokens, "cost_usd": cost}, "step_taken": True, **cc.pending_extra}
         )
         try:
             response: LlmResponse = await provider.complete(request, state=cc.state)
@@ -247,6 +250,16 @@ class LlmCaller:
         if self.use_cache:
             self.responses.put_cached(cache_key(canonical), result)
         return result
+
+
+def prompt_tokens_for(provider: Provider, request: LlmRequest, state: str) -> int:
+    """The prompt's tokens to reserve for, tool definitions included when any are offered."""
+    messages = list(request.messages)
+    tools = {"tools": request.tools} if request.tools else {}
+    reserve_for = getattr(provider, "prompt_tokens_to_reserve", None)
+    if reserve_for is not None:
+        return int(reserve_for(request.model, messages, state, **tools))
+    return int(provider.count_tokens(request.model, messages, **tools))
 
 
 def llm_result(action: LlmAction, reply: dict[str, Any]) -> dict[str, Any]:

@@ -184,6 +184,8 @@ def _shared_child_ports(parent: "Engine", child: ChildLoop) -> Ports:
         real_waits=mine.real_waits,
         use_cache=mine.use_cache,
         keep_events=False,
+        tool_kinds=mine.tool_kinds,
+        coding_cli=mine.coding_cli,
     )
 
 

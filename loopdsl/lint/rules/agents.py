@@ -1,0 +1,192 @@
+"""Lint rules for v1.1's agents and tools (docs/dsl.md, "Agents and tools").
+
+A tool's shell command goes through the same placeholder rules as a `shell` state: its
+`{{ args.X }}` is a placeholder like any other, and only `integer` params may stand where
+bash evaluates a value. Unlike a state's command, a param's value is written by a model,
+so a placeholder that could be read as an option is an error, not a warning.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ...language.agent_model import (
+    BUILTIN_TOOLS,
+    RESERVED_TOOL_NAMES,
+    WRITING_BUILTINS,
+    AgentAction,
+    ToolDef,
+)
+from ...language.diagnostics import Diagnostic, Severity
+from ...language.model import State
+from ...language.tool_check import (
+    TOOL_RUN_KEYS,
+    TOOL_TEMPLATE_ROOTS,
+    default_problems,
+    names_used,
+    optional_without_default,
+    schema_problem,
+    tool_facts,
+)
+from ..registry import LintContext, did_you_mean, quoted_list, rule
+
+
+def _agents(ctx: LintContext) -> Iterator[tuple[State, AgentAction]]:
+    for state in ctx.states.values():
+        if isinstance(state.action, AgentAction):
+            yield state, state.action
+
+
+def _local_tools(ctx: LintContext) -> Iterator[ToolDef]:
+    raw = ctx.doc.data.get("tools") if isinstance(ctx.doc.data, dict) else None
+    for name in raw if isinstance(raw, dict) else ():
+        tool = ctx.loop.tools.get(str(name))
+        if tool is not None:
+            yield tool
+
+
+def _raw(ctx: LintContext, path: tuple[Any, ...]) -> Any:
+    node: Any = ctx.doc.data
+    for key in path:
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
+
+
+@rule
+def unknown_tool(ctx: LintContext) -> Iterator[Diagnostic]:
+    known = list(ctx.loop.tools) + list(BUILTIN_TOOLS)
+    for state, action in _agents(ctx):
+        for use in action.tools:
+            if use.name in known:
+                continue
+            yield ctx.diag(
+                "unknown-tool", f'agent "{state.name}" lists unknown tool "{use.name}"{did_you_mean(use.name, known)}',
+                use.path, value=True,
+                hint=f"name a tool under `tools:` (defined: {quoted_list(ctx.loop.tools)}) or a built-in "
+                f"({', '.join(BUILTIN_TOOLS)})")
+
+
+@rule
+def tool_definitions(ctx: LintContext) -> Iterator[Diagnostic]:
+    for tool in _local_tools(ctx):
+        if tool.name in RESERVED_TOOL_NAMES:
+            what = "is reserved for the tools' arguments" if tool.name == "args" else "is a built-in tool"
+            yield ctx.diag("tool-shadows-builtin", f'tool name "{tool.name}" {what}', tool.path,
+                           hint="rename the tool; built-in names always mean the built-in")
+        if not tool.description.strip() and tool.kind != "mcp":
+            yield ctx.diag("tool-description", f'tool "{tool.name}" has no `description`', tool.path,
+                           severity=Severity.WARNING,
+                           hint="the model chooses tools by their description: say what it does and returns")
+        if tool.kind == "mcp" and not tool.allow:
+            yield ctx.diag("mcp-allow", f'MCP tool "{tool.name}" has no `allow` list', tool.path,
+                           hint="list the server's tools the model may call: `allow: [get_issue, ...]`")
+        problem = schema_problem(tool)
+        if problem is not None:
+            yield ctx.diag("tool-params", f'the params of tool "{tool.name}" are not a valid JSON Schema: {problem}',
+                           tool.path + ("params",), hint="each param is a JSON Schema such as {type: string}")
+            continue
+        for _name, message in default_problems(tool):
+            yield ctx.diag("tool-params", f'tool "{tool.name}": {message}', tool.path + ("params",),
+                           hint="make `default` match the param's schema and list only params under `required`")
+
+
+@rule
+def tool_commands(ctx: LintContext) -> Iterator[Diagnostic]:
+    from ...language.compile import input_facts
+
+    facts = input_facts(ctx.loop)
+    for tool in _local_tools(ctx):
+        spec = tool.shell
+        if spec is None:
+            continue
+        string_form = isinstance(_raw(ctx, spec.path), str)
+        sources: list[tuple[tuple[Any, ...], str, bool]] = []
+        if spec.cmd is not None:
+            sources.append((spec.path if string_form else spec.path + ("cmd",), spec.cmd, True))
+        sources += [(spec.path + ("argv", i), a, False) for i, a in enumerate(spec.argv or ())]
+        for path, source, is_command in sources:
+            if is_command:
+                yield from _shell_problems(ctx, tool, path, source, tool_facts(facts, tool))
+            yield from _name_problems(ctx, tool, path, source)
+
+
+def _shell_problems(ctx: LintContext, tool: ToolDef, path: tuple[Any, ...], source: str, facts: Any) -> Iterator[Diagnostic]:
+    from ...language.templates import analyze_shell
+
+    _command, errors, warnings = analyze_shell(source, facts.with_env(tool.shell.env if tool.shell else {}))
+    for problem in [*errors, *warnings]:
+        message = problem.message
+        if problem.hint and message.endswith(problem.hint):
+            message = message[: -len(problem.hint)].rstrip(" ;:,")
+        yield ctx.diag(problem.rule, f'tool "{tool.name}": {message}', hint=problem.hint or "",
+                       position=ctx.at_offset(path, source, int(problem.offset or 0)))
+
+
+def _name_problems(ctx: LintContext, tool: ToolDef, path: tuple[Any, ...], source: str) -> Iterator[Diagnostic]:
+    optional = optional_without_default(tool)
+    seen: set[tuple[str, str | None]] = set()
+    for root, attr in names_used(source):
+        if (root, attr) in seen:
+            continue
+        seen.add((root, attr))
+        where = ctx.at(path, value=True)
+        if root == "args" and attr not in tool.params:
+            yield ctx.diag("tool-unknown-arg",
+                           f'tool "{tool.name}" reads args.{attr}, which is not one of its params'
+                           f"{did_you_mean(str(attr), tool.params)}", position=where,
+                           hint=f"declare it under `params:` (declared: {quoted_list(tool.params)})")
+        elif root == "args" and attr in optional:
+            yield ctx.diag("tool-unknown-arg",
+                           f'tool "{tool.name}" reads args.{attr}, an optional param without a default',
+                           position=where, hint=f"give `{attr}` a `default` or list it under `required`")
+        elif root not in TOOL_TEMPLATE_ROOTS or (root == "run" and attr not in TOOL_RUN_KEYS):
+            shown = root if attr is None else f"{root}.{attr}"
+            yield ctx.diag("tool-template", f'tool "{tool.name}" reads "{shown}"; a tool sees only args, inputs, '
+                           "run.id and run.date", position=where,
+                           hint="pass what the tool needs as a param, or a secret through `secrets:`")
+
+
+@rule
+def agent_settings(ctx: LintContext) -> Iterator[Diagnostic]:
+    for state, action in _agents(ctx):
+        if action.cli is None and action.max_turns is None:
+            yield ctx.diag("agent-max-turns", f'agent "{state.name}" has no `max_turns`', action.path,
+                           hint="bound the conversation: `max_turns: 20` (each turn is a paid model call)")
+        if action.cli == "codex" and action.max_turns is not None:
+            yield ctx.diag("cli-max-turns", f'agent "{state.name}": codex takes no turn cap', action.path + ("max_turns",),
+                           hint="drop `max_turns` and bound the run with the state's `timeout`")
+        writers = [u for u in action.tools if u.name in WRITING_BUILTINS]
+        if writers and not ctx.loop.workspace.worktree:
+            yield ctx.diag("tool-writes-without-worktree",
+                           f'agent "{state.name}" lists {writers[0].name} but the loop has no worktree',
+                           writers[0].path, value=True,
+                           hint="set `workspace: {worktree: true}`: an agent never writes into a person's checkout")
+        yield from _secrets_with_writer(ctx, state, action, bool(writers))
+        yield from _approve_unattended(ctx, state, action)
+
+
+def _secrets_with_writer(ctx: LintContext, state: State, action: AgentAction, writes: bool) -> Iterator[Diagnostic]:
+    if not writes:
+        return
+    for use in action.tools:
+        tool = ctx.loop.tools.get(use.name)
+        if tool is not None and tool.kind == "shell" and tool.secrets and use.name not in BUILTIN_TOOLS:
+            yield ctx.diag("tool-secret-with-writer",
+                           f'tool "{tool.name}" gets secrets in agent "{state.name}", which can also write files: '
+                           "it would run model-written code with them", use.path, value=True,
+                           hint="drop the tool's `secrets`, or give the writing tools to another agent")
+
+
+def _approve_unattended(ctx: LintContext, state: State, action: AgentAction) -> Iterator[Diagnostic]:
+    if not ctx.loop.unattended:
+        return
+    for use in action.tools:
+        tool = ctx.loop.tools.get(use.name)
+        if use.approve or (tool is not None and tool.approve and use.name not in BUILTIN_TOOLS):
+            yield ctx.diag("tool-approve-unattended",
+                           f'tool "{use.name}" in agent "{state.name}" needs a person\'s approval, but the loop '
+                           "is `unattended`", use.path, value=True,
+                           hint="drop `approve`, or drop `unattended: true`")

@@ -1,0 +1,74 @@
+"""An `agent: {cli: claude-code | codex}` attempt: a coding-agent CLI run in the workspace
+instead of the turn loop (DSL.md, v1.1 precise rules, "Coding-agent CLIs").
+
+The CLI spends on its own key before it reports, so the cap is kept by reservation:
+`max_cost_usd` is reserved (and committed) before the CLI starts; its spend is charged as
+its events arrive, and reaching the reservation kills its process group. Spend reported
+past the reservation is recorded as `overspend_usd` and ends the run `budget_exhausted`.
+The CLI itself runs through the `coding_cli` port (adapters/coding_cli.py, given by the API).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...language.agent_model import AgentAction
+from ...language.compile import CompiledState
+from ..budget import BudgetExceeded
+from ..errors import StepFailure
+from .llm import render_or_fail
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+
+async def run_cli_agent(engine: "Engine", cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
+    action = cs.state.action
+    assert isinstance(action, AgentAction) and cs.prompt is not None
+    runner = engine.ports.coding_cli
+    if runner is None or action.max_cost_usd is None:
+        raise StepFailure("parse", f"agent '{cs.state.name}': a `cli:` agent needs `max_cost_usd` and a CLI runner")
+    prompt = render_or_fail(cs.prompt, ctx, f"rendering the prompt of '{cs.state.name}'")
+    reservation = engine.ledger.reserve(0, action.max_cost_usd, label=f"{cs.state.name}#{visit}.{attempt} {action.cli}")
+    pending = {"kind": "cli", "state": cs.state.name, "visit": visit, "attempt": attempt, "step_taken": True,
+               "reserved": {"tokens": 0, "cost_usd": action.max_cost_usd}}
+    engine._commit_pending(pending)
+    charged = [0.0]
+
+    def charge(delta_usd: float) -> bool:
+        charged[0] += max(float(delta_usd), 0.0)
+        return charged[0] < action.max_cost_usd  # type: ignore[operator]
+
+    def on_start(ref: Any) -> None:
+        engine._commit_pending(dict(pending, command=ref.to_json()))
+
+    try:
+        result = await runner(action=action, alias=engine.loop.models.get(action.model), prompt=prompt,
+                              workspace=engine.ports.workdir, redactor=engine.redact, env=engine.ports.env,
+                              timeout=cs.state.timeout, charge=charge, on_start=on_start)
+    except BaseException:
+        engine.ledger.charge_reservation(reservation)  # it may have spent all of it
+        raise
+    return _settle(engine, cs, attempt, reservation, result)
+
+
+def _settle(engine: "Engine", cs: CompiledState, attempt: int, reservation: Any, result: dict[str, Any]) -> dict[str, Any]:
+    usage = result.get("usage") or {}
+    tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+    engine.ledger.settle(reservation, tokens, float(result.get("cost_usd") or 0.0))
+    engine.emit("llm", state=cs.state.name, attempt=attempt, model=result.get("model") or cs.state.action.cli,  # type: ignore[union-attr]
+                usage={"prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": usage.get("completion_tokens", 0)},
+                cost_usd=result.get("cost_usd"), cli=True, spent=engine.ledger.spent())
+    shaped = {"text": result.get("text") or "", "json": None, "stop": result.get("stop"), "turns": result.get("turns", 0),
+              "model": result.get("model"), "usage": usage, "cost_usd": result.get("cost_usd"),
+              "overspend_usd": result.get("overspend_usd", 0.0), "tool_calls": []}
+    overspend = float(result.get("overspend_usd") or 0.0)
+    if result.get("kind") == "budget_exhausted" or overspend > 0:
+        if overspend > 0:  # the one documented way past a cap: recorded and shown, never hidden
+            engine.run.meta["overspend_usd"] = round(float(engine.run.meta.get("overspend_usd", 0.0)) + overspend, 12)
+            engine.emit("overspend", state=cs.state.name, overspend_usd=overspend, cost_usd=result.get("cost_usd"))
+        note = f" (overspend ${overspend:.6f})" if overspend > 0 else ""
+        raise BudgetExceeded("cost_usd", f"agent '{cs.state.name}' ({cs.state.action.cli}): "  # type: ignore[union-attr]
+                             f"{result.get('error') or 'the CLI reached its max_cost_usd'}{note}")
+    if result.get("kind"):
+        raise StepFailure(str(result["kind"]), str(result.get("error") or result["kind"]), result=shaped)
+    return shaped

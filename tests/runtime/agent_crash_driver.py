@@ -1,0 +1,52 @@
+"""Runs (`run STORE WORKDIR`) or resumes (`resume STORE RUN_ID`) the agent loop of
+test_agent_crash.py in a process of its own, so the test can SIGKILL it mid-conversation.
+
+The model is a provider port answering by the conversation so far; before answering it
+appends one line per request to $REQUESTS (`turn N`), so the test counts what was paid.
+The run lock's default TTL is lowered as bench/crash_torture.py's launcher does (a
+SIGKILLed holder cannot release its lock).
+"""
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import loopdsl.adapters.store.run_store as store
+
+store.RunStore.lock.__wrapped__.__kwdefaults__["ttl"] = 0.5
+
+from loopdsl.api.durable import resume_durable  # noqa: E402
+from loopdsl.api.runs import arun  # noqa: E402
+from loopdsl.runtime.model_port import LlmResponse, ToolCall  # noqa: E402
+
+
+class Provider:
+    async def complete(self, request, *, state, attempt=None):
+        turn = 1 + sum(1 for m in request.messages if m["role"] == "assistant")
+        with open(os.environ["REQUESTS"], "a") as log:
+            log.write(f"turn {turn}\n")
+        usage = {"prompt_tokens": 100, "completion_tokens": 10}
+        if turn <= 3:
+            calls = (ToolCall(f"call_{turn}_1", "mark", json.dumps({"n": turn, "sleep": 30 if turn == 2 else 0})),)
+            return LlmResponse(text="", cost_usd=None, model=request.model, tool_calls=calls,
+                               finish_reason="tool_calls", **usage)
+        seen = [m["content"] for m in request.messages if m["role"] == "tool"]
+        return LlmResponse(text=json.dumps({"seen": seen}), cost_usd=None, model=request.model,
+                           finish_reason="stop", **usage)
+
+    def count_tokens(self, model, messages, tools=()):
+        return 100
+
+
+async def main() -> None:
+    command, store_dir = sys.argv[1], Path(sys.argv[2])
+    if command == "run":
+        workdir = Path(sys.argv[3])
+        result = await arun(workdir / "loop.yaml", workdir=workdir, provider=Provider(), store=store_dir)
+    else:
+        result = await resume_durable(sys.argv[3], store=store_dir, provider=Provider())
+    print(json.dumps({"run_id": result.run_id, "status": result.status}))
+
+
+asyncio.run(main())

@@ -1,0 +1,117 @@
+"""kill -9 in the middle of an agent's conversation, then resume, with real processes:
+no turn is paid twice, a finished tool call is not run again, a cut-off call of an
+idempotent tool runs again (its leftover process killed first), and a cut-off call of a
+non-idempotent one waits for a person (here: skip, which the model is told)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loopdsl.adapters.store.run_store import RunStore
+from loopdsl.api.durable import decide
+
+DRIVER = Path(__file__).with_name("agent_crash_driver.py")
+PRICE = "price: {input_per_mtok: 1, output_per_mtok: 2}"
+
+
+def write_loop(workdir: Path, idempotent: bool, unattended: bool = False) -> None:
+    workdir.mkdir()
+    (workdir / "loop.yaml").write_text(
+        "loopdsl: 1\nname: crashy-agent\n"
+        + ("unattended: true\n" if unattended else "")
+        + f"models:\n  m: {{model: openai/gpt-4o-mini, max_tokens: 50, {PRICE}}}\n"
+        "tools:\n  mark:\n    description: Record n, then wait.\n"
+        "    params: {n: {type: integer}, sleep: {type: integer}}\n    required: [n, sleep]\n"
+        "    shell: echo {{ args.n }} >> ran.txt; echo $$ > pid.txt; sleep {{ args.sleep }}\n"
+        f"    idempotent: {str(idempotent).lower()}\n"
+        "start: work\nstates:\n  work:\n    agent:\n      model: m\n      prompt: Mark three times.\n"
+        "      tools: [mark]\n      max_turns: 6\n      output: json\n    next: done\n  done: {end: completed}\n")
+
+
+def env(tmp_path: Path) -> dict[str, str]:
+    e = dict(os.environ, REQUESTS=str(tmp_path / "requests.log"), PYTHONUNBUFFERED="1")
+    e.pop("LOOPDSL_STORE", None)
+    return e
+
+
+def driver(tmp_path: Path, *args: str, timeout: float = 60) -> dict:
+    done = subprocess.run([sys.executable, str(DRIVER), *args], cwd=tmp_path, env=env(tmp_path),
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def crash_in_second_call(tmp_path: Path, workdir: Path, store: Path) -> str:
+    proc = subprocess.Popen([sys.executable, str(DRIVER), "run", str(store), str(workdir)], cwd=tmp_path,
+                            env=env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    ran = workdir / "ran.txt"
+    while not (ran.exists() and "2" in ran.read_text().split()):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.2)  # the call's process is in its sleep
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    ids = [r["run_id"] for r in RunStore(store).list_runs()]
+    assert len(ids) == 1
+    return ids[0]
+
+
+def leftover_alive(workdir: Path) -> bool:
+    """The tool's shell, still running (a zombie awaiting init's reaping is not)."""
+    pid = int((workdir / "pid.txt").read_text())
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def turns_paid(tmp_path: Path) -> list[str]:
+    return (tmp_path / "requests.log").read_text().splitlines()
+
+
+def test_a_cut_off_idempotent_call_reruns_and_nothing_paid_or_finished_runs_twice(tmp_path: Path) -> None:
+    workdir, store = tmp_path / "w", tmp_path / "store"
+    write_loop(workdir, idempotent=True)
+    run_id = crash_in_second_call(tmp_path, workdir, store)
+    assert turns_paid(tmp_path) == ["turn 1", "turn 2"]
+    assert leftover_alive(workdir)  # loopdsl died, its tool's process did not
+    ended = driver(tmp_path, "resume", str(store), run_id)
+    assert ended["status"] == "completed"
+    assert turns_paid(tmp_path) == ["turn 1", "turn 2", "turn 3", "turn 4"]  # turns 1 and 2 replayed from the store
+    events = [e for e in RunStore(store).events(run_id) if e["type"] == "stopped_leftover"]
+    assert len(events) == 1  # the cut-off call's process group was killed before the rerun
+    assert (workdir / "ran.txt").read_text().split() == ["1", "2", "2", "3"]  # call 1 not rerun, call 2 rerun
+
+
+def test_a_cut_off_call_of_a_non_idempotent_tool_waits_for_a_person(tmp_path: Path) -> None:
+    workdir, store = tmp_path / "w", tmp_path / "store"
+    write_loop(workdir, idempotent=False)
+    run_id = crash_in_second_call(tmp_path, workdir, store)
+    waiting = driver(tmp_path, "resume", str(store), run_id)
+    assert waiting["status"] == "waiting"
+    assert not leftover_alive(workdir)  # stopped before asking
+    decide(run_id, "skip", store=store)
+    ended = driver(tmp_path, "resume", str(store), run_id)
+    assert ended["status"] == "completed"
+    assert (workdir / "ran.txt").read_text().split() == ["1", "2", "3"]  # never run twice
+    assert turns_paid(tmp_path) == ["turn 1", "turn 2", "turn 3", "turn 4"]
+
+
+def test_unattended_a_cut_off_non_idempotent_call_fails_the_run_interrupted(tmp_path: Path) -> None:
+    workdir, store = tmp_path / "w", tmp_path / "store"
+    write_loop(workdir, idempotent=False, unattended=True)
+    run_id = crash_in_second_call(tmp_path, workdir, store)
+    ended = driver(tmp_path, "resume", str(store), run_id)
+    assert ended["status"] == "failed"
+    assert RunStore(store).load_run(run_id)["error"]["kind"] == "interrupted"
+    assert (workdir / "ran.txt").read_text().split() == ["1", "2"]
