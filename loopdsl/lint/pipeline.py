@@ -212,8 +212,12 @@ def lint_file(path: Path) -> list[Diagnostic]:
 
 def load_loop(path: str | Path) -> Loop:
     """The loop at `path` with its imports merged; LoopError if lint finds any error."""
-    file = Path(path)
-    analysis = LintSession().lint_file(file, str(path))
+    return loop_of(LintSession().lint_file(Path(path), str(path)), path)
+
+
+def loop_of(analysis: Analysis, path: str | Path) -> Loop:
+    """The loop lint built from `path`, or LoopError if lint found any error (what
+    `load_loop` decides, for callers that keep a LintSession of their own)."""
     errors = [d for d in analysis.diagnostics if d.is_error]
     if errors:
         raise LoopError(errors + [d for d in analysis.diagnostics if not d.is_error])
