@@ -225,26 +225,23 @@ def check_secrets(ctx: AuditContext) -> CheckResult:
             if gate.shell is not None:
                 sites.append((f"gate {name}", effects.command_text(gate.shell), set(gate.shell.env)))
         reported: set[tuple[str, str]] = set()
+
+        def report(where: str, what: str, message: str, fix: str) -> None:
+            if (where, what) not in reported:  # once per command site and credential (or tool)
+                reported.add((where, what))
+                result.findings.append(Finding("declared-secrets", _where(loop, where.removeprefix("gate ")), message, fix))
+
         for where, text, own_env in sites:
             any_command = True
             for var in _ENV_REF.findall(text):
                 if CREDENTIAL_NAME.search(var) and var not in declared and var not in own_env and not var.startswith("LOOPDSL_"):
-                    if (where, var) in reported:
-                        continue
-                    reported.add((where, var))
-                    result.findings.append(Finding(
-                        "declared-secrets", _where(loop, where.removeprefix("gate ")),
-                        f"{where} reads ${var}, which looks like a credential but is not in `secrets`: "
-                        "the interpreter does not pass undeclared credentials to commands",
-                        f"add {var} to `secrets:` (e.g. `secrets: [{', '.join(sorted(declared | {var}))}]`)"))
+                    report(where, var, f"{where} reads ${var}, which looks like a credential but is not in `secrets`: "
+                           "the interpreter does not pass undeclared credentials to commands",
+                           f"add {var} to `secrets:` (e.g. `secrets: [{', '.join(sorted(declared | {var}))}]`)")
             for tool, pattern, names in IMPLIED_CREDENTIALS:
-                if pattern.search(text) and not declared.intersection(names) and (where, tool) not in reported:
-                    reported.add((where, tool))
-                    result.findings.append(Finding(
-                        "declared-secrets", _where(loop, where.removeprefix("gate ")),
-                        f"{where} runs `{tool}`, which authenticates with {' or '.join(names)}, and neither is in `secrets` "
-                        "(so in CI it cannot log in)",
-                        f"add {names[0]} to `secrets:`"))
+                if pattern.search(text) and not declared.intersection(names):
+                    report(where, tool, f"{where} runs `{tool}`, which authenticates with {' or '.join(names)}, "
+                           "and neither is in `secrets` (so in CI it cannot log in)", f"add {names[0]} to `secrets:`")
     if not any_command:
         result.applicable, result.note = False, "no commands"
     return result
