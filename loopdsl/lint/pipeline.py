@@ -216,8 +216,7 @@ def load_loop(path: str | Path) -> Loop:
 
 
 def loop_of(analysis: Analysis, path: str | Path) -> Loop:
-    """The loop lint built from `path`, or LoopError if lint found any error (what
-    `load_loop` decides, for callers that keep a LintSession of their own)."""
+    """`load_loop` for an analysis a caller's own LintSession made: the loop, or LoopError."""
     errors = [d for d in analysis.diagnostics if d.is_error]
     if errors:
         raise LoopError(errors + [d for d in analysis.diagnostics if not d.is_error])
