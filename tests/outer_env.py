@@ -11,13 +11,10 @@ installed into the nested environment still comes first.
 """
 from __future__ import annotations
 
-import atexit
-import shutil
 import site
 import subprocess
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 
 
@@ -37,34 +34,19 @@ def site_hook_code() -> str:
             f"filter(lambda d, known=sys.path: d not in known, {outer_site_dirs()!r})))")
 
 
-_template: Path | None = None  # this process's first venv, which later calls copy
-
-
 def make_venv(target: Path) -> str:
     """A fresh venv (no system site-packages) that also sees the outer packages; its python.
 
-    `python -m venv` spends seconds of CPU installing pip, so each test process (each xdist
-    worker) makes one venv and copies it for every call. A copy is a venv of its own: its
-    interpreter finds its prefix from the pyvenv.cfg beside it; the template's path left in
-    pyvenv.cfg and bin/ (activate scripts, pip's #! lines) is rewritten to the copy's.
+    Made `--without-pip`: installing pip into each venv costs seconds of CPU, and the outer
+    packages (which hold the pip that installed the suite's dependencies) bring it anyway.
+    `python -m pip` in the venv runs that pip under the venv's interpreter, so it installs
+    into the venv.
     """
-    global _template
-    if _template is None:
-        template = Path(tempfile.mkdtemp(prefix="loopdsl-test-venv-")) / "venv"
-        atexit.register(shutil.rmtree, template.parent, ignore_errors=True)
-        made = subprocess.run([sys.executable, "-m", "venv", str(template)], capture_output=True, text=True, check=False)
-        if made.returncode != 0:
-            raise RuntimeError(f"python -m venv failed: {made.stderr}")
-        expose_outer(template)
-        _template = template
-    shutil.copytree(_template, target, symlinks=True)
-    scripts = target / ("Scripts" if sys.platform == "win32" else "bin")
-    for script in [target / "pyvenv.cfg", *scripts.iterdir()]:
-        if script.is_file() and not script.is_symlink():
-            text = script.read_bytes()
-            if str(_template).encode() in text:
-                script.write_bytes(text.replace(str(_template).encode(), str(target).encode()))
-    return str(scripts / "python")
+    made = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)],
+                          capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        raise RuntimeError(f"python -m venv failed: {made.stderr}")
+    return expose_outer(target)
 
 
 def expose_outer(venv: Path) -> str:

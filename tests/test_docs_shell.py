@@ -3,8 +3,8 @@
 Blocks of one document run in sequence in one bash process with `set -e`, in a fresh
 temporary folder (README.md: a copy of the repository, since it names its files). A block
 preceded by a `<!-- no-test -->` line is skipped (it needs a provider key, or runs the suite).
-A document's `python3 -m venv DIR` makes a real venv that also sees the test runner's
-packages (tests/outer_env.py), and its `pip install` runs with `--no-deps
+A document's `python3 -m venv DIR` makes a real venv (`--without-pip`) that also sees the test
+runner's packages, pip among them (tests/outer_env.py), and its `pip install` runs with `--no-deps
 --no-build-isolation`: the commands run as written, offline and in seconds. Every `loopdsl`
 command line in README.md and docs/, tested block or not, must parse (command, flags, choices).
 """
@@ -25,7 +25,7 @@ TUTORIALS = sorted((ROOT / "docs" / "tutorials").glob("*.md"))
 DOCUMENTS = [ROOT / "README.md", *TUTORIALS]
 _BLOCK = re.compile(r"(?P<before>[^\n]*)\n```bash\n(?P<body>.*?)^```", re.MULTILINE | re.DOTALL)
 _PIP = re.compile(r"\b((?:python3? -m )?pip3? install)\b")
-_VENV = re.compile(r"\b(python3? -m venv (\S+))")
+_VENV = re.compile(r"\b(python3? -m venv) (\S+)")
 OUTER_ENV = Path(__file__).resolve().parent / "outer_env.py"
 SKIPPED_DIRS = {".git", ".venv", "build", ".loopdsl", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", "__pycache__",
                 ".benchmarks", "loopdsl.egg-info"}
@@ -37,7 +37,9 @@ def shell_blocks(text: str) -> list[str]:
     for match in _BLOCK.finditer("\n" + text):
         if match.group("before").strip() == "<!-- no-test -->":
             continue
-        body = _VENV.sub(lambda m: f"{m.group(1)} && python3 {shlex.quote(str(OUTER_ENV))} {m.group(2)}", match.group("body"))
+        # --without-pip: the outer packages bring pip (tests/outer_env.py), installing it costs seconds.
+        body = _VENV.sub(lambda m: f"{m.group(1)} --without-pip {m.group(2)} && python3 {shlex.quote(str(OUTER_ENV))} {m.group(2)}",
+                         match.group("body"))
         blocks.append(_PIP.sub(r"\1 -q --no-deps --no-build-isolation", body).rstrip("\n"))
     return blocks
 
@@ -47,7 +49,7 @@ def test_block_extraction_honours_opt_out_and_rewrites_venv_and_pip() -> None:
             "<!-- no-test -->\n```bash\necho secret\n```\n```python\nprint(1)\n```\n"
             "```bash\necho two\n```\n")
     assert shell_blocks(text) == [
-        f"python3 -m venv .venv && python3 {shlex.quote(str(OUTER_ENV))} .venv && "
+        f"python3 -m venv --without-pip .venv && python3 {shlex.quote(str(OUTER_ENV))} .venv && "
         "python -m pip install -q --no-deps --no-build-isolation -e . && echo one", "echo two"]
 
 

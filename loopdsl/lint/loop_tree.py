@@ -2,6 +2,7 @@
 export look at when they ask what a whole run may do."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ..language.diagnostics import LoopError
@@ -10,8 +11,9 @@ from ..language.packaged_loops import PackageError, child_loop_path
 from .pipeline import load_loop
 
 
-def loop_tree(loop: Loop) -> list[Loop]:
-    """The loop and every sub-loop it can run (children that fail to load are left out)."""
+def loop_tree(loop: Loop, load: Callable[[Path], Loop] = load_loop) -> list[Loop]:
+    """The loop and every sub-loop it can run (children that fail to load are left out).
+    `load` turns a child's file into its loop (audit passes one that reuses its lint session)."""
     out: list[Loop] = []
     seen: set[Path] = set()
     pending = [loop]
@@ -32,7 +34,7 @@ def loop_tree(loop: Loop) -> list[Loop]:
             if path in seen:
                 continue
             try:
-                pending.append(load_loop(path))
+                pending.append(load(path))
             except (LoopError, OSError):
                 continue
     return out

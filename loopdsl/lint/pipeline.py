@@ -214,8 +214,11 @@ def lint_file(path: Path) -> list[Diagnostic]:
 
 def load_loop(path: str | Path) -> Loop:
     """The loop at `path` with its imports merged; LoopError if lint finds any error."""
-    file = Path(path)
-    analysis = LintSession().lint_file(file, str(path))
+    return loop_of(LintSession().lint_file(Path(path), str(path)), path)
+
+
+def loop_of(analysis: Analysis, path: str | Path) -> Loop:
+    """`load_loop` for an analysis a caller's own LintSession made: the loop, or LoopError."""
     errors = [d for d in analysis.diagnostics if d.is_error]
     if errors:
         raise LoopError(errors + [d for d in analysis.diagnostics if not d.is_error])

@@ -15,6 +15,9 @@ from typing import Any
 
 from .audit_checks import CHECKS, AuditContext, CheckResult, Finding
 from .audit_types import typed_path
+from ..language.model import Loop
+from ..lint.pipeline import Analysis, LintSession, loop_of
+from .discover import loop_tree
 from .rubric import RUBRIC, RULES
 
 DEFAULT_DAYS = 7
@@ -77,25 +80,53 @@ def _store_runs(store_dir: Path) -> list[dict[str, Any]] | None:
         return None
 
 
+class _LintedLoops:
+    """Lint once per loop file for the whole audit: the loops, their findings (which checks
+    map to rubric rules by rule id) and sub-loops, all from one LintSession."""
+
+    def __init__(self) -> None:
+        self.session = LintSession()
+        self.analyses: dict[Path, Analysis] = {}
+
+    def lint(self, file: Path) -> Analysis:
+        """Lint a file the audit was given (always afresh, so findings name it as given)."""
+        analysis = self.session.lint_file(file, str(file))
+        self.analyses[file.resolve()] = analysis
+        return analysis
+
+    def load(self, file: Path) -> Loop:
+        """A sub-loop's loop, reusing the analysis lint made of it while linting its parent."""
+        key = file.resolve()
+        if key not in self.analyses:
+            self.analyses[key] = self.session.children.get(key) or self.session.lint_file(file, str(file))
+        return loop_of(self.analyses[key], file)
+
+    def tree(self, loop: Loop) -> tuple[list[Loop], list[Any]]:
+        """The loop with its sub-loops, and lint's findings for every file of them."""
+        tree = loop_tree(loop, self.load)
+        found = [d for member in tree if member.source
+                 for d in self.analyses[member.source.resolve()].diagnostics]
+        return tree, found
+
+
 def audit_project(root: Path, *, store: Path | None = None, days: int = DEFAULT_DAYS, now: datetime | None = None,
                   on_progress: Callable[[str], None] | None = None, loops: list[Path] | None = None,
                   cwd: Path | None = None) -> ProjectAudit:
     """Audit every loop under `root` (or the given loop files); suggested commands name files
     as typed in `cwd` (default: the current folder)."""
     from ..language.diagnostics import LoopError
-    from ..lint.pipeline import lint_paths, load_loop
     from ..adapters.store.run_store import default_store_dir
-    from .discover import find_loop_files, loop_tree, sub_loop_files
-    from .looptest import collect, run_tests
+    from .discover import find_loop_files, sub_loop_files
 
     root = root.resolve()
     cwd = cwd or Path.cwd()
     files = loops if loops is not None else find_loop_files(root)
+    linted = _LintedLoops()
     loaded: dict[Path, Any] = {}
     errors: dict[Path, str] = {}
     for file in files:
         try:
-            loaded[file.resolve()] = load_loop(file)
+            loaded[file.resolve()] = loop_of(linted.lint(file), file)
         except LoopError as exc:
             first = next((d for d in exc.diagnostics if d.is_error), exc.diagnostics[0])
             errors[file.resolve()] = f"{first.location()}: {first.message} [{first.rule}]"
@@ -103,14 +134,7 @@ def audit_project(root: Path, *, store: Path | None = None, days: int = DEFAULT_
     top = [f for f in (p.resolve() for p in files) if f not in parts]
     store_dir = store if store is not None else default_store_dir(root)
     all_runs = _store_runs(store_dir)
-    tests, broken = collect([root])
-    by_loop: dict[Path, list[Any]] = {}
-    wanted = [t for t in tests if t.loop.resolve() in top]
-    if wanted and on_progress:
-        on_progress(f"running {len(wanted)} loop test(s)...")
-    for outcome in run_tests(wanted):
-        by_loop.setdefault(outcome.loop.resolve(), []).append(outcome)  # type: ignore[union-attr]
-    lint = lint_paths(top)
+    by_loop, broken = _tests_of(root, top, on_progress)
     audits = []
     for file in top:
         shown = _shown(file, root)
@@ -118,11 +142,12 @@ def audit_project(root: Path, *, store: Path | None = None, days: int = DEFAULT_
             audits.append(LoopAudit(Path(shown), file.stem, load_error=errors[file], typed=typed_path(file, cwd)))
             continue
         loop = loaded[file]
+        tree, tree_lint = linted.tree(loop)
         ctx = AuditContext(
-            loop=loop, file=Path(shown), tree=loop_tree(loop), tests=by_loop.get(file, []),
+            loop=loop, file=Path(shown), tree=tree, tests=by_loop.get(file, []),
             runs=None if all_runs is None else [r for r in all_runs if r.get("loop") == loop.name],
             store_dir=store_dir, days=days, now=now or datetime.now(timezone.utc),
-            lint=[d for d in lint.diagnostics if Path(d.path).resolve() == file], cwd=cwd,
+            lint=linted.analyses[file].diagnostics, tree_lint=tree_lint, cwd=cwd,
         )
         audits.append(LoopAudit(Path(shown), loop.name, [check(ctx) for check in CHECKS]))
     # A broken test file cannot say which loop it tests: report it on every loop's tests check.
@@ -133,6 +158,20 @@ def audit_project(root: Path, *, store: Path | None = None, days: int = DEFAULT_
                     check.findings.append(Finding("tests-pass", outcome.label, outcome.failures[0],
                                                   "fix the test file (`loopdsl test` shows the same message)"))
     return ProjectAudit(root, audits, sorted(p for p in parts), store_dir)
+
+
+def _tests_of(root: Path, top: list[Path], on_progress: Callable[[str], None] | None) -> tuple[dict[Path, list[Any]], list[Any]]:
+    """Run the loop tests of the audited loops: their outcomes by loop file, and the broken test files."""
+    from .looptest import collect, run_tests
+
+    tests, broken = collect([root])
+    by_loop: dict[Path, list[Any]] = {}
+    wanted = [t for t in tests if t.loop.resolve() in top]
+    if wanted and on_progress:
+        on_progress(f"running {len(wanted)} loop test(s)...")
+    for outcome in run_tests(wanted):
+        by_loop.setdefault(outcome.loop.resolve(), []).append(outcome)  # type: ignore[union-attr]
+    return by_loop, broken
 
 
 def _shown(file: Path, root: Path) -> str:

@@ -14,7 +14,6 @@ from typing import Any
 # CREDENTIAL_NAME: the interpreter passes an environment variable with such a name to commands
 # only when it is declared in `secrets` (loopdsl.api.runs strips the others).
 from ..api.credentials import CREDENTIAL_NAME
-from ..language.schedules import cron_is_valid, time_zone
 from ..language.model import EvaluateAction, LlmAction, Loop, LoopAction, ShellSpec, State
 from . import effects
 from .audit_types import AuditContext, CheckResult, Finding
@@ -66,20 +65,20 @@ def check_budget(ctx: AuditContext) -> CheckResult:
 # ---------------------------------------------------------------- bounded-cycles
 
 
+def _from_lint(ctx: AuditContext, result: CheckResult, lint_rule: str, *, tree: bool = True) -> CheckResult:
+    """Lose `result`'s point for every finding of `lint_rule` in the loop and (`tree`) its
+    sub-loops: lint decides what the rule means, the audit only weighs it."""
+    for d in ctx.tree_lint if tree else ctx.lint:
+        if d.rule == lint_rule:
+            result.findings.append(Finding(result.rule, f"{Path(d.path).name}:{d.line}:{d.col}",
+                                           f"{d.message} [{d.rule}]", d.hint or f"see `loopdsl lint {ctx.loop_arg}`"))
+    return result
+
+
 def check_cycles(ctx: AuditContext) -> CheckResult:
-    result = CheckResult("bounded-cycles")
-    if ctx.loop.budget.steps is not None:
-        result.note = f"budget.steps = {ctx.loop.budget.steps} bounds every cycle"
-        return result
-    for loop in ctx.tree:
-        if loop is not ctx.loop and loop.budget.steps is not None:
-            continue  # a child with its own step cap is bounded
-        bounded = {s.name for s in loop.states.values() if s.max_visits is not None}
-        for component in loop.graph.unbounded_cycles(bounded):
-            result.findings.append(Finding(
-                "bounded-cycles", _where(loop, component[0]),
-                f"the cycle through {', '.join(component)} has no state with max_visits, and the budget has no steps",
-                f"add `max_visits: N` and `on_exhausted: STATE` to one of {', '.join(component)}, or set `budget.steps`"))
+    result = _from_lint(ctx, CheckResult("bounded-cycles"), "unbounded-cycle")
+    if result.passed:
+        result.note = "lint finds no unbounded cycle"
     return result
 
 
@@ -127,42 +126,12 @@ def check_gates(ctx: AuditContext) -> CheckResult:
 # ---------------------------------------------------------------- separate-evaluator
 
 
-def _effective(loop: Loop, action: LlmAction | EvaluateAction) -> tuple[str, float | None]:
-    alias = loop.models.get(action.model)
-    model = alias.model if alias else action.model
-    temperature = action.temperature if action.temperature is not None else (alias.temperature if alias else None)
-    return model, temperature
-
-
 def check_evaluator(ctx: AuditContext) -> CheckResult:
-    from ..language.templates import TemplateError, variables
-
     result = CheckResult("separate-evaluator")
-    found = False
-    for loop in ctx.tree:
-        generators = {s.name: s for s in _model_states(loop) if isinstance(s.action, LlmAction)}
-        for state in _model_states(loop):
-            action = state.action
-            if not isinstance(action, EvaluateAction):
-                continue
-            found = True
-            try:
-                named = variables(action.prompt) & set(generators)
-            except TemplateError:
-                named = set()
-            judged = sorted(named or generators)
-            mine = _effective(loop, action)
-            for name in judged:
-                theirs = _effective(loop, generators[name].action)  # type: ignore[arg-type]
-                if theirs == mine:
-                    result.findings.append(Finding(
-                        "separate-evaluator", _where(loop, state.name),
-                        f"evaluator {state.name} uses the same model and temperature as {name} ({mine[0]}, temperature {mine[1]}): "
-                        "it shares the generator's blind spots",
-                        f"give {state.name} a different model alias (another model) or a different temperature (e.g. 0)"))
-    if not found:
+    if not any(isinstance(s.action, EvaluateAction) for loop in ctx.tree for s in _model_states(loop)):
         result.applicable, result.note = False, "no evaluate states"
-    return result
+        return result
+    return _from_lint(ctx, result, "evaluator-mirrors-generator")
 
 
 # ---------------------------------------------------------------- guarded-side-effects
@@ -256,26 +225,23 @@ def check_secrets(ctx: AuditContext) -> CheckResult:
             if gate.shell is not None:
                 sites.append((f"gate {name}", effects.command_text(gate.shell), set(gate.shell.env)))
         reported: set[tuple[str, str]] = set()
+
+        def report(where: str, what: str, message: str, fix: str) -> None:
+            if (where, what) not in reported:  # once per command site and credential (or tool)
+                reported.add((where, what))
+                result.findings.append(Finding("declared-secrets", _where(loop, where.removeprefix("gate ")), message, fix))
+
         for where, text, own_env in sites:
             any_command = True
             for var in _ENV_REF.findall(text):
                 if CREDENTIAL_NAME.search(var) and var not in declared and var not in own_env and not var.startswith("LOOPDSL_"):
-                    if (where, var) in reported:
-                        continue
-                    reported.add((where, var))
-                    result.findings.append(Finding(
-                        "declared-secrets", _where(loop, where.removeprefix("gate ")),
-                        f"{where} reads ${var}, which looks like a credential but is not in `secrets`: "
-                        "the interpreter does not pass undeclared credentials to commands",
-                        f"add {var} to `secrets:` (e.g. `secrets: [{', '.join(sorted(declared | {var}))}]`)"))
+                    report(where, var, f"{where} reads ${var}, which looks like a credential but is not in `secrets`: "
+                           "the interpreter does not pass undeclared credentials to commands",
+                           f"add {var} to `secrets:` (e.g. `secrets: [{', '.join(sorted(declared | {var}))}]`)")
             for tool, pattern, names in IMPLIED_CREDENTIALS:
-                if pattern.search(text) and not declared.intersection(names) and (where, tool) not in reported:
-                    reported.add((where, tool))
-                    result.findings.append(Finding(
-                        "declared-secrets", _where(loop, where.removeprefix("gate ")),
-                        f"{where} runs `{tool}`, which authenticates with {' or '.join(names)}, and neither is in `secrets` "
-                        "(so in CI it cannot log in)",
-                        f"add {names[0]} to `secrets:`"))
+                if pattern.search(text) and not declared.intersection(names):
+                    report(where, tool, f"{where} runs `{tool}`, which authenticates with {' or '.join(names)}, "
+                           "and neither is in `secrets` (so in CI it cannot log in)", f"add {names[0]} to `secrets:`")
     if not any_command:
         result.applicable, result.note = False, "no commands"
     return result
@@ -285,25 +251,18 @@ def check_secrets(ctx: AuditContext) -> CheckResult:
 
 
 def check_skills(ctx: AuditContext) -> CheckResult:
-    from ..language.skills import check_skill
-
     result = CheckResult("complete-skills")
     llm_states = [(loop, s) for loop in ctx.tree for s in _model_states(loop) if isinstance(s.action, LlmAction)]
     if not llm_states:
         result.applicable, result.note = False, "no llm states"
         return result
     for loop, state in llm_states:
-        action = state.action
-        assert isinstance(action, LlmAction)
-        if not action.skill:
+        if not state.action.skill:  # type: ignore[union-attr]
             result.findings.append(Finding(
                 "complete-skills", _where(loop, state.name), f"{state.name} has no `skill`: the model gets no standing instructions",
                 f"write skills/{loop.name}/SKILL.md with sections WHEN, READ, JUDGE, OUTPUT, STOP and set `skill:` on {state.name}"))
-            continue
-        for problem in check_skill(loop.base_dir / action.skill):
-            result.findings.append(Finding("complete-skills", _where(loop, state.name), problem,
-                                           "give the skill a heading for each of WHEN, READ, JUDGE, OUTPUT and STOP"))
-    return result
+    # Whether a skill has its sections is lint's skill-sections rule.
+    return _from_lint(ctx, result, "skill-sections")
 
 
 # ---------------------------------------------------------------- schedule-set
@@ -311,19 +270,13 @@ def check_skills(ctx: AuditContext) -> CheckResult:
 
 def check_schedule(ctx: AuditContext) -> CheckResult:
     result = CheckResult("schedule-set")
-    schedule = ctx.loop.schedule
-    example = 'schedule: {cron: "0 9 * * 1-5", timezone: UTC}'
-    if schedule is None:
+    if ctx.loop.schedule is None:
         result.findings.append(Finding("schedule-set", _where(ctx.loop), "the loop has no `schedule`",
-                                       f"add `{example}` (then loopdsl's schedule command lists its run times and exports it to a scheduler)"))
+                                       'add `schedule: {cron: "0 9 * * 1-5", timezone: UTC}` (then loopdsl\'s schedule '
+                                       "command lists its run times and exports it to a scheduler)"))
         return result
-    if not cron_is_valid(schedule.cron):
-        result.findings.append(Finding("schedule-set", _where(ctx.loop), f"schedule.cron {schedule.cron!r} is not a valid cron expression",
-                                       "use five fields: minute hour day-of-month month day-of-week, e.g. \"0 9 * * 1-5\""))
-    if time_zone(schedule.timezone) is None:
-        result.findings.append(Finding("schedule-set", _where(ctx.loop), f"schedule.timezone {schedule.timezone!r} is not a known time zone",
-                                       "use an IANA name such as UTC, Europe/Paris or America/New_York"))
-    return result
+    # A sub-loop runs on its parent's schedule: only this file's schedule counts.
+    return _from_lint(ctx, result, "bad-schedule", tree=False)
 
 
 # ---------------------------------------------------------------- tests-pass

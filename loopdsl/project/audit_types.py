@@ -56,7 +56,9 @@ class AuditContext:
     store_dir: Path | None
     days: int
     now: datetime
-    lint: list[Any]  # Diagnostics for this file
+    lint: list[Any]  # lint's Diagnostics for this file
+    # lint's Diagnostics for every file of `tree`: checks that match a lint rule take its findings by rule id
+    tree_lint: list[Any] = field(default_factory=list)
     cwd: Path = field(default_factory=Path.cwd)  # where `audit` runs: suggested commands must work from here
 
     def typed(self, path: Path | str) -> str:

@@ -13,9 +13,9 @@ class Rule:
 
 RUBRIC: tuple[Rule, ...] = (
     Rule("budget-caps", 15, "every run is capped: steps and wall_time, plus tokens and cost_usd when it calls models"),
-    Rule("bounded-cycles", 15, "every cycle passes a state with max_visits, or the budget caps steps"),
+    Rule("bounded-cycles", 15, "lint finds no unbounded cycle (max_visits, or a budget cap, bounds each)"),
     Rule("gated-model-calls", 10, "a deterministic check decides every model call"),
-    Rule("separate-evaluator", 5, "each evaluator differs from the generators it judges (model or temperature)"),
+    Rule("separate-evaluator", 5, "each evaluator differs from the generators lint says it judges (model or temperature)"),
     Rule("guarded-side-effects", 10, "writes happen in a worktree or after a checkpoint; external effects after a checkpoint"),
     Rule("declared-secrets", 10, "credentials that commands use are declared in `secrets`"),
     Rule("complete-skills", 5, "every llm state carries a skill with WHEN, READ, JUDGE, OUTPUT and STOP"),

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scaled import scaled
 
 from loopdsl.language.diagnostics import Diagnostic
 from loopdsl.language.loader import load_text
@@ -47,8 +48,7 @@ def examples(count: int) -> Any:
     # 500 + 500 + 200 + 150 + 150 + 60 = 1,560 inputs in the `thorough` hypothesis profile,
     # scaled by the loaded profile's max_examples against hypothesis' default of 100 (the
     # default `ci` profile, tests/conftest.py, runs half); derandomized so CI runs are repeatable.
-    scaled = max(1, count * settings.default.max_examples // 100)
-    return settings(max_examples=scaled, deadline=None, derandomize=True,
+    return settings(max_examples=scaled(count), deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 yaml_alphabet = st.sampled_from(

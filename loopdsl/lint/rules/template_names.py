@@ -57,7 +57,7 @@ def use_diagnostic(ctx: LintContext, site: Site, use: NameUse, available: _Domin
     def position() -> tuple[int, int]:  # only for a finding: locating costs more than the checks
         return ctx.at_offset(site.path, site.source, use_offset(site.source, use))
 
-    if use.root in ("inputs", "secrets"):
+    if use.root in _DECLARED:
         return _undeclared(ctx, use, position)
     if use.root == "history":
         return _history_use(ctx, site, use, position)
@@ -75,26 +75,19 @@ def use_diagnostic(ctx: LintContext, site: Site, use: NameUse, available: _Domin
     )
 
 
+# root -> (rule id, what it names, where to declare it)
+_DECLARED = {"inputs": ("unknown-input", "input", "declare it under `inputs:`"),
+             "secrets": ("unknown-secret", "secret", "list it under `secrets:`")}
+
+
 def _undeclared(ctx: LintContext, use: NameUse, position: Locate) -> Diagnostic | None:
     """`inputs.X` or `secrets.X` that the loop does not declare."""
-    loop = ctx.loop
-    if use.root == "inputs":
-        if use.attr is not None and use.attr not in loop.inputs:
-            return ctx.diag(
-                "unknown-input",
-                f'unknown input "{use.attr}"{did_you_mean(use.attr, loop.inputs)}',
-                position=position(),
-                hint=f"declare it under `inputs:` (declared: {quoted_list(loop.inputs)})",
-            )
+    rule_id, noun, how = _DECLARED[use.root]
+    declared = ctx.loop.inputs if use.root == "inputs" else ctx.loop.secrets
+    if use.attr is None or use.attr in declared:
         return None
-    if use.attr is not None and use.attr not in loop.secrets:
-        return ctx.diag(
-            "unknown-secret",
-            f'unknown secret "{use.attr}"{did_you_mean(use.attr, loop.secrets)}',
-            position=position(),
-            hint=f"list it under `secrets:` (declared: {quoted_list(loop.secrets)})",
-        )
-    return None
+    return ctx.diag(rule_id, f'unknown {noun} "{use.attr}"{did_you_mean(use.attr, declared)}',
+                    position=position(), hint=f"{how} (declared: {quoted_list(declared)})")
 
 
 def _history_use(ctx: LintContext, site: Site, use: NameUse, position: Locate) -> Diagnostic | None:
