@@ -1,0 +1,108 @@
+"""Running git on a repository the run does not trust.
+
+A repository's config and `.gitattributes` can name commands git runs by itself: hooks,
+an fsmonitor, clean/smudge/process filters, textconv and external diff drivers, auto gc
+(which runs the `pre-auto-gc` hook). A loop run on a cloned repository must run none of
+them, so every git call here carries `-c` overrides that switch them off, and the calls
+that read or write file contents also blank every filter driver the config defines.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from ..language.errors import LoopdslError
+
+# Variables that would point git at another repository or index than the one we name.
+_REPO_LOCATION_VARS = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+    "GIT_CONFIG_PARAMETERS",  # -c values inherited from a parent git (a hook that runs loopdsl)
+    "GIT_CONFIG_COUNT",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_ATTR_SOURCE",
+)
+
+# Always on: nothing here needs hooks, an fsmonitor, gc, submodule recursion or signing.
+HARDENED = (
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "core.fsmonitor=false",
+    "-c", "core.untrackedCache=false",
+    "-c", "gc.auto=0",
+    "-c", "maintenance.auto=false",
+    "-c", "submodule.recurse=false",
+    "-c", "commit.gpgsign=false",
+)
+
+
+class WorkspaceError(LoopdslError):
+    """A workspace problem the user can act on: what happened and how to fix it."""
+
+    def __init__(self, message: str, hint: str = "", exit_code: int | None = None) -> None:
+        super().__init__(message, hint, exit_code)
+        self.args = (f"{message}\n  hint: {hint}" if hint else message,)  # str() carries the hint too
+
+
+def git_env(index_file: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCATION_VARS}
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    if index_file is not None:
+        env["GIT_INDEX_FILE"] = str(index_file)
+    return env
+
+
+def run_git(cwd: Path, *args: str, check: bool = True, index_file: Path | None = None,
+            extra: tuple[str, ...] = (), stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`git <hardening> <extra> <args>` in `cwd`; a failure is a WorkspaceError when `check`."""
+    try:
+        proc = subprocess.run(
+            ["git", *HARDENED, *extra, *args],
+            cwd=cwd,
+            env=git_env(index_file),
+            input=stdin,
+            stdin=None if stdin is not None else subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",  # a file name need not be UTF-8
+            check=False,  # callers decide; failures become WorkspaceError below
+        )
+    except FileNotFoundError:
+        raise WorkspaceError(
+            "git is not installed (needed for `workspace: {worktree: true}`)",
+            "install git, or remove `workspace` from the loop",
+        ) from None
+    if check and proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip()
+        raise WorkspaceError(
+            f"`git {' '.join(args)}` failed in {cwd}: {detail}",
+            "fix the repository state shown above and retry",
+        )
+    return proc
+
+
+def no_filter_args(cwd: Path) -> tuple[str, ...]:
+    """`-c` overrides blanking every filter driver the repository's config defines.
+
+    Read at the moment of the call, so a driver added during the run is blanked too. An
+    empty command is "no filter" to git, and `required=false` keeps a blank one from
+    failing the call. Built-in conversions (eol, ident) run no command and stay on, so
+    what is read back matches what was checked out.
+    """
+    proc = run_git(cwd, "config", "--name-only", "-z", "--get-regexp", r"^filter\.", check=False)
+    drivers = set()
+    for key in proc.stdout.split("\0"):
+        if key.count(".") >= 2:
+            drivers.add(key[len("filter."):key.rindex(".")])
+    args: list[str] = []
+    for name in sorted(drivers):
+        for field, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")):
+            args += ["-c", f"filter.{name}.{field}={value}"]
+    return tuple(args)
