@@ -14,6 +14,9 @@ from pathlib import Path
 
 from ..language.errors import LoopdslError
 
+# Used only when the user has no identity configured (a fresh CI box, a container).
+FALLBACK_NAME = "loopdsl"
+FALLBACK_EMAIL = "loopdsl@localhost"
 # Variables that would point git at another repository or index than the one we name.
 _REPO_LOCATION_VARS = (
     "GIT_DIR",
@@ -86,6 +89,15 @@ def run_git(cwd: Path, *args: str, check: bool = True, index_file: Path | None =
             "fix the repository state shown above and retry",
         )
     return proc
+
+
+def identity_args(path: Path) -> list[str]:
+    """`-c user.name/-c user.email` only when git cannot find an identity of the user's own."""
+    author = run_git(path, "var", "GIT_AUTHOR_IDENT", check=False)
+    committer = run_git(path, "var", "GIT_COMMITTER_IDENT", check=False)
+    if author.returncode == 0 and committer.returncode == 0:
+        return []
+    return ["-c", f"user.name={FALLBACK_NAME}", "-c", f"user.email={FALLBACK_EMAIL}"]
 
 
 def no_filter_args(cwd: Path) -> tuple[str, ...]:

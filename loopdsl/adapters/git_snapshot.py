@@ -18,7 +18,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from .git_safe import WorkspaceError, no_filter_args, run_git
+from .git_safe import WorkspaceError, identity_args, no_filter_args, run_git
 
 _GITLINK = "160000"
 _DIFF_SAFE = ("--no-textconv", "--no-ext-diff", "--no-color", "--no-renames")
@@ -116,7 +116,7 @@ def resolve(path: Path, rev: str) -> str:
     return run_git(path, "rev-parse", "--verify", "--quiet", rev).stdout.strip()
 
 
-def visit_start(path: Path, identity: tuple[str, ...] = ()) -> str:
+def visit_start(path: Path) -> str:
     """The commit to come back to: HEAD when the worktree is clean, else a commit of its files
     (child of HEAD, on no branch) so uncommitted work of earlier states is restored too."""
     head = resolve(path, "HEAD")
@@ -124,7 +124,7 @@ def visit_start(path: Path, identity: tuple[str, ...] = ()) -> str:
     if tree == resolve(path, "HEAD^{tree}"):
         return head
     message = "loopdsl: workspace when the visit began\n"
-    return run_git(path, *identity, "commit-tree", tree, "-p", head, stdin=message).stdout.strip()
+    return run_git(path, *identity_args(path), "commit-tree", tree, "-p", head, stdin=message).stdout.strip()
 
 
 def diff_names(path: Path, old: str, new: str) -> list[tuple[str, str]]:

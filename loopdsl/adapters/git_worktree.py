@@ -18,13 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime.redaction import Redactor
-from .git_safe import WorkspaceError, git_env, no_filter_args, run_git
+from .git_safe import FALLBACK_EMAIL, FALLBACK_NAME, WorkspaceError, git_env, identity_args, no_filter_args, run_git
 from .git_snapshot import Snapshot, diff_names, resolve
 
 BRANCH_PREFIX = "loopdsl/"
-# Used only when the user has no identity configured (a fresh CI box, a container).
-FALLBACK_NAME = "loopdsl"
-FALLBACK_EMAIL = "loopdsl@localhost"
 
 
 # Files that hold credentials by convention. A run never commits one it created, whatever
@@ -149,15 +146,6 @@ def open_worktree(repo: Path, worktrees_dir: Path, run_id: str) -> Worktree | No
     return Worktree(repo=root, path=path, branch=branch, base_commit=base_commit)
 
 
-def _identity_args(path: Path) -> list[str]:
-    """`-c user.name/-c user.email` only when git cannot find an identity of the user's own."""
-    author = _git(path, "var", "GIT_AUTHOR_IDENT", check=False)
-    committer = _git(path, "var", "GIT_COMMITTER_IDENT", check=False)
-    if author.returncode == 0 and committer.returncode == 0:
-        return []
-    return ["-c", f"user.name={FALLBACK_NAME}", "-c", f"user.email={FALLBACK_EMAIL}"]
-
-
 class SecretInCommit(WorkspaceError):
     """What the run would commit holds a declared secret: nothing is committed."""
 
@@ -251,7 +239,7 @@ def finish_worktree(wt: Worktree, message: str, secret_values: Iterable[str] = (
     head = resolve(wt.path, "HEAD")
     sha: str | None = None
     if tree != resolve(wt.path, "HEAD^{tree}"):
-        sha = _git(wt.path, *_identity_args(wt.path), "commit-tree", tree, "-p", head, stdin=message).stdout.strip()
+        sha = _git(wt.path, *identity_args(wt.path), "commit-tree", tree, "-p", head, stdin=message).stdout.strip()
         # With the old value, so a concurrent move of the branch fails instead of being lost.
         _git(wt.path, "update-ref", "-m", "loopdsl: commit the run's work", "HEAD", sha, head)
         # Staged, so the worktree reads clean to anyone who looks before it is removed.
