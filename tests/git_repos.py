@@ -38,4 +38,5 @@ def make_repo(root: Path, files: dict[str, str]) -> Path:
 
 def agent(cwd: Path, script: str) -> None:
     """What an agent's shell tool would do: a real `sh -c` in the run's worktree."""
-    subprocess.run(["sh", "-c", script], cwd=cwd, check=True, capture_output=True, text=True)
+    proc = subprocess.run(["sh", "-c", script], cwd=cwd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -21,6 +21,9 @@ from pathlib import Path
 from .git_safe import WorkspaceError, identity_args, no_filter_args, run_git
 
 _GITLINK = "160000"
+# The message of a visit-start commit of uncommitted files: reset_workspace restores its
+# files but points the branch at its parent, the branch head when the visit began.
+VISIT_START_MESSAGE = "loopdsl: workspace when the visit began\n"
 _DIFF_SAFE = ("--no-textconv", "--no-ext-diff", "--no-color", "--no-renames")
 
 
@@ -123,8 +126,7 @@ def visit_start(path: Path) -> str:
     tree = snapshot_tree(path)
     if tree == resolve(path, "HEAD^{tree}"):
         return head
-    message = "loopdsl: workspace when the visit began\n"
-    return run_git(path, *identity_args(path), "commit-tree", tree, "-p", head, stdin=message).stdout.strip()
+    return run_git(path, *identity_args(path), "commit-tree", tree, "-p", head, stdin=VISIT_START_MESSAGE).stdout.strip()
 
 
 def diff_names(path: Path, old: str, new: str) -> list[tuple[str, str]]:
@@ -152,7 +154,8 @@ def _printable(name: str) -> str:
 
 
 def reset_workspace(path: Path, sha: str) -> None:
-    """Make the worktree hold exactly commit `sha`'s files and its branch point at `sha`.
+    """Make the worktree hold exactly the files of `sha` (from visit_start) and its branch
+    point where it did when the visit began.
 
     Untracked files that are not ignored are removed; ignored files are kept. Commits a
     command made during the attempt are dropped from the branch (they stay in the object
@@ -162,12 +165,16 @@ def reset_workspace(path: Path, sha: str) -> None:
     if not target:
         raise WorkspaceError(f"cannot reset {path}: {sha} is not a commit",
                              "the visit's start commit was pruned; start a new run")
+    branch_at = target
+    if run_git(path, "cat-file", "commit", target).stdout.partition("\n\n")[2] == VISIT_START_MESSAGE:
+        branch_at = resolve(path, f"{target}^1")  # a snapshot of uncommitted files: never on the branch
     filters = no_filter_args(path)
     # The current index says which files the checkout may delete; what the attempt left
     # untracked is removed by `clean` below (-ff: nested repositories too, -d: directories).
     run_git(path, "read-tree", "--reset", "-u", target, extra=filters)
     run_git(path, "clean", "-ffdq", "--", ".", extra=filters)
+    run_git(path, "read-tree", branch_at)  # index only: earlier uncommitted work stays uncommitted
     head = resolve(path, "HEAD")
-    if head != target:
+    if head != branch_at:
         # Through HEAD's symbolic ref, so the run's branch moves, as `git reset` would do it.
-        run_git(path, "update-ref", "-m", "loopdsl: reset workspace", "HEAD", target, head)
+        run_git(path, "update-ref", "-m", "loopdsl: reset workspace", "HEAD", branch_at, head)

@@ -78,7 +78,8 @@ def test_reset_restores_the_visit_start_exactly(run: Worktree) -> None:
         assert not os.path.lexists(run.path / gone), gone
     assert not os.access(run.path / "pkg" / "b.py", os.X_OK)
     assert (run.path / "debug.log").exists()  # ignored files are kept
-    assert git(run.path, "rev-parse", "HEAD") == start
+    assert git(run.path, "rev-parse", "HEAD") == run.base_commit  # the snapshot commit is on no branch
+    assert git(run.path, "diff", "--cached", "--name-only") == ""
 
 
 def test_finish_keeps_modes_symlinks_and_names_git_cannot_pass_on_a_line(run: Worktree) -> None:
