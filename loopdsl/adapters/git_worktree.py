@@ -4,7 +4,9 @@ Each run gets branch `loopdsl/<run-id>` checked out in `<worktrees_dir>/<run-id>
 the run store, whose `.gitignore` of `*` keeps the user's `git status` clean). Nothing
 here runs a command that writes the user's index, HEAD or working tree: worktrees have
 their own index and HEAD, and every git call sets GIT_OPTIONAL_LOCKS=0 so even read-only
-commands never refresh the user's index file.
+commands never refresh the user's index file. Every git call also runs no command the
+repository names (hooks, fsmonitor, filters: git_safe), and the run's work is committed
+with plumbing (git_snapshot), not `git add`/`git commit`.
 """
 from __future__ import annotations
 
