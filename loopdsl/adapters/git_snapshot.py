@@ -57,12 +57,31 @@ def _hash_files(path: Path, names: list[str], filters: tuple[str, ...]) -> list[
     return [ids[n] for n in names]
 
 
+def _under_real_dirs(path: Path, name: str, seen: dict[str, bool]) -> bool:
+    """Whether every parent of `name` is a real directory: a symlink swapped in for a
+    directory must not make the snapshot read files outside the worktree."""
+    parts = name.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        parent = "/".join(parts[:depth])
+        if parent not in seen:
+            try:
+                seen[parent] = stat.S_ISDIR(os.lstat(path / parent).st_mode)
+            except OSError:
+                seen[parent] = False
+        if not seen[parent]:
+            return False
+    return True
+
+
 def _index_entries(path: Path) -> list[tuple[str, str, str]]:
     """(mode, sha, name) of every file the worktree holds now, hashed without filter commands."""
     tracked, untracked = _listed(path)
     entries: list[tuple[str, str, str]] = []
     regular: list[tuple[str, str]] = []  # (mode, name) still to hash
+    real_dirs: dict[str, bool] = {}
     for name in sorted(set(tracked) | set(untracked)):
+        if not _under_real_dirs(path, name, real_dirs):
+            continue  # its directory is gone or is a symlink now: the file is not in the worktree
         if name in tracked and tracked[name][0] == _GITLINK:
             entries.append((_GITLINK, tracked[name][1], name))  # a submodule keeps its recorded commit
             continue
@@ -72,7 +91,7 @@ def _index_entries(path: Path) -> list[tuple[str, str, str]]:
             continue  # deleted
         if stat.S_ISLNK(info.st_mode):
             target = os.readlink(path / name)
-            sha = run_git(path, "hash-object", "-w", "--stdin", stdin=target).stdout.strip()
+            sha = run_git(path, "hash-object", "-w", "--no-filters", "--stdin", stdin=target).stdout.strip()
             entries.append(("120000", sha, name))
         elif stat.S_ISREG(info.st_mode):
             regular.append(("100755" if info.st_mode & stat.S_IXUSR else "100644", name))

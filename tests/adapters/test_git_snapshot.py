@@ -95,3 +95,15 @@ def test_finish_keeps_modes_symlinks_and_names_git_cannot_pass_on_a_line(run: Wo
     assert "120000" in next(line for line in listing.splitlines() if line.endswith("alias.py"))
     assert '"odd\\nname.txt"' in listing
     assert git(run.repo, "show", f"{sha}:win.bat") == "echo one\necho two"  # LF in the repository, as before
+
+
+def test_reset_does_not_follow_a_directory_swapped_for_a_symlink(run: Worktree, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "b.py").write_text("not the run's\n")
+    start = visit_start(run.path)
+    agent(run.path, f"rm -r pkg && ln -s '{outside}' pkg")
+    assert workspace_changes(run.path, start)[0] == ["pkg", "pkg/b.py"]
+    reset_workspace(run.path, start)
+    assert (outside / "b.py").read_text() == "not the run's\n" and sorted(p.name for p in outside.iterdir()) == ["b.py"]
+    assert not (run.path / "pkg").is_symlink() and (run.path / "pkg" / "b.py").read_text() == "y = 2\n"
