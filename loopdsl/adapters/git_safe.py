@@ -91,6 +91,16 @@ def run_git(cwd: Path, *args: str, check: bool = True, index_file: Path | None =
     return proc
 
 
+def z_fields(text: str) -> list[str]:
+    """The fields of git's `-z` output."""
+    return [f for f in text.split("\0") if f]
+
+
+def printable(name: str) -> str:
+    """A path as printable text (a name that is not UTF-8 keeps its bytes as escapes)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def identity_args(path: Path) -> list[str]:
     """`-c user.name/-c user.email` only when git cannot find an identity of the user's own."""
     author = run_git(path, "var", "GIT_AUTHOR_IDENT", check=False)

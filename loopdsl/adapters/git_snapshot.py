@@ -18,7 +18,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from .git_safe import WorkspaceError, identity_args, no_filter_args, run_git
+from .git_safe import WorkspaceError, identity_args, no_filter_args, printable, run_git, z_fields
 
 _GITLINK = "160000"
 # The message of a visit-start commit of uncommitted files: reset_workspace restores its
@@ -27,18 +27,14 @@ VISIT_START_MESSAGE = "loopdsl: workspace when the visit began\n"
 _DIFF_SAFE = ("--no-textconv", "--no-ext-diff", "--no-color", "--no-renames")
 
 
-def _z(text: str) -> list[str]:
-    return [f for f in text.split("\0") if f]
-
-
 def _listed(path: Path) -> tuple[dict[str, tuple[str, str]], list[str]]:
     """Tracked entries (path -> (mode, sha)) and untracked-not-ignored paths."""
     tracked: dict[str, tuple[str, str]] = {}
-    for record in _z(run_git(path, "ls-files", "-z", "--cached", "--stage").stdout):
+    for record in z_fields(run_git(path, "ls-files", "-z", "--cached", "--stage").stdout):
         meta, _, name = record.partition("\t")
         mode, sha, _stage = meta.split()
         tracked[name] = (mode, sha)
-    others = _z(run_git(path, "ls-files", "-z", "--others", "--exclude-standard").stdout)
+    others = z_fields(run_git(path, "ls-files", "-z", "--others", "--exclude-standard").stdout)
     # A nested repository is listed as "dir/": it is not part of the run's tree.
     return tracked, [name for name in others if not name.endswith("/")]
 
@@ -150,7 +146,7 @@ def visit_start(path: Path) -> str:
 
 def diff_names(path: Path, old: str, new: str) -> list[tuple[str, str]]:
     """(status letter, path) of every file that differs between two trees or commits."""
-    fields = _z(run_git(path, "diff-tree", "-r", "-z", "--name-status", *_DIFF_SAFE, old, new).stdout)
+    fields = z_fields(run_git(path, "diff-tree", "-r", "-z", "--name-status", *_DIFF_SAFE, old, new).stdout)
     return list(zip(fields[::2], fields[1::2]))
 
 
@@ -160,16 +156,11 @@ def workspace_changes(path: Path, since: str) -> tuple[list[str], str]:
     diff_stat is git's `--stat` text (file lines and the summary line), "" when nothing changed.
     """
     tree = snapshot_tree(path)
-    names = [_printable(name) for _, name in diff_names(path, since, tree)]
+    names = [printable(name) for _, name in diff_names(path, since, tree)]
     if not names:
         return [], ""
     stat_text = run_git(path, "diff-tree", "-r", "--stat=100", *_DIFF_SAFE, since, tree).stdout
     return names, stat_text.rstrip("\n")
-
-
-def _printable(name: str) -> str:
-    """A path as printable text (a name that is not UTF-8 keeps its bytes as escapes)."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def reset_workspace(path: Path, sha: str) -> None:

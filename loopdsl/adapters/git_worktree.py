@@ -20,8 +20,23 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime.redaction import Redactor
-from .git_safe import FALLBACK_EMAIL, FALLBACK_NAME, WorkspaceError, git_env, identity_args, no_filter_args, run_git
+from .git_safe import (
+    FALLBACK_EMAIL,
+    FALLBACK_NAME,
+    WorkspaceError,
+    git_env,
+    identity_args,
+    no_filter_args,
+    printable,
+    run_git,
+    z_fields,
+)
 from .git_snapshot import Snapshot, diff_names, resolve
+
+# Re-exported: callers and tests name them from here, where the worktree lives.
+__all__ = ["BRANCH_PREFIX", "CREDENTIAL_FILE", "FALLBACK_EMAIL", "FALLBACK_NAME", "SecretInCommit", "WorkspaceError",
+           "Worktree", "clean_worktrees", "create_worktree", "find_repo_root", "finish_worktree", "keep_worktree",
+           "open_worktree"]
 
 BRANCH_PREFIX = "loopdsl/"
 
@@ -152,10 +167,6 @@ class SecretInCommit(WorkspaceError):
     """What the run would commit holds a declared secret: nothing is committed."""
 
 
-def _z_fields(text: str) -> list[str]:
-    return [f for f in text.split("\0") if f]
-
-
 def _leave_out_credential_files(wt: Worktree, snap: Snapshot) -> str:
     """Drop (and delete) the credential files the run created from the snapshot; its tree."""
     created = [path for status, path in diff_names(wt.path, wt.base_commit, snap.tree())
@@ -171,7 +182,7 @@ def _new_blobs(wt: Worktree, tree: str) -> dict[str, str]:
     snapshot `tree` holds, and what commands of the run committed themselves since the base."""
     blobs: dict[str, str] = {}
     raw = _git(wt.path, "diff-tree", "-r", "-z", "--raw", "--no-abbrev", "--no-renames", wt.base_commit, tree).stdout
-    fields = _z_fields(raw)
+    fields = z_fields(raw)
     for meta, path in zip(fields[::2], fields[1::2]):
         new_id = meta.split()[3]
         if set(new_id) != {"0"}:  # a deletion has no new content
@@ -215,11 +226,6 @@ def _files_with_secrets(wt: Worktree, tree: str, redactor: Redactor) -> list[str
     return sorted(found)
 
 
-def _shown(path: str) -> str:
-    """A path as printable text (a name that is not UTF-8 keeps its bytes as escapes)."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
 def finish_worktree(wt: Worktree, message: str, secret_values: Iterable[str] = ()) -> str | None:
     """Commit every change onto the run's branch, then remove the worktree.
 
@@ -237,7 +243,7 @@ def finish_worktree(wt: Worktree, message: str, secret_values: Iterable[str] = (
         redactor = Redactor(secret_values)
         leaked = _files_with_secrets(wt, tree, redactor) if redactor else []
         if leaked:
-            _refuse_commit(wt, tree, [redactor(_shown(p)) for p in leaked])
+            _refuse_commit(wt, tree, [redactor(printable(p)) for p in leaked])
     head = resolve(wt.path, "HEAD")
     sha: str | None = None
     if tree != resolve(wt.path, "HEAD^{tree}"):
