@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..language.errors import LoopdslError
@@ -53,23 +54,30 @@ class WorkspaceError(LoopdslError):
         self.args = (f"{message}\n  hint: {hint}" if hint else message,)  # str() carries the hint too
 
 
-def git_env(index_file: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCATION_VARS}
+def git_env(index_file: Path | None = None, config: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in _REPO_LOCATION_VARS and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
     env["GIT_OPTIONAL_LOCKS"] = "0"
     env["GIT_TERMINAL_PROMPT"] = "0"
     if index_file is not None:
         env["GIT_INDEX_FILE"] = str(index_file)
+    # Config through the environment, not `-c`: `-c` splits at the first "=", so a driver
+    # named `a=b` could not be blanked that way; GIT_CONFIG_KEY_n takes any name.
+    for i, (key, value) in enumerate(sorted((config or {}).items())):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    if config:
+        env["GIT_CONFIG_COUNT"] = str(len(config))
     return env
 
 
 def run_git(cwd: Path, *args: str, check: bool = True, index_file: Path | None = None,
-            extra: tuple[str, ...] = (), stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`git <hardening> <extra> <args>` in `cwd`; a failure is a WorkspaceError when `check`."""
+            config: Mapping[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`git <hardening> <args>` in `cwd` with `config` set too; a failure is a WorkspaceError when `check`."""
     try:
         proc = subprocess.run(
-            ["git", *HARDENED, *extra, *args],
+            ["git", *HARDENED, *args],
             cwd=cwd,
-            env=git_env(index_file),
+            env=git_env(index_file, config),
             input=stdin,
             stdin=None if stdin is not None else subprocess.DEVNULL,
             capture_output=True,
@@ -110,8 +118,8 @@ def identity_args(path: Path) -> list[str]:
     return ["-c", f"user.name={FALLBACK_NAME}", "-c", f"user.email={FALLBACK_EMAIL}"]
 
 
-def no_filter_args(cwd: Path) -> tuple[str, ...]:
-    """`-c` overrides blanking every filter driver the repository's config defines.
+def no_filters(cwd: Path) -> dict[str, str]:
+    """Config blanking every filter driver the repository's config defines.
 
     Read at the moment of the call, so a driver added during the run is blanked too. An
     empty command is "no filter" to git, and `required=false` keeps a blank one from
@@ -119,12 +127,10 @@ def no_filter_args(cwd: Path) -> tuple[str, ...]:
     what is read back matches what was checked out.
     """
     proc = run_git(cwd, "config", "--name-only", "-z", "--get-regexp", r"^filter\.", check=False)
-    drivers = set()
-    for key in proc.stdout.split("\0"):
+    config: dict[str, str] = {}
+    for key in z_fields(proc.stdout):
         if key.count(".") >= 2:
-            drivers.add(key[len("filter."):key.rindex(".")])
-    args: list[str] = []
-    for name in sorted(drivers):
-        for field, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")):
-            args += ["-c", f"filter.{name}.{field}={value}"]
-    return tuple(args)
+            driver = key[len("filter."):key.rindex(".")]
+            for field, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")):
+                config[f"filter.{driver}.{field}"] = value
+    return config

@@ -3,7 +3,7 @@
 `git add` and `git commit` run the repository's hooks and filters; these functions do not.
 A snapshot hashes every tracked and untracked-not-ignored file into a throwaway index
 (GIT_INDEX_FILE in a temp directory) and writes a tree from it; the worktree's own index
-is never read for contents nor written. Filter drivers are blanked (git_safe.no_filter_args)
+is never read for contents nor written. Filter drivers are blanked (git_safe.no_filters)
 while built-in conversions (eol, ident) stay, so a file checked out and read back unchanged
 hashes to the blob it came from.
 
@@ -18,7 +18,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from .git_safe import WorkspaceError, identity_args, no_filter_args, printable, run_git, z_fields
+from .git_safe import WorkspaceError, identity_args, no_filters, printable, run_git, z_fields
 
 _GITLINK = "160000"
 # The message of a visit-start commit of uncommitted files: reset_workspace restores its
@@ -39,17 +39,17 @@ def _listed(path: Path) -> tuple[dict[str, tuple[str, str]], list[str]]:
     return tracked, [name for name in others if not name.endswith("/")]
 
 
-def _hash_files(path: Path, names: list[str], filters: tuple[str, ...]) -> list[str]:
+def _hash_files(path: Path, names: list[str], filters: dict[str, str]) -> list[str]:
     """Write the blobs of regular files `names` (relative to `path`); their ids in order."""
     simple = [n for n in names if "\n" not in n]
     ids: dict[str, str] = {}
     if simple:
-        out = run_git(path, "hash-object", "-w", "--stdin-paths", extra=filters,
+        out = run_git(path, "hash-object", "-w", "--stdin-paths", config=filters,
                       stdin="".join(f"{n}\n" for n in simple)).stdout.split()
         ids.update(zip(simple, out))
     for name in names:  # a name with a newline cannot go through --stdin-paths
         if name not in ids:
-            ids[name] = run_git(path, "hash-object", "-w", "--", name, extra=filters).stdout.strip()
+            ids[name] = run_git(path, "hash-object", "-w", "--", name, config=filters).stdout.strip()
     return [ids[n] for n in names]
 
 
@@ -91,7 +91,7 @@ def _index_entries(path: Path) -> list[tuple[str, str, str]]:
             entries.append(("120000", sha, name))
         elif stat.S_ISREG(info.st_mode):
             regular.append(("100755" if info.st_mode & stat.S_IXUSR else "100644", name))
-    ids = _hash_files(path, [name for _, name in regular], no_filter_args(path))
+    ids = _hash_files(path, [name for _, name in regular], no_filters(path))
     entries += [(mode, sha, name) for (mode, name), sha in zip(regular, ids)]
     return sorted(entries, key=lambda e: e[2])
 
@@ -178,11 +178,11 @@ def reset_workspace(path: Path, sha: str) -> None:
     branch_at = target
     if run_git(path, "cat-file", "commit", target).stdout.partition("\n\n")[2] == VISIT_START_MESSAGE:
         branch_at = resolve(path, f"{target}^1")  # a snapshot of uncommitted files: never on the branch
-    filters = no_filter_args(path)
+    filters = no_filters(path)
     # The current index says which files the checkout may delete; what the attempt left
     # untracked is removed by `clean` below (-ff: nested repositories too, -d: directories).
-    run_git(path, "read-tree", "--reset", "-u", target, extra=filters)
-    run_git(path, "clean", "-ffdq", "--", ".", extra=filters)
+    run_git(path, "read-tree", "--reset", "-u", target, config=filters)
+    run_git(path, "clean", "-ffdq", "--", ".", config=filters)
     run_git(path, "read-tree", branch_at)  # index only: earlier uncommitted work stays uncommitted
     head = resolve(path, "HEAD")
     if head != branch_at:

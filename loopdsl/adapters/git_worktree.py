@@ -26,7 +26,7 @@ from .git_safe import (
     WorkspaceError,
     git_env,
     identity_args,
-    no_filter_args,
+    no_filters,
     printable,
     run_git,
     z_fields,
@@ -121,7 +121,7 @@ def create_worktree(repo: Path, worktrees_dir: Path, run_id: str, base: str = "H
     worktrees_dir.mkdir(parents=True, exist_ok=True)
     # Pin the resolved commit, not the ref, so the recorded base is what was checked out.
     # The checkout runs no smudge filter or post-checkout hook of the repository (git_safe).
-    _git(root, "worktree", "add", "--quiet", "-b", branch, str(path), base_commit, extra=no_filter_args(root))
+    _git(root, "worktree", "add", "--quiet", "-b", branch, str(path), base_commit, config=no_filters(root))
     meta = {"repo": str(root), "branch": branch, "base_commit": base_commit}
     _meta_path(worktrees_dir, run_id).write_text(json.dumps(meta) + "\n")
     return Worktree(repo=root, path=path, branch=branch, base_commit=base_commit)

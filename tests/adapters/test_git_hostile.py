@@ -37,8 +37,9 @@ def _marker_script(path: Path, marks: Path, name: str, tail: str = "") -> str:
 def hostile_repo(tmp_path: Path) -> tuple[Path, Path]:
     """A committed repository, then config and hooks that leave a marker file when they run."""
     repo = make_repo(tmp_path / "repo", {
-        "a.txt": "alpha\n", "data.dat": "raw\n",
-        ".gitattributes": "*.txt filter=evil diff=evil\n*.dat filter=proc diff=ext\n",
+        "a.txt": "alpha\n", "data.dat": "raw\n", "notes.md": "notes\n",
+        # A driver named `odd=name` cannot be blanked with `git -c` (it splits at the first "=").
+        ".gitattributes": "*.txt filter=evil diff=evil\n*.dat filter=proc diff=ext\n*.md filter=odd=name\n",
     })
     marks, bin_dir = tmp_path / "marks", tmp_path / "bin"
     marks.mkdir()
@@ -48,6 +49,8 @@ def hostile_repo(tmp_path: Path) -> tuple[Path, Path]:
         "filter.evil.clean": _marker_script(bin_dir / "clean", marks, "clean", "cat\n"),
         "filter.evil.smudge": _marker_script(bin_dir / "smudge", marks, "smudge", "cat\n"),
         "filter.evil.required": "true",
+        "filter.odd=name.clean": _marker_script(bin_dir / "clean-odd", marks, "clean-odd", "cat\n"),
+        "filter.odd=name.smudge": _marker_script(bin_dir / "smudge-odd", marks, "smudge-odd", "cat\n"),
         "filter.proc.process": _marker_script(bin_dir / "process", marks, "process", "exit 1\n"),
         "diff.evil.textconv": _marker_script(bin_dir / "textconv", marks, "textconv", 'cat "$1"\n'),
         "diff.ext.command": _marker_script(bin_dir / "extdiff", marks, "extdiff"),
@@ -68,13 +71,14 @@ def test_no_command_of_the_repository_runs_during_a_whole_run(tmp_path: Path) ->
     (wt.path / "a.txt").write_text("alpha edited\n")
     (wt.path / "b.txt").write_text("new text\n")
     (wt.path / "data.dat").write_text("raw edited\n")
+    (wt.path / "notes.md").write_text("notes edited\n")
     start = visit_start(wt.path)
     (wt.path / "a.txt").write_text("attempt 1\n")
     assert workspace_changes(wt.path, start)[0] == ["a.txt"]
     reset_workspace(wt.path, start)
     assert (wt.path / "a.txt").read_text() == "alpha edited\n"
     files, stat = workspace_changes(wt.path, wt.base_commit)
-    assert files == ["a.txt", "b.txt", "data.dat"] and "3 files changed" in stat
+    assert files == ["a.txt", "b.txt", "data.dat", "notes.md"] and "4 files changed" in stat
     assert guard.changes() == []
     assert open_worktree(repo, worktrees, "run00001") == wt
     sha = finish_worktree(wt, "loopdsl: run")
@@ -83,7 +87,8 @@ def test_no_command_of_the_repository_runs_during_a_whole_run(tmp_path: Path) ->
 
     # A second run whose commit is refused (the branch moved back, changes staged), then cleaned.
     wt2 = create_worktree(repo, worktrees, "run00002")
-    tame = (f"git {' '.join(IDENTITY)} -c core.hooksPath=/dev/null -c core.fsmonitor=false "
+    tame = ("GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0='filter.odd=name.clean' GIT_CONFIG_VALUE_0= "
+            f"git {' '.join(IDENTITY)} -c core.hooksPath=/dev/null -c core.fsmonitor=false "
             "-c filter.evil.clean= -c filter.evil.required=false -c filter.proc.process=")
     agent(wt2.path, f"echo 'token s3cr3t-value' > c.txt && {tame} add c.txt && {tame} commit -qm leak")
     assert list(marks.iterdir()) == []
@@ -96,11 +101,12 @@ def test_no_command_of_the_repository_runs_during_a_whole_run(tmp_path: Path) ->
 
     # The control: plain git in the same repository does run them, so the assertion above can fail.
     (repo / "a.txt").write_text("user edit\n")
-    for args in (["add", "a.txt"], [*IDENTITY, "commit", "-qm", "user commit"], ["diff", "HEAD~1", "--", "a.txt"]):
+    (repo / "notes.md").write_text("user edit\n")
+    for args in (["add", "a.txt", "notes.md"], [*IDENTITY, "commit", "-qm", "user commit"], ["diff", "HEAD~1", "--", "a.txt"]):
         # The process filter (which fails on purpose) is the only one tamed here: it already ran.
         subprocess.run(["git", "-c", "filter.proc.process=", *args], cwd=repo, capture_output=True, check=False)
     (repo / "data.dat").write_text("user edit\n")
     subprocess.run(["git", "add", "data.dat"], cwd=repo, capture_output=True, check=False)  # fails: exit 1
     ran = {p.name for p in marks.iterdir()}
-    assert {"clean", "process", "fsmonitor", "hook-pre-commit", "hook-post-commit", "hook-reference-transaction",
+    assert {"clean", "clean-odd", "process", "fsmonitor", "hook-pre-commit", "hook-post-commit", "hook-reference-transaction",
             "textconv"} <= ran, ran
