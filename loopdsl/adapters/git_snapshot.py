@@ -131,13 +131,17 @@ def snapshot_tree(path: Path) -> str:
 
 
 def resolve(path: Path, rev: str) -> str:
-    return run_git(path, "rev-parse", "--verify", "--quiet", rev).stdout.strip()
+    """The object id `rev` names, or "" when it names none."""
+    proc = run_git(path, "rev-parse", "--verify", "--quiet", rev, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
 def visit_start(path: Path) -> str:
     """The commit to come back to: HEAD when the worktree is clean, else a commit of its files
     (child of HEAD, on no branch) so uncommitted work of earlier states is restored too."""
     head = resolve(path, "HEAD")
+    if not head:
+        raise WorkspaceError(f"{path} has no HEAD commit", "the run's worktree is damaged: start a new run")
     tree = snapshot_tree(path)
     if tree == resolve(path, "HEAD^{tree}"):
         return head

@@ -107,3 +107,11 @@ def test_reset_does_not_follow_a_directory_swapped_for_a_symlink(run: Worktree, 
     reset_workspace(run.path, start)
     assert (outside / "b.py").read_text() == "not the run's\n" and sorted(p.name for p in outside.iterdir()) == ["b.py"]
     assert not (run.path / "pkg").is_symlink() and (run.path / "pkg" / "b.py").read_text() == "y = 2\n"
+
+
+def test_reset_to_a_commit_that_is_gone_is_a_clear_error(run: Worktree) -> None:
+    from loopdsl.adapters.git_worktree import WorkspaceError
+    with pytest.raises(WorkspaceError) as info:
+        reset_workspace(run.path, "1" * 40)
+    assert "is not a commit" in info.value.message and "start a new run" in info.value.hint
+    assert (run.path / "a.py").read_text() == "x = 1\n"  # nothing was touched
