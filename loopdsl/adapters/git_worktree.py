@@ -4,7 +4,9 @@ Each run gets branch `loopdsl/<run-id>` checked out in `<worktrees_dir>/<run-id>
 the run store, whose `.gitignore` of `*` keeps the user's `git status` clean). Nothing
 here runs a command that writes the user's index, HEAD or working tree: worktrees have
 their own index and HEAD, and every git call sets GIT_OPTIONAL_LOCKS=0 so even read-only
-commands never refresh the user's index file.
+commands never refresh the user's index file. Every git call also runs no command the
+repository names (hooks, fsmonitor, filters: git_safe), and the run's work is committed
+with plumbing (git_snapshot), not `git add`/`git commit`.
 """
 from __future__ import annotations
 
@@ -15,25 +17,28 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ..language.errors import LoopdslError
 from ..runtime.redaction import Redactor
+from .git_safe import (
+    FALLBACK_EMAIL,
+    FALLBACK_NAME,
+    WorkspaceError,
+    git_env,
+    identity_args,
+    no_filters,
+    printable,
+    run_git,
+    z_fields,
+)
+from .git_snapshot import Snapshot, diff_names, resolve
+
+# Re-exported: callers and tests name them from here, where the worktree lives.
+__all__ = ["BRANCH_PREFIX", "CREDENTIAL_FILE", "FALLBACK_EMAIL", "FALLBACK_NAME", "SecretInCommit", "WorkspaceError",
+           "Worktree", "clean_worktrees", "create_worktree", "find_repo_root", "finish_worktree", "keep_worktree",
+           "open_worktree"]
 
 BRANCH_PREFIX = "loopdsl/"
-# Used only when the user has no identity configured (a fresh CI box, a container).
-FALLBACK_NAME = "loopdsl"
-FALLBACK_EMAIL = "loopdsl@localhost"
-# Variables that would point git at another repository or index than the one we name.
-_REPO_LOCATION_VARS = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_COMMON_DIR",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_NAMESPACE",
-    "GIT_PREFIX",
-)
 
 
 # Files that hold credentials by convention. A run never commits one it created, whatever
@@ -45,14 +50,6 @@ CREDENTIAL_FILE = re.compile(
 )
 
 
-class WorkspaceError(LoopdslError):
-    """A workspace problem the user can act on: what happened and how to fix it."""
-
-    def __init__(self, message: str, hint: str = "", exit_code: int | None = None) -> None:
-        super().__init__(message, hint, exit_code)
-        self.args = (f"{message}\n  hint: {hint}" if hint else message,)  # str() carries the hint too
-
-
 @dataclass(frozen=True)
 class Worktree:
     repo: Path
@@ -61,37 +58,8 @@ class Worktree:
     base_commit: str
 
 
-def _git_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCATION_VARS}
-    env["GIT_OPTIONAL_LOCKS"] = "0"
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    return env
-
-
-def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    try:
-        proc = subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            env=_git_env(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="surrogateescape",  # a file name need not be UTF-8
-            check=False,  # callers decide; failures become WorkspaceError below
-        )
-    except FileNotFoundError:
-        raise WorkspaceError(
-            "git is not installed (needed for `workspace: {worktree: true}`)",
-            "install git, or remove `workspace` from the loop",
-        ) from None
-    if check and proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip()
-        raise WorkspaceError(
-            f"`git {' '.join(args)}` failed in {cwd}: {detail}",
-            "fix the repository state shown above and retry",
-        )
-    return proc
+def _git(cwd: Path, *args: str, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return run_git(cwd, *args, check=check, **kw)
 
 
 def find_repo_root(path: Path) -> Path | None:
@@ -152,7 +120,8 @@ def create_worktree(repo: Path, worktrees_dir: Path, run_id: str, base: str = "H
         )
     worktrees_dir.mkdir(parents=True, exist_ok=True)
     # Pin the resolved commit, not the ref, so the recorded base is what was checked out.
-    _git(root, "worktree", "add", "--quiet", "-b", branch, str(path), base_commit)
+    # The checkout runs no smudge filter or post-checkout hook of the repository (git_safe).
+    _git(root, "worktree", "add", "--quiet", "-b", branch, str(path), base_commit, config=no_filters(root))
     meta = {"repo": str(root), "branch": branch, "base_commit": base_commit}
     _meta_path(worktrees_dir, run_id).write_text(json.dumps(meta) + "\n")
     return Worktree(repo=root, path=path, branch=branch, base_commit=base_commit)
@@ -194,40 +163,26 @@ def open_worktree(repo: Path, worktrees_dir: Path, run_id: str) -> Worktree | No
     return Worktree(repo=root, path=path, branch=branch, base_commit=base_commit)
 
 
-def _identity_args(path: Path) -> list[str]:
-    """`-c user.name/-c user.email` only when git cannot find an identity of the user's own."""
-    author = _git(path, "var", "GIT_AUTHOR_IDENT", check=False)
-    committer = _git(path, "var", "GIT_COMMITTER_IDENT", check=False)
-    if author.returncode == 0 and committer.returncode == 0:
-        return []
-    return ["-c", f"user.name={FALLBACK_NAME}", "-c", f"user.email={FALLBACK_EMAIL}"]
-
-
 class SecretInCommit(WorkspaceError):
     """What the run would commit holds a declared secret: nothing is committed."""
 
 
-def _z_fields(text: str) -> list[str]:
-    return [f for f in text.split("\0") if f]
-
-
-def _leave_out_credential_files(wt: Worktree) -> list[str]:
-    """Unstage (and delete) the credential files the run created; their paths."""
-    fields = _z_fields(_git(wt.path, "diff", "--cached", "--name-status", "-z", "--no-renames",
-                            wt.base_commit).stdout)
-    created = [path for status, path in zip(fields[::2], fields[1::2]) if status == "A" and CREDENTIAL_FILE.search(path)]
+def _leave_out_credential_files(wt: Worktree, snap: Snapshot) -> str:
+    """Drop (and delete) the credential files the run created from the snapshot; its tree."""
+    created = [path for status, path in diff_names(wt.path, wt.base_commit, snap.tree())
+               if status == "A" and CREDENTIAL_FILE.search(path)]
+    snap.remove(created)
     for path in created:
-        _git(wt.path, "rm", "--cached", "--quiet", "--", path)
         (wt.path / path).unlink(missing_ok=True)  # the worktree is removed; the file must not outlive the run
-    return created
+    return snap.tree()
 
 
-def _new_blobs(wt: Worktree) -> dict[str, str]:
-    """Blob id -> path of every file content the run would add to its branch: what is
-    staged now, and what commands of the run committed themselves since the base."""
+def _new_blobs(wt: Worktree, tree: str) -> dict[str, str]:
+    """Blob id -> path of every file content the run would add to its branch: what the
+    snapshot `tree` holds, and what commands of the run committed themselves since the base."""
     blobs: dict[str, str] = {}
-    raw = _git(wt.path, "diff", "--cached", "--raw", "-z", "--no-abbrev", "--no-renames", wt.base_commit).stdout
-    fields = _z_fields(raw)
+    raw = _git(wt.path, "diff-tree", "-r", "-z", "--raw", "--no-abbrev", "--no-renames", wt.base_commit, tree).stdout
+    fields = z_fields(raw)
     for meta, path in zip(fields[::2], fields[1::2]):
         new_id = meta.split()[3]
         if set(new_id) != {"0"}:  # a deletion has no new content
@@ -240,14 +195,14 @@ def _new_blobs(wt: Worktree) -> dict[str, str]:
     return blobs
 
 
-def _files_with_secrets(wt: Worktree, redactor: Redactor) -> list[str]:
+def _files_with_secrets(wt: Worktree, tree: str, redactor: Redactor) -> list[str]:
     """Paths (sorted) whose name or new content holds a secret, in any form the redactor knows."""
-    blobs = _new_blobs(wt)
+    blobs = _new_blobs(wt, tree)
     found = {path for path in blobs.values() if redactor(path) != path}
     ids = [object_id for object_id, path in blobs.items() if path not in found]
     if not ids:
         return sorted(found)
-    proc = subprocess.run(["git", "cat-file", "--batch"], cwd=wt.path, env=_git_env(), capture_output=True,
+    proc = subprocess.run(["git", "cat-file", "--batch"], cwd=wt.path, env=git_env(), capture_output=True,
                           input="".join(f"{i}\n" for i in ids).encode(), check=False)
     data, at = proc.stdout, 0
     if proc.returncode != 0 or data.count(b"\n") < len(ids):
@@ -271,56 +226,34 @@ def _files_with_secrets(wt: Worktree, redactor: Redactor) -> list[str]:
     return sorted(found)
 
 
-def _shown(path: str) -> str:
-    """A path as printable text (a name that is not UTF-8 keeps its bytes as escapes)."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
 def finish_worktree(wt: Worktree, message: str, secret_values: Iterable[str] = ()) -> str | None:
     """Commit every change onto the run's branch, then remove the worktree.
 
-    Credential files the run created are left out (see CREDENTIAL_FILE). When what would
-    be committed holds a declared secret in any form the redactor knows, nothing is
-    committed: SecretInCommit names the files, the branch is moved back to the base (so
-    commits a command made cannot be pushed) and the worktree is kept with the changes
-    staged. Returns the new commit sha, or None when there was nothing to commit.
+    The commit is made with plumbing (git_snapshot): no hook, filter or fsmonitor of the
+    repository runs, and the user's signing setup is not asked (they review, and may
+    re-sign, the branch when merging). Credential files the run created are left out (see
+    CREDENTIAL_FILE). When what would be committed holds a declared secret in any form the
+    redactor knows, nothing is committed: SecretInCommit names the files, the branch is
+    moved back to the base (so commits a command made cannot be pushed) and the worktree
+    is kept with the changes staged. Returns the new commit sha, or None when there was
+    nothing to commit.
     """
-    _git(wt.path, "add", "-A")
-    _leave_out_credential_files(wt)
-    redactor = Redactor(secret_values)
-    leaked = _files_with_secrets(wt, redactor) if redactor else []
-    if leaked:
-        if _git(wt.path, "rev-parse", "HEAD").stdout.strip() != wt.base_commit:
-            _git(wt.path, "reset", "--quiet", "--soft", wt.base_commit)
-        raise SecretInCommit(
-            f"not committing the run's changes: {', '.join(redactor(_shown(p)) for p in leaked)} "
-            "contain(s) the value of a declared secret",
-            f"the worktree {wt.path} is kept with the changes staged: remove the secret from the file "
-            "(pass it to the command through `env:` instead of writing it), or `loopdsl clean`",
-        )
-    staged = _git(wt.path, "diff", "--cached", "--quiet", check=False)
+    with Snapshot(wt.path) as snap:
+        tree = _leave_out_credential_files(wt, snap)
+        redactor = Redactor(secret_values)
+        leaked = _files_with_secrets(wt, tree, redactor) if redactor else []
+        if leaked:
+            _refuse_commit(wt, tree, [redactor(printable(p)) for p in leaked])
+    head = resolve(wt.path, "HEAD")
     sha: str | None = None
-    if staged.returncode not in (0, 1):
-        raise WorkspaceError(
-            f"could not inspect the changes in {wt.path}: {staged.stderr.strip()}",
-            "the worktree is kept; inspect it with git",
-        )
-    if staged.returncode == 1:
-        # Unattended commit to a side branch: the user's hooks and signing prompts would
-        # block or fail it; they review (and may re-sign) the branch when merging.
-        _git(
-            wt.path,
-            *_identity_args(wt.path),
-            "-c",
-            "commit.gpgsign=false",
-            "commit",
-            "--quiet",
-            "--no-verify",
-            "-m",
-            message,
-        )
-        sha = _git(wt.path, "rev-parse", "HEAD").stdout.strip()
-    removed = _git(wt.repo, "worktree", "remove", str(wt.path), check=False)
+    if tree != resolve(wt.path, "HEAD^{tree}"):
+        sha = _git(wt.path, *identity_args(wt.path), "commit-tree", tree, "-p", head, stdin=message).stdout.strip()
+        # With the old value, so a concurrent move of the branch fails instead of being lost.
+        _git(wt.path, "update-ref", "-m", "loopdsl: commit the run's work", "HEAD", sha, head)
+        # Staged, so the worktree reads clean to anyone who looks before it is removed.
+        _git(wt.path, "read-tree", sha)
+    # --force: everything not ignored was committed above, and ignored files never are.
+    removed = _git(wt.repo, "worktree", "remove", "--force", str(wt.path), check=False)
     if removed.returncode != 0:
         raise WorkspaceError(
             f"the run's work is on branch {wt.branch}, but its worktree {wt.path} could not "
@@ -329,6 +262,19 @@ def finish_worktree(wt: Worktree, message: str, secret_values: Iterable[str] = (
         )
     _meta_path(wt.path.parent, wt.path.name).unlink(missing_ok=True)
     return sha
+
+
+def _refuse_commit(wt: Worktree, tree: str, shown: list[str]) -> None:
+    """Move the branch back to the base, stage `tree` for inspection, raise SecretInCommit."""
+    head = resolve(wt.path, "HEAD")
+    if head != wt.base_commit:
+        _git(wt.path, "update-ref", "-m", "loopdsl: drop commits holding a secret", "HEAD", wt.base_commit, head)
+    _git(wt.path, "read-tree", tree)  # index only (no -u): the files stay as the run left them
+    raise SecretInCommit(
+        f"not committing the run's changes: {', '.join(shown)} contain(s) the value of a declared secret",
+        f"the worktree {wt.path} is kept with the changes staged: remove the secret from the file "
+        "(pass it to the command through `env:` instead of writing it), or `loopdsl clean`",
+    )
 
 
 def keep_worktree(wt: Worktree) -> None:
