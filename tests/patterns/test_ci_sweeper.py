@@ -1,4 +1,5 @@
-"""ci-sweeper end to end: a real failing test, scripted diffs through real git gates, a fix commit."""
+"""ci-sweeper end to end: a real failing test, a scripted agent whose tool calls really read,
+search and edit the run's worktree and run the tests there, the loop's own gates, a fix commit."""
 from __future__ import annotations
 
 import subprocess
@@ -52,13 +53,14 @@ class CalcTest(unittest.TestCase):
 
 
 class RecordingProvider(ScriptedProvider):
-    """The scripted provider, keeping every request so a test can read what the model was told."""
+    """The scripted provider, keeping every request so a test can read what the model was told
+    (and, for an agent, what its tools answered)."""
 
     requests: list[tuple[str, LlmRequest]]
 
-    async def complete(self, request: LlmRequest, *, state: str) -> LlmResponse:
+    async def complete(self, request: LlmRequest, *, state: str, attempt: int | None = None) -> LlmResponse:
         self.requests.append((state, request))
-        return await super().complete(request, state=state)
+        return await super().complete(request, state=state, attempt=attempt)
 
 
 def recording(script: Path) -> RecordingProvider:
@@ -73,6 +75,15 @@ def run_sweeper(repo: Path, store: Path, script: Path, **inputs: Any) -> tuple[A
     result = loopdsl.run(LOOP, {"test_command": TEST_COMMAND, **inputs}, provider=provider,
                          human=ScriptedHuman(provider.decision), store=store, workdir=repo)
     return result, provider
+
+
+def tool_results(request: LlmRequest) -> list[str]:
+    """What the tools answered, as the model read them, in order."""
+    return [m["content"] for m in request.messages if m["role"] == "tool"]
+
+
+def tool_calls(result: Any, state: str = "fix") -> list[tuple[str, bool]]:
+    return [(e["name"], e["ok"]) for e in result.events if e["type"] == "tool_call" and e["state"] == state]
 
 
 def suite_passes_at(repo: Path, ref: str, where: Path) -> bool:
@@ -90,7 +101,7 @@ def buggy_project(repo: Path) -> None:
     (repo / "scratch.txt").write_text("the user's own uncommitted work\n")
 
 
-def test_a_failing_test_is_fixed_after_feedback_from_both_gates(scratch_repo: Path, tmp_path: Path) -> None:
+def test_the_agent_fixes_the_failing_test_and_the_fix_is_committed(scratch_repo: Path, tmp_path: Path) -> None:
     buggy_project(scratch_repo)
     base = git(scratch_repo, "rev-parse", "HEAD").strip()
     before = checkout_snapshot(scratch_repo)
@@ -98,23 +109,27 @@ def test_a_failing_test_is_fixed_after_feedback_from_both_gates(scratch_repo: Pa
     result, provider = run_sweeper(scratch_repo, tmp_path / "store", REPLIES)
 
     assert result.status == "completed", result.state.error
-    assert result.path == ["run_tests", "collect", "propose", "apply", "propose", "apply",
-                           "review", "approve", "finalize", "fixed"]
-    assert result.outputs["outcome"] == "fixed"
-    assert result.outputs["changed"] == "calc.py"
-
-    # What the model was told: the real failure, the real source, then each gate's refusal.
-    proposals = [request for state, request in provider.requests if state == "propose"]
-    assert len(proposals) == 3
-    first = proposals[0].messages[-1]["content"]
-    assert "AssertionError: 1 != 1.5" in first and "=== calc.py ===" in first and CALC_BUGGY in first
-    assert "refused" not in first
-    assert "diff-applies" in proposals[1].messages[-1]["content"]
-    assert "patch does not apply" in proposals[1].messages[-1]["content"]
-    third = proposals[2].messages[-1]["content"]
-    assert "tests-pass" in third and "AssertionError: 1 != 1.5" in third.split("refused")[1]
+    assert result.path == ["run_tests", "fix", "diff", "review", "approve", "finalize", "fixed"]
+    assert result.outputs["outcome"] == "fixed" and result.outputs["changed"] == "calc.py"
+    # The agent's tools ran for real in the worktree: the search found mean, the file was
+    # read, the first edit left the test failing (the tool said so), the second fixed it.
+    assert tool_calls(result) == [("search_files", True), ("read_file", True), ("edit_file", True),
+                                  ("run_tests", False), ("edit_file", True), ("run_tests", True)]
+    turns = [request for state, request in provider.requests if state == "fix"]
+    assert len(turns) == 7
+    first = turns[0].messages[-1]["content"]
+    assert "AssertionError: 1 != 1.5" in first and "refused" not in first
+    assert {t["function"]["name"] for t in turns[0].tools} == {"read_file", "list_files", "search_files",
+                                                               "edit_file", "run_tests"}
+    answers = tool_results(turns[-1])
+    assert "calc.py" in answers[0] and "def mean" in answers[0]           # search_files
+    assert "return sum(values) // len(values)" in answers[1]              # read_file: the real file
+    assert "AssertionError: 1 != 1.5" in answers[3]                       # run_tests after the bad edit
+    assert '"exit_code": 0' in answers[5]                                 # run_tests after the fix
     reviews = [request for state, request in provider.requests if state == "review"]
-    assert len(reviews) == 1 and "return sum(values) / len(values)" in reviews[0].messages[-1]["content"]
+    assert len(reviews) == 1
+    shown = reviews[0].messages[-1]["content"]
+    assert "+    return sum(values) / len(values)" in shown and "-    return sum(values) // len(values)" in shown
 
     # The run branch holds exactly the approved fix, on top of the base, and its tests pass.
     run_branch = f"loopdsl/{result.run_id}"
@@ -125,6 +140,58 @@ def test_a_failing_test_is_fixed_after_feedback_from_both_gates(scratch_repo: Pa
     assert not suite_passes_at(scratch_repo, "main", tmp_path / "still-broken")
     assert git(scratch_repo, "worktree", "list", "--porcelain").count("worktree ") == 1
     assert checkout_snapshot(scratch_repo) == before
+    # Spent is what the scripted turns reported: seven fix turns and one review.
+    assert result.tokens == 15780 + 740
+
+
+def test_a_gate_refusal_and_the_reviewer_go_back_to_the_agent(scratch_repo: Path, tmp_path: Path) -> None:
+    buggy_project(scratch_repo)
+    before = checkout_snapshot(scratch_repo)
+    bad = "return round(sum(values) // len(values), 1)"
+    script = tmp_path / "feedback.replies.yaml"
+    YAML(typ="safe").dump({
+        "fix": [
+            # Visit 1, attempt 1: an escape attempt (refused, the run goes on), then a wrong
+            # edit the agent does not test: the loop's tests-pass gate refuses it.
+            {"tool_calls": [{"name": "read_file", "args": {"path": "../../scratch.txt"}},
+                            {"name": "edit_file", "args": {"path": "calc.py", "old": "return sum(values) // len(values)",
+                                                           "new": bad}}]},
+            '{"summary": "round the mean"}',
+            # Attempt 2, told why: the right edit.
+            {"tool_calls": [{"name": "edit_file", "args": {"path": "calc.py", "old": bad,
+                                                           "new": "return sum(values) / len(values)"}}]},
+            '{"summary": "true division in mean()"}',
+            # Visit 2, after the reviewer's rejection: a docstring the reviewer asked for.
+            {"tool_calls": [{"name": "edit_file", "args": {
+                "path": "calc.py", "old": '"""The arithmetic mean of a non-empty list of numbers."""',
+                "new": '"""The arithmetic mean of a non-empty list of numbers (true division)."""'}}]},
+            '{"summary": "true division in mean(), and the docstring says so"}',
+        ],
+        "review": [{"text": '{"verdict": "reject", "feedback": "Say in the docstring that mean() divides exactly."}'},
+                   {"text": '{"verdict": "accept", "feedback": "Good."}'}],
+        "approve": [{"decision": "approve", "comment": "ok"}],
+    }, script)
+
+    result, provider = run_sweeper(scratch_repo, tmp_path / "store", script)
+
+    assert result.status == "completed", result.state.error
+    assert result.path == ["run_tests", "fix", "diff", "review", "fix", "diff", "review", "approve", "finalize", "fixed"]
+    assert tool_calls(result) == [("read_file", False), ("edit_file", True), ("edit_file", True), ("edit_file", True)]
+    prompts = [request.messages[-1]["content"] for state, request in provider.requests
+               if state == "fix" and request.messages[-1]["role"] == "user"]
+    assert len(prompts) == 3  # one conversation per attempt
+    assert "refused" not in prompts[0]
+    assert "tests-pass" in prompts[1] and "AssertionError: 1 != 1.5" in prompts[1].split("refused")[1]
+    assert "Say in the docstring" in prompts[2]
+    first_turn = next(request for state, request in provider.requests if state == "fix")
+    escaped = [m for m in provider.requests[1][1].messages if m["role"] == "tool"][0]["content"]
+    assert "error" in escaped and "the user's own uncommitted work" not in escaped
+    assert first_turn.messages[-1]["role"] == "user"
+    run_branch = f"loopdsl/{result.run_id}"
+    fixed = git(scratch_repo, "show", f"{run_branch}:calc.py")
+    assert "return sum(values) / len(values)" in fixed and "(true division)" in fixed
+    assert suite_passes_at(scratch_repo, run_branch, tmp_path / "fixed")
+    assert checkout_snapshot(scratch_repo) == before
 
 
 def test_nothing_is_committed_when_the_person_rejects(scratch_repo: Path, tmp_path: Path) -> None:
@@ -132,14 +199,14 @@ def test_nothing_is_committed_when_the_person_rejects(scratch_repo: Path, tmp_pa
     base = git(scratch_repo, "rev-parse", "HEAD").strip()
     bundled = YAML(typ="safe").load(REPLIES.read_text())
     script = tmp_path / "reject.replies.yaml"
-    YAML(typ="safe").dump({"propose": [bundled["propose"][2]], "review": bundled["review"],
+    YAML(typ="safe").dump({"fix": bundled["fix"], "review": bundled["review"],
                            "approve": [{"decision": "reject", "comment": "not now"}]}, script)
     before = checkout_snapshot(scratch_repo)
 
     result, _ = run_sweeper(scratch_repo, tmp_path / "store", script)
 
     assert result.status == "failed"
-    assert result.path == ["run_tests", "collect", "propose", "apply", "review", "approve", "rejected"]
+    assert result.path == ["run_tests", "fix", "diff", "review", "approve", "rejected"]
     run_branch = f"loopdsl/{result.run_id}"
     assert git(scratch_repo, "rev-parse", run_branch).strip() == base   # no commit
     kept = Path(result.state.meta["worktree"]["path"])                  # kept for inspection
