@@ -282,7 +282,7 @@ def run_test(test: LoopTest, keep: bool = False) -> TestOutcome:
             script.write_text(json.dumps(test.script_data), encoding="utf-8")
         # Offline there is nothing to wait for: retry waits count against wall_time, unslept.
         result = loopdsl.run(test.loop, dict(test.inputs), script=script, store=root / "store", workdir=work,
-                             real_waits=False, **({"tool_stubs": test.tool_stubs} if test.tool_stubs else {}))
+                             real_waits=False, tool_stubs=test.tool_stubs or None)
         outcome.status = result.status
         outcome.failures = judge(test, result, work)
         outcome.passed = not outcome.failures
