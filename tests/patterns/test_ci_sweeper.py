@@ -2,6 +2,8 @@
 search and edit the run's worktree and run the tests there, the loop's own gates, a fix commit."""
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -236,3 +238,64 @@ def test_lint_strict_passes() -> None:
                                capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "0 errors, 0 warnings in 1 file" in completed.stdout + completed.stderr
+
+
+def fixer_turn(body: Any) -> Any:
+    """The fixer as a provider would answer over HTTP, by the conversation so far: search,
+    read, edit, run the tests, and answer only once the last test run passed."""
+    from stub_server import StubReply, tool_call
+
+    results = [m for m in body["messages"] if m["role"] == "tool"]
+    steps = [("search_files", {"pattern": "def mean"}), ("read_file", {"path": "calc.py"}),
+             ("edit_file", {"path": "calc.py", "old": "return sum(values) // len(values)",
+                            "new": "return sum(values) / len(values)"}),
+             ("run_tests", {})]
+    if len(results) < len(steps):
+        name, args = steps[len(results)]
+        return StubReply(text=None, tool_calls=[tool_call(name, args, f"call_http_{len(results)}")],
+                         prompt_tokens=900 + 150 * len(results), completion_tokens=25)
+    assert json.loads(results[-1]["content"])["exit_code"] == 0, results[-1]["content"]
+    return StubReply(text='{"summary": "mean() used floor division; it now divides exactly."}',
+                     prompt_tokens=1600, completion_tokens=30)
+
+
+def critic_turn(body: Any) -> Any:
+    from stub_server import StubReply
+
+    return StubReply(text='{"verdict": "accept", "feedback": "Fixes the cause; minimal."}',
+                     prompt_tokens=700, completion_tokens=20)
+
+
+def test_over_litellm_http_the_fix_is_committed_and_spent_equals_billed(
+        scratch_repo: Path, tmp_path: Path, stub_server: Any) -> None:
+    """The same loop, its models pointed at the loopback stubs (the fixer speaks OpenAI's
+    format, the reviewer Anthropic's): LiteLLM's real tool-call path, end to end."""
+    from loopdsl.adapters.litellm import ensure_litellm
+
+    ensure_litellm()
+    buggy_project(scratch_repo)
+    copy = tmp_path / "pattern"
+    (copy / "loops").mkdir(parents=True)
+    (copy / "skills" / "ci-sweeper").mkdir(parents=True)
+    shutil.copy(LOOPS_DIR.parent / "skills" / "ci-sweeper" / "SKILL.md", copy / "skills" / "ci-sweeper" / "SKILL.md")
+    text = LOOP.read_text()
+    text = text.replace("fixer: {model: openai/gpt-4o-mini,", f"fixer: {{model: openai/gpt-4o-mini, api_base: {stub_server.api_base},")
+    text = text.replace("critic: {model: anthropic/claude-haiku-4-5,",
+                        f"critic: {{model: anthropic/claude-haiku-4-5, api_base: {stub_server.anthropic_api_base},")
+    (copy / "loops" / "ci-sweeper.yaml").write_text(text)
+    stub_server.responder = lambda body: fixer_turn(body) if body.get("tools") else critic_turn(body)
+    before = checkout_snapshot(scratch_repo)
+
+    result = loopdsl.run(copy / "loops" / "ci-sweeper.yaml", {"test_command": TEST_COMMAND},
+                         human=ScriptedHuman(lambda state: {"decision": "approve", "comment": "ok"}),
+                         store=tmp_path / "store", workdir=scratch_repo)
+
+    assert result.status == "completed", result.state.error
+    assert result.path == ["run_tests", "fix", "diff", "review", "approve", "finalize", "fixed"]
+    assert tool_calls(result) == [("search_files", True), ("read_file", True), ("edit_file", True), ("run_tests", True)]
+    assert stub_server.responder_errors == [] and len(stub_server.requests) == 6
+    assert result.tokens == stub_server.billed["prompt_tokens"] + stub_server.billed["completion_tokens"]
+    run_branch = f"loopdsl/{result.run_id}"
+    assert git(scratch_repo, "diff", "--name-only", "main", run_branch).split() == ["calc.py"]
+    assert suite_passes_at(scratch_repo, run_branch, tmp_path / "fixed")
+    assert checkout_snapshot(scratch_repo) == before
