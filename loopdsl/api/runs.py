@@ -237,8 +237,12 @@ def stubbed_tool_kinds(kinds: dict[str, Any], stubs: Mapping[str, Any] | None) -
         return kinds
     from ..runtime.tools.stubs import ToolStub, stubbed_kinds  # only loop tests stub tools
 
-    return stubbed_kinds(kinds, {name: stub if isinstance(stub, ToolStub) else ToolStub(**stub)
-                                 for name, stub in stubs.items()})
+    try:
+        parsed = {name: stub if isinstance(stub, ToolStub) else ToolStub.from_mapping(name, stub)
+                  for name, stub in stubs.items()}
+    except ValueError as exc:
+        raise UsageError(str(exc), 'give each stubbed tool {"result": ...} or {"error": "..."}') from None
+    return stubbed_kinds(kinds, parsed)
 
 
 def open_store(store: str | Path | RunStore | None, near: Path, *, create: bool = True) -> RunStore:

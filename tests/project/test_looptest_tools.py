@@ -145,3 +145,12 @@ def test_stub_and_expectation_mistakes_are_test_file_errors(project: Path, tools
         load_tests(path)
     assert message in str(info.value)
     assert info.value.line > 1
+
+
+@pytest.mark.parametrize("stub", [{}, {"result": 1, "error": "x"}, {"error": ""}, {"answer": 1}, "posted"])
+def test_a_malformed_stub_from_python_is_a_usage_error(project: Path, stub: Any) -> None:
+    from loopdsl.api.runs import UsageError
+
+    with pytest.raises(UsageError) as info:
+        run_with_stubs(project, {"notify": stub}, TURNS)
+    assert "the stub of tool 'notify'" in info.value.message

@@ -32,6 +32,19 @@ class ToolStub:
     error: str | None = None
     description: str | None = None  # offered when the real description is unknown (MCP)
 
+    @classmethod
+    def from_mapping(cls, name: str, raw: Any) -> ToolStub:
+        """`{result}` or `{error}` (and maybe `description`), as a loop test writes it;
+        ValueError saying what is wrong otherwise."""
+        keys = set(raw) if isinstance(raw, Mapping) else set()
+        if not isinstance(raw, Mapping) or not keys <= {"result", "error", "description"} \
+                or len(keys & {"result", "error"}) != 1:
+            raise ValueError(f"the stub of tool {name!r} must be a mapping with exactly one of `result` or "
+                             f"`error` (and maybe `description`), not {raw!r:.200}")
+        if "error" in raw and not (isinstance(raw["error"], str) and raw["error"]):
+            raise ValueError(f"the stub of tool {name!r}: `error` must be a non-empty string")
+        return cls(result=raw.get("result"), error=raw.get("error"), description=raw.get("description"))
+
     def outcome(self) -> ToolOutcome:
         if self.error is not None:
             return ToolOutcome(ok=False, error=self.error, extra={"stubbed": True})
