@@ -119,11 +119,12 @@ def _finish_workspace(state: RunState, engine: Engine) -> None:
 async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, lock: RunLock, *, workdir: Path,
                    script: Any, provider: Any, human: Any, cache: bool,
                    listeners: Iterable[Callable[[dict[str, Any]], None]],
-                   first: list[dict[str, Any]] | None = None, real_waits: bool = True) -> RunResult:
+                   first: list[dict[str, Any]] | None = None, real_waits: bool = True,
+                   tool_stubs: Mapping[str, Any] | None = None) -> RunResult:
     ports = make_ports(compiled.loop, script=script, provider=provider, human=human, workdir=workdir,
                        listeners=listeners, run_log=StoreRunLog(store, state.run_id, lock),
                        responses=StoreResponses(store, lock), use_cache=cache, asked=state.meta.get("asked"),
-                       real_waits=real_waits)
+                       real_waits=real_waits, tool_stubs=tool_stubs)
     engine = Engine(compiled, state, ports)
     for event in first or ():
         engine.emit(event.pop("type"), **event)
@@ -134,7 +135,8 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
 
 async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, script: Any, provider: Any, human: Any,
                       store: RunStore, workdir: Path, cache: bool,
-                      listeners: Iterable[Callable[[dict[str, Any]], None]], real_waits: bool = True) -> RunResult:
+                      listeners: Iterable[Callable[[dict[str, Any]], None]], real_waits: bool = True,
+                      tool_stubs: Mapping[str, Any] | None = None) -> RunResult:
     loop = compiled.loop
     run_id = store.new_run_id()
     meta = {
@@ -172,7 +174,8 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
         started = {"type": "start", "loop": loop.name, "run_id": run_id, "inputs": dict(values), "workdir": str(run_dir),
                    "caps": budget_caps(loop)}
         return await _execute(compiled, state, store, lock, workdir=run_dir, script=script, provider=provider,
-                              human=human, cache=cache, listeners=listeners, first=[started], real_waits=real_waits)
+                              human=human, cache=cache, listeners=listeners, first=[started], real_waits=real_waits,
+                              tool_stubs=tool_stubs)
 
 
 def budget_caps(loop: Any) -> dict[str, Any]:

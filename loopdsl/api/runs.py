@@ -183,6 +183,7 @@ def make_ports(
     use_cache: bool,
     asked: Mapping[str, int] | None = None,
     real_waits: bool = True,
+    tool_stubs: Mapping[str, Any] | None = None,
 ) -> Ports:
     scripted = None
     if script is not None:
@@ -225,9 +226,23 @@ def make_ports(
         children=LoopFileChildren(),
         run_log=run_log if run_log is not None else MemoryRunLog(),
         responses=responses if responses is not None else MemoryResponses(),
-        tool_kinds=adapter_tool_kinds(),
+        tool_kinds=stubbed_tool_kinds(adapter_tool_kinds(), tool_stubs),
         coding_cli=run_cli,
     )
+
+
+def stubbed_tool_kinds(kinds: dict[str, Any], stubs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The tool kinds of a run, with a loop test's stubbed tools answering for themselves."""
+    if not stubs:
+        return kinds
+    from ..runtime.tools.stubs import ToolStub, stubbed_kinds  # only loop tests stub tools
+
+    try:
+        parsed = {name: stub if isinstance(stub, ToolStub) else ToolStub.from_mapping(name, stub)
+                  for name, stub in stubs.items()}
+    except ValueError as exc:
+        raise UsageError(str(exc), 'give each stubbed tool {"result": ...} or {"error": "..."}') from None
+    return stubbed_kinds(kinds, parsed)
 
 
 def open_store(store: str | Path | RunStore | None, near: Path, *, create: bool = True) -> RunStore:
@@ -273,17 +288,21 @@ def run(
     listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
     input_strings: Mapping[str, str] | None = None,
     real_waits: bool = True,
+    tool_stubs: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Run a loop to its end (or until it waits for a person).
 
     `store=None` runs in memory unless the loop needs a store (a worktree);
     `store=True` uses the default store (`.loopdsl/` at the repository root);
     a path or a RunStore uses that one. `real_waits=False` (loop tests) counts the
-    waits before retries against `budget.wall_time` without sleeping through them.
+    waits before retries against `budget.wall_time` without sleeping through them;
+    `tool_stubs` (loop tests) maps an agent tool's name to what its calls answer instead
+    of running (`{"result": ...}` or `{"error": ...}`, runtime/tools/stubs.py).
     """
     return asyncio.run(
         arun(loop, inputs, script=script, provider=provider, human=human, store=store, workdir=workdir,
-             cache=cache, listeners=listeners, input_strings=input_strings, real_waits=real_waits)
+             cache=cache, listeners=listeners, input_strings=input_strings, real_waits=real_waits,
+             tool_stubs=tool_stubs)
     )
 
 
@@ -300,6 +319,7 @@ async def arun(
     listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
     input_strings: Mapping[str, str] | None = None,
     real_waits: bool = True,
+    tool_stubs: Mapping[str, Any] | None = None,
 ) -> RunResult:
     listeners = list(listeners)
     model = resolve_loop(loop)
@@ -311,7 +331,7 @@ async def arun(
     durable = store is not None and store is not False or model.workspace.worktree
     if not durable:
         ports = make_ports(model, script=script, provider=provider, human=human, workdir=where,
-                           listeners=listeners, use_cache=cache, real_waits=real_waits)
+                           listeners=listeners, use_cache=cache, real_waits=real_waits, tool_stubs=tool_stubs)
         state = new_run_state(model, "mem-" + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
         engine = Engine(compiled, state, ports)
         await engine.execute()
@@ -321,7 +341,8 @@ async def arun(
     opened = open_store(None if isinstance(store, bool) else store, where)
     try:
         return await run_durable(compiled, values, script=script, provider=provider, human=human,
-                                 store=opened, workdir=where, cache=cache, listeners=listeners, real_waits=real_waits)
+                                 store=opened, workdir=where, cache=cache, listeners=listeners, real_waits=real_waits,
+                                 tool_stubs=tool_stubs)
     finally:
         if opened is not store:  # ours to close; a RunStore passed in stays open for its owner
             opened.close()

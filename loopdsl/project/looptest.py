@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from .testfile import LoopTest, TestFileError, load_tests
+from .testfile import LoopTest, TestFileError, ToolCallExpectation, load_tests
 
 SETUP_TIMEOUT_S = 120
 MAX_PARALLEL_TESTS = 4
@@ -148,6 +148,70 @@ def _same(expected: Any, actual: Any) -> bool:
     return False
 
 
+def tool_calls_made(events: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Agent state -> its tool calls in execution order (`tool_call` events, a sub-loop's
+    too), each with the arguments its attempt's result recorded (None when not recorded)."""
+    calls: dict[str, list[dict[str, Any]]] = {}
+    # The calls of an attempt come before the event that ends it (ok, retry, failed), whose
+    # result lists them with their arguments; call ids repeat across attempts, so the
+    # arguments are matched to the calls still waiting for them.
+    waiting: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
+
+    def read(stream: Iterable[dict[str, Any]], run: str) -> None:
+        for event in stream:
+            if event.get("type") == "child" and isinstance(event.get("event"), dict):
+                read([event["event"]], str(event.get("run_id")))
+                continue
+            state = str(event.get("state"))
+            if event.get("type") == "tool_call":
+                call = {"name": event.get("name"), "ok": event.get("ok"), "error": event.get("error"), "args": None}
+                calls.setdefault(state, []).append(call)
+                waiting.setdefault((run, state), []).append((str(event.get("id")), call))
+            result = event.get("result")
+            if isinstance(result, dict) and isinstance(result.get("tool_calls"), list):
+                args = {str(r.get("id")): r.get("args") for r in result["tool_calls"] if isinstance(r, dict)}
+                for call_id, call in waiting.pop((run, state), []):
+                    call["args"] = args.get(call_id)
+
+    read(events, "")
+    return calls
+
+
+def _call_problem(expected: ToolCallExpectation, actual: dict[str, Any]) -> str | None:
+    if expected.name != actual["name"]:
+        return f"expected {expected.name}, got {actual['name']}"
+    if expected.ok is not None and expected.ok != actual["ok"]:
+        why = f" ({actual['error']})" if actual["error"] else ""
+        return f"{expected.name}: expected ok {str(expected.ok).lower()}, got {str(actual['ok']).lower()}{why}"
+    if expected.error is not None and not re.search(expected.error, str(actual["error"] or "")):
+        return f"{expected.name}: error {actual['error']!r} does not contain /{expected.error}/"
+    for key, value in (expected.args or {}).items():
+        args = actual["args"] if isinstance(actual["args"], dict) else {}
+        if key not in args or args[key] != value:
+            return f"{expected.name}: expected args.{key} = {value!r}, got {args.get(key, '(missing)')!r}"
+    return None
+
+
+def _judge_tool_calls(test: LoopTest, result: Any) -> list[str]:
+    if not test.expect.tool_calls:
+        return []
+    made = tool_calls_made(result.events)
+    failures = []
+    for state, expected in test.expect.tool_calls.items():
+        actual = made.get(state, [])
+        names = ", ".join(str(c["name"]) for c in actual) or "none"
+        if len(actual) != len(expected):
+            wanted = ", ".join(e.name for e in expected) or "none"
+            failures.append(f"tool_calls.{state}: expected {len(expected)} call(s) ({wanted}), got {len(actual)} ({names})")
+            continue
+        for i, (want, got) in enumerate(zip(expected, actual), start=1):
+            problem = _call_problem(want, got)
+            if problem is not None:
+                failures.append(f"tool_calls.{state}[{i}]: {problem} (calls: {names})")
+                break
+    return failures
+
+
 def judge(test: LoopTest, result: Any, work: Path) -> list[str]:
     """Every way the run missed the test's expectations (empty: passed)."""
     exp = test.expect
@@ -182,7 +246,7 @@ def judge(test: LoopTest, result: Any, work: Path) -> list[str]:
     for key, cap in exp.spend.items():
         if spent[key] > cap:
             failures.append(f"spend.{key}: {spent[key]:g} is over the expected maximum {cap:g}")
-    return failures
+    return failures + _judge_tool_calls(test, result)
 
 
 def _loop_needs_repo(loop_path: Path) -> bool:
@@ -218,7 +282,7 @@ def run_test(test: LoopTest, keep: bool = False) -> TestOutcome:
             script.write_text(json.dumps(test.script_data), encoding="utf-8")
         # Offline there is nothing to wait for: retry waits count against wall_time, unslept.
         result = loopdsl.run(test.loop, dict(test.inputs), script=script, store=root / "store", workdir=work,
-                             real_waits=False)
+                             real_waits=False, tool_stubs=test.tool_stubs or None)
         outcome.status = result.status
         outcome.failures = judge(test, result, work)
         outcome.passed = not outcome.failures

@@ -8,12 +8,15 @@ A test file holds one test (a mapping with `loop:`) or several (`tests: [...]`):
     setup: |                              # optional shell, run in the test's workspace first
       git init -q -b main && ...
     copy: true                            # copy this file's folder into the workspace (default)
+    tools:                                # optional: what an agent's tool answers instead of running
+      issues__get_issue: {result: {number: 7, title: "crash on start"}}
     expect:
       status: completed
       path_prefix: [commits, todos]
       outputs: {items: "5"}
       files: ["triage/*.md", {path: "triage/*.md", matches: "P0"}]
       spend: {tokens: 20000, cost_usd: 0.05, steps: 12}
+      tool_calls: {fix: [read_file, {name: run_tests, ok: true}]}   # per agent state, in order
 
 The shape is checked by schemas/test.schema.json (the schema editors use, with every
 problem at file:line:col); this module checks what a schema cannot: that the loop and
@@ -68,6 +71,14 @@ class FileExpectation:
 
 
 @dataclass(frozen=True)
+class ToolCallExpectation:
+    name: str
+    ok: bool | None = None  # None: either
+    error: str | None = None  # a regular expression the call's error must contain
+    args: Mapping[str, Any] | None = None  # arguments the call must have had (others may be there too)
+
+
+@dataclass(frozen=True)
 class Expect:
     status: str | None = None
     path: tuple[str, ...] | None = None
@@ -75,6 +86,8 @@ class Expect:
     outputs: Mapping[str, Any] = field(default_factory=dict)
     files: tuple[FileExpectation, ...] = ()
     spend: Mapping[str, float] = field(default_factory=dict)
+    # agent state -> its tool calls in execution order, over all visits and attempts
+    tool_calls: Mapping[str, tuple[ToolCallExpectation, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,7 @@ class LoopTest:
     setup: str | None = None
     copy: bool = True
     expect: Expect = field(default_factory=Expect)
+    tool_stubs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # tool name -> {result}|{error}
 
     @property
     def label(self) -> str:
@@ -118,6 +132,26 @@ def _files(doc: Document, file: Path, node: Any, at: YamlPath) -> tuple[FileExpe
     return tuple(out)
 
 
+def _tool_calls(doc: Document, file: Path, node: Mapping[str, Any], at: YamlPath) -> dict[str, tuple[ToolCallExpectation, ...]]:
+    out = {}
+    for state, calls in node.items():
+        items = []
+        for i, call in enumerate(calls):
+            if isinstance(call, str):
+                items.append(ToolCallExpectation(call))
+                continue
+            error = call.get("error")
+            if error is not None:
+                try:
+                    re.compile(error)
+                except re.error as exc:
+                    raise _fail(doc, file, at + (state, i, "error"),
+                                f"`error` of tool call {i + 1} of {state} is not a valid regular expression: {exc}") from None
+            items.append(ToolCallExpectation(call["name"], call.get("ok"), error, call.get("args")))
+        out[str(state)] = tuple(items)
+    return out
+
+
 def _expect(doc: Document, file: Path, node: Mapping[str, Any] | None, at: YamlPath) -> Expect:
     if not node:
         return Expect()
@@ -129,6 +163,7 @@ def _expect(doc: Document, file: Path, node: Mapping[str, Any] | None, at: YamlP
         outputs=dict(node.get("outputs") or {}),
         files=_files(doc, file, node["files"], at + ("files",)) if "files" in node else (),
         spend={str(k): float(v) for k, v in spend.items()},
+        tool_calls=_tool_calls(doc, file, node["tool_calls"], at + ("tool_calls",)) if "tool_calls" in node else {},
     )
 
 
@@ -149,7 +184,8 @@ def _one(doc: Document, file: Path, node: Mapping[str, Any], at: YamlPath, defau
                     inputs=dict(node.get("inputs") or {}),
                     script_data=script if isinstance(script, Mapping) else None,
                     script_path=script_path, setup=node.get("setup"), copy=node.get("copy", True),
-                    expect=_expect(doc, file, node.get("expect"), at + ("expect",)))
+                    expect=_expect(doc, file, node.get("expect"), at + ("expect",)),
+                    tool_stubs={str(k): dict(v) for k, v in (node.get("tools") or {}).items()})
 
 
 def test_name_for(file: Path) -> str:

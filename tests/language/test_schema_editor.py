@@ -245,7 +245,7 @@ def test_test_files_and_reply_scripts_complete_from_their_schemas(lsp: tuple[Lsp
     test_text, line, character = _cursor(modeline("test.schema.json") + (
         "loop: demo.yaml\nexpect:\n  status: completed\n  @@\n"), "@@")
     labels = client.completion_labels(client.open(root / "demo.test.yaml", test_text), line, character)
-    assert set(labels) == {"path", "path_prefix", "outputs", "files", "spend"}
+    assert set(labels) == {"path", "path_prefix", "outputs", "files", "spend", "tool_calls"}
     replies, line, character = _cursor(modeline("replies.schema.json") + (
         "draft:\n  - text: hello\n  - error: rate_limit\n    @@\n"), "@@")
     labels = client.completion_labels(client.open(root / "demo.replies.yaml", replies), line, character)

@@ -1,4 +1,5 @@
-"""pr-babysitter end to end: real branches, real test runs, scripted model, reports on the run branch."""
+"""pr-babysitter end to end: real branches, real test runs, a scripted review agent whose read-only
+tools really read each branch, scripted model, reports on the run branch."""
 from __future__ import annotations
 
 import json
@@ -6,10 +7,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import loopdsl
+from loopdsl.adapters.litellm import ScriptedProvider
 
 from .conftest import (
     LOOPS_DIR,
@@ -77,8 +80,12 @@ def test_local_branches_get_reports_with_verdicts(scratch_repo: Path, tmp_path: 
     assert result.path == ["list_prs", "prs", "check_each", "tally", "tidy", "write_index", "done"]
     assert json.loads(result.outputs["verdicts"]) == {"feature/docs": "pass", "fix/subtract": "fail"}
     assert (result.outputs["checked"], result.outputs["failing"]) == (2, 1)
-    # The model was asked once, for the failing branch only.
-    assert result.tokens == scripted_tokens("summarise")
+    # The summariser was asked once, for the failing branch only; the reviewer on both.
+    assert result.tokens == scripted_tokens("summarise") + scripted_tokens("review")
+    review_calls = [(e["run_id"].rsplit("/", 1)[-1], e["event"]["name"], e["event"]["ok"]) for e in result.events
+                    if e["type"] == "child" and e["event"]["type"] == "tool_call"]
+    assert review_calls == [("0", "branch_diff", True), ("1", "branch_diff", True), ("1", "branch_grep", True),
+                            ("1", "branch_file", True)]
 
     run_branch = f"loopdsl/{result.run_id}"
     assert branches(scratch_repo) == branches_before | {run_branch}
@@ -96,8 +103,10 @@ def test_local_branches_get_reports_with_verdicts(scratch_repo: Path, tmp_path: 
     passing = git(scratch_repo, "show", f"{run_branch}:reports/feature/docs.md")
     assert "Verdict: **pass**" in passing and tips["feature/docs"][:7] in passing
     index = git(scratch_repo, "show", f"{run_branch}:reports/README.md")
-    assert "| feature/docs |  | pass | [feature/docs.md](feature/docs.md) |" in index
-    assert "| fix/subtract |  | fail | [fix/subtract.md](fix/subtract.md) |" in index
+    assert "| feature/docs |  | pass | looks good | [feature/docs.md](feature/docs.md) |" in index
+    assert "| fix/subtract |  | fail | concerns | [fix/subtract.md](fix/subtract.md) |" in index
+    assert "Verdict: **concerns**" in failing and "- `calc.py:2`: add() now subtracts" in failing
+    assert "Verdict: **looks good**" in passing
     assert "already-merged" not in index
     assert "base `main`" in index                                   # found, not given
 
@@ -192,6 +201,42 @@ def test_pull_requests_are_commented_only_after_approval(
     assert checkout_snapshot(scratch_repo) == before
 
 
+def test_the_review_tools_read_the_branch_and_refuse_what_is_not_in_it(scratch_repo: Path, tmp_path: Path) -> None:
+    build_project(scratch_repo)
+    from ruamel.yaml import YAML
+
+    pwned = tmp_path / "pwned"
+    bundled = YAML(typ="safe").load(REPLIES.read_text())
+    hostile = [{"tool_calls": [{"name": "branch_file", "args": {"path": "../../../../etc/passwd"}},
+                               {"name": "branch_file", "args": {"path": "docs/usage.md"}},
+                               {"name": "branch_grep", "args": {"pattern": f"--open-files-in-pager=touch {pwned}"}},
+                               {"name": "branch_diff", "args": {"extra": "not a param"}}]},
+               '{"verdict": "looks_good", "summary": "docs only", "findings": []}']
+    script = tmp_path / "hostile.replies.yaml"
+    YAML(typ="safe").dump({"review": hostile + bundled["review"][2:], "summarise": bundled["summarise"]}, script)
+    before = checkout_snapshot(scratch_repo)
+    asked: list[Any] = []
+
+    class Recording(ScriptedProvider):
+        async def complete(self, request: Any, *, state: str, attempt: int | None = None) -> Any:
+            asked.append((state, request))
+            return await super().complete(request, state=state, attempt=attempt)
+
+    provider = Recording.from_data(YAML(typ="safe").load(script.read_text()), str(script))
+    result = loopdsl.run(LOOP, {"source": "git", "test_command": TEST_COMMAND}, provider=provider,
+                         store=tmp_path / "store", workdir=scratch_repo)
+
+    assert result.status == "completed", result.state.error
+    second_turn = [request for state, request in asked if state == "review"][1]
+    answers = [m["content"] for m in second_turn.messages if m["role"] == "tool"]
+    assert len(answers) == 4
+    assert "error" in answers[0] and "root:" not in answers[0]           # outside the repository: nothing read
+    assert "Call calc.add(a, b)." in answers[1]                          # the branch's own file
+    assert "exit code 1" in answers[2] and not pwned.exists()            # a pattern, never an option
+    assert "invalid arguments" in answers[3]                             # extra arguments refused
+    assert checkout_snapshot(scratch_repo) == before
+
+
 def test_lint_strict_passes() -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "loopdsl", "lint", "--strict", str(LOOP), str(LOOPS_DIR / "parts" / "pr-check.yaml")],
@@ -215,7 +260,8 @@ def test_an_unanswered_checkpoint_posts_nothing_until_approved(
     from ruamel.yaml import YAML
 
     script = tmp_path / "no-decision.replies.yaml"     # the model's replies, but no person's decision
-    YAML(typ="safe").dump({"summarise": YAML(typ="safe").load(REPLIES.read_text())["summarise"]}, script)
+    bundled = YAML(typ="safe").load(REPLIES.read_text())
+    YAML(typ="safe").dump({"review": bundled["review"], "summarise": bundled["summarise"]}, script)
     store = tmp_path / "store"
 
     waiting = loopdsl.run(LOOP, {"test_command": TEST_COMMAND}, script=script, store=store, workdir=scratch_repo)
