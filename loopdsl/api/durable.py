@@ -21,10 +21,14 @@ from .runs import (
     new_run_state,
     open_store,
     ready_to_call_models,
+    secret_values,
     uses_model_client,
 )
 from ..language.compile import CompiledLoop, compile_loop
 from ..runtime.engine import Engine, utc_now
+from ..runtime.notify import notify_engine, notify_run
+from ..runtime.redaction import Redactor
+from ..adapters.webhook import WebhookNotifier
 from ..runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events
 from ..adapters.store.ports import StoreResponses, StoreRunLog
 from ..adapters.store.run_store import RunChanged, RunLock, RunStore
@@ -128,8 +132,13 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
     engine = Engine(compiled, state, ports)
     for event in first or ():
         engine.emit(event.pop("type"), **event)
-    await engine.execute()
+    try:
+        await engine.execute()
+    except Exception:  # the run was recorded as failed: say so, then let the error out
+        notify_engine(engine, store.directory)
+        raise
     _finish_workspace(state, engine)
+    notify_engine(engine, store.directory)
     return RunResult(state, engine.events, store.directory)
 
 
@@ -307,7 +316,32 @@ def abort(run_ref: str, *, store: str | Path | RunStore | None = None, reason: s
         state.seq += 1
         event = {"seq": state.seq, "t": utc_now(), "type": "end", "status": ABORTED, "reason": reason}
         StoreRunLog(store, run_id, lock).commit(state, [event])
+        _notify_aborted(state, store, lock)
         return state
+
+
+def _notify_aborted(state: RunState, store: RunStore, lock: RunLock) -> None:
+    """`notify:` for a run aborted from outside: no engine runs it, so the loop is read again."""
+    try:
+        loop = load(state.meta["loop_path"])
+    except Exception:  # a loop file gone or broken since the run started: its `notify:` is unknown
+        return
+    if not loop.notify:
+        return
+    secrets = secret_values(loop)
+    redactor = Redactor(secrets.values())
+    events: list[dict[str, Any]] = []
+
+    def emit(type_: str, **data: Any) -> None:
+        state.seq += 1
+        event = redactor.redact_obj({"seq": state.seq, "t": utc_now(), "type": type_, **data})
+        if isinstance(event.get("message"), str):
+            event["message"] = redactor.error(event["message"])
+        events.append(event)
+
+    if notify_run(loop, state, WebhookNotifier(), secret_values=secrets, redact=redactor, emit=emit,
+                  store_dir=str(store.directory)):
+        StoreRunLog(store, state.run_id, lock).commit(state, events)
 
 
 __all__ = ["run_durable", "resume_durable", "decide", "abort", "RunConflict", "RUNNING"]

@@ -18,6 +18,8 @@ from ..language.errors import LoopdslError
 from ..language.packaged_loops import child_loop_path
 from ..runtime.engine import Engine, MemoryResponses, MemoryRunLog, NoHuman, Ports, utc_now
 from ..runtime.ports import ChildLoop
+from ..runtime.notify import notify_engine
+from ..adapters.webhook import WebhookNotifier
 from .agent_tools import adapter_tool_kinds, run_cli
 from ..language.inputs import coerce_inputs
 from ..language.model import LlmAction, Loop
@@ -228,6 +230,7 @@ def make_ports(
         responses=responses if responses is not None else MemoryResponses(),
         tool_kinds=stubbed_tool_kinds(adapter_tool_kinds(), tool_stubs),
         coding_cli=run_cli,
+        notifier=WebhookNotifier() if loop.notify else None,
     )
 
 
@@ -334,7 +337,12 @@ async def arun(
                            listeners=listeners, use_cache=cache, real_waits=real_waits, tool_stubs=tool_stubs)
         state = new_run_state(model, "mem-" + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
         engine = Engine(compiled, state, ports)
-        await engine.execute()
+        try:
+            await engine.execute()
+        except Exception:  # the run was recorded as failed: say so, then let the error out
+            notify_engine(engine, None)
+            raise
+        notify_engine(engine, None)
         return RunResult(state, engine.events)
     from .durable import run_durable
 
