@@ -248,3 +248,14 @@ def test_a_dead_webhook_costs_a_run_at_most_its_timeout(tmp_path: Path, dead: st
     assert RunStore(tmp_path / "dead" / "store").load(run_id)["status"] == "completed"
     shown = cli(tmp_path / "dead", "show", run_id, "--store", str(tmp_path / "dead" / "store"))
     assert "notify http://127.0.0.1:" in shown.stdout.decode() and "FAILED (completed)" in shown.stdout.decode()
+
+
+@pytest.mark.parametrize("command", ["lint", "graph", "validate"])
+def test_checking_a_loop_that_notifies_loads_no_http_client(command: str) -> None:
+    probe = ("import sys\nfrom loopdsl.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules if m in ('urllib.request', 'http.client', 'httpx', 'litellm')"
+             " or m.startswith('loopdsl.adapters.webhook')), file=sys.stderr)\n")
+    loop = Path(__file__).parents[1] / "data" / "ok" / "notify_url.yaml"
+    done = subprocess.run([sys.executable, "-c", probe, command, str(loop)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr[-2000:]
