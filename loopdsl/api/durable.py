@@ -124,11 +124,13 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
                    script: Any, provider: Any, human: Any, cache: bool,
                    listeners: Iterable[Callable[[dict[str, Any]], None]],
                    first: list[dict[str, Any]] | None = None, real_waits: bool = True,
-                   tool_stubs: Mapping[str, Any] | None = None) -> RunResult:
+                   tool_stubs: Mapping[str, Any] | None = None,
+                   notify: bool = True) -> RunResult:
     ports = make_ports(compiled.loop, script=script, provider=provider, human=human, workdir=workdir,
                        listeners=listeners, run_log=StoreRunLog(store, state.run_id, lock),
                        responses=StoreResponses(store, lock), use_cache=cache, asked=state.meta.get("asked"),
-                       real_waits=real_waits, tool_stubs=tool_stubs)
+                       real_waits=real_waits, tool_stubs=tool_stubs,
+                       notify=notify)
     engine = Engine(compiled, state, ports)
     for event in first or ():
         engine.emit(event.pop("type"), **event)
@@ -145,7 +147,8 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
 async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, script: Any, provider: Any, human: Any,
                       store: RunStore, workdir: Path, cache: bool,
                       listeners: Iterable[Callable[[dict[str, Any]], None]], real_waits: bool = True,
-                      tool_stubs: Mapping[str, Any] | None = None) -> RunResult:
+                      tool_stubs: Mapping[str, Any] | None = None,
+                      notify: bool = True) -> RunResult:
     loop = compiled.loop
     run_id = store.new_run_id()
     meta = {
@@ -184,7 +187,7 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
                    "caps": budget_caps(loop)}
         return await _execute(compiled, state, store, lock, workdir=run_dir, script=script, provider=provider,
                               human=human, cache=cache, listeners=listeners, first=[started], real_waits=real_waits,
-                              tool_stubs=tool_stubs)
+                              tool_stubs=tool_stubs, notify=notify)
 
 
 def budget_caps(loop: Any) -> dict[str, Any]:

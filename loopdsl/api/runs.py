@@ -186,6 +186,7 @@ def make_ports(
     asked: Mapping[str, int] | None = None,
     real_waits: bool = True,
     tool_stubs: Mapping[str, Any] | None = None,
+    notify: bool = True,
 ) -> Ports:
     scripted = None
     if script is not None:
@@ -230,7 +231,7 @@ def make_ports(
         responses=responses if responses is not None else MemoryResponses(),
         tool_kinds=stubbed_tool_kinds(adapter_tool_kinds(), tool_stubs),
         coding_cli=run_cli,
-        notifier=WebhookNotifier() if loop.notify else None,
+        notifier=WebhookNotifier() if notify and loop.notify else None,
     )
 
 
@@ -292,6 +293,7 @@ def run(
     input_strings: Mapping[str, str] | None = None,
     real_waits: bool = True,
     tool_stubs: Mapping[str, Any] | None = None,
+    notify: bool = True,
 ) -> RunResult:
     """Run a loop to its end (or until it waits for a person).
 
@@ -300,12 +302,13 @@ def run(
     a path or a RunStore uses that one. `real_waits=False` (loop tests) counts the
     waits before retries against `budget.wall_time` without sleeping through them;
     `tool_stubs` (loop tests) maps an agent tool's name to what its calls answer instead
-    of running (`{"result": ...}` or `{"error": ...}`, runtime/tools/stubs.py).
+    of running (`{"result": ...}` or `{"error": ...}`, runtime/tools/stubs.py);
+    `notify=False` (loop tests) sends none of the loop's `notify:` webhooks.
     """
     return asyncio.run(
         arun(loop, inputs, script=script, provider=provider, human=human, store=store, workdir=workdir,
              cache=cache, listeners=listeners, input_strings=input_strings, real_waits=real_waits,
-             tool_stubs=tool_stubs)
+             tool_stubs=tool_stubs, notify=notify)
     )
 
 
@@ -323,6 +326,7 @@ async def arun(
     input_strings: Mapping[str, str] | None = None,
     real_waits: bool = True,
     tool_stubs: Mapping[str, Any] | None = None,
+    notify: bool = True,
 ) -> RunResult:
     listeners = list(listeners)
     model = resolve_loop(loop)
@@ -334,7 +338,8 @@ async def arun(
     durable = store is not None and store is not False or model.workspace.worktree
     if not durable:
         ports = make_ports(model, script=script, provider=provider, human=human, workdir=where,
-                           listeners=listeners, use_cache=cache, real_waits=real_waits, tool_stubs=tool_stubs)
+                           listeners=listeners, use_cache=cache, real_waits=real_waits, tool_stubs=tool_stubs,
+                           notify=notify)
         state = new_run_state(model, "mem-" + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
         engine = Engine(compiled, state, ports)
         try:
@@ -350,7 +355,7 @@ async def arun(
     try:
         return await run_durable(compiled, values, script=script, provider=provider, human=human,
                                  store=opened, workdir=where, cache=cache, listeners=listeners, real_waits=real_waits,
-                                 tool_stubs=tool_stubs)
+                                 tool_stubs=tool_stubs, notify=notify)
     finally:
         if opened is not store:  # ours to close; a RunStore passed in stays open for its owner
             opened.close()

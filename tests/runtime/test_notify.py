@@ -259,3 +259,13 @@ def test_checking_a_loop_that_notifies_loads_no_http_client(command: str) -> Non
     done = subprocess.run([sys.executable, "-c", probe, command, str(loop)], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr[-2000:]
+
+
+def test_loopdsl_test_never_posts(tmp_path: Path, receiver: Receiver) -> None:
+    write_loop(tmp_path, f"notify:\n  - {{on: [waiting, failed, completed], webhook: {receiver.url}/t}}")
+    (tmp_path / "loop.test.yaml").write_text(
+        "loop: loop.yaml\nscript:\n  draft: [a note]\n  ask: [{decision: approve}]\nexpect:\n  status: completed\n",
+        encoding="utf-8")
+    done = cli(tmp_path, "test", str(tmp_path / "loop.test.yaml"))
+    assert done.returncode == 0, (done.stdout + done.stderr).decode()[-2000:]
+    assert receiver.posts == []
