@@ -7,6 +7,7 @@ call is in flight and lets it expire soon after a killed holder.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 from datetime import datetime, timezone
 from pathlib import Path
@@ -137,7 +138,8 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
     try:
         await engine.execute()
     except Exception:  # the run was recorded as failed: say so, then let the error out
-        notify_engine(engine, store.directory)
+        with contextlib.suppress(Exception):  # the run's own error matters more than a failed record of it
+            notify_engine(engine, store.directory)
         raise
     _finish_workspace(state, engine)
     notify_engine(engine, store.directory)

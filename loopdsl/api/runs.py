@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -345,7 +346,8 @@ async def arun(
         try:
             await engine.execute()
         except Exception:  # the run was recorded as failed: say so, then let the error out
-            notify_engine(engine, None)
+            with contextlib.suppress(Exception):  # the run's own error matters more than a failed record of it
+                notify_engine(engine, None)
             raise
         notify_engine(engine, None)
         return RunResult(state, engine.events)

@@ -167,18 +167,24 @@ def test_a_secret_url_never_reaches_the_store_or_the_output(tmp_path: Path, rece
     write_loop(tmp_path, "notify:\n  - {on: [waiting], secret: HOOK_URL}\n"
                          "  - {on: [waiting], secret: HOOK_URL, format: slack}")
     url = f"{receiver.url}/{SECRET_PATH}"
+    # The model echoes the URL: the waiting message quotes it, and the events must not.
+    (tmp_path / "replies.yaml").write_text(f'draft:\n  - text: "see {url} now"\n', encoding="utf-8")
     done, run_id = run_loop(tmp_path, HOOK_URL=url)
     assert done.returncode == 4, done.stderr.decode()[-2000:]
     assert [p["path"] for p in receiver.posts] == [f"/{SECRET_PATH}"] * 2
+    json_body, slack_body = receiver.bodies()
+    assert json_body["message"] == "Publish see *** now?" and "see *** now" in slack_body["text"]
     shown = cli(tmp_path, "show", run_id, "--store", str(tmp_path / "store"), "--json", HOOK_URL=url)
     assert b"secret HOOK_URL" in shown.stdout
     # and when the send fails, its reason does not quote the URL either
     dead = f"http://127.0.0.1:{refused_port()}/{SECRET_PATH}"
+    (tmp_path / "replies.yaml").write_text(f'draft:\n  - text: "see {dead} now"\n', encoding="utf-8")
     (tmp_path / "store2").mkdir()
     failed = cli(tmp_path, "run", str(tmp_path / "loop.yaml"), "--script", str(tmp_path / "replies.yaml"),
                  "--store", str(tmp_path / "store2"), HOOK_URL=dead)
     assert failed.returncode == 4 and b"notify secret HOOK_URL FAILED (waiting): " in failed.stderr
-    leaks = [str(p) for p in [*tmp_path.rglob("*")] if p.is_file() and SECRET_PATH.encode() in p.read_bytes()]
+    leaks = [str(p) for p in [*tmp_path.rglob("*")]
+             if p.is_file() and p.name != "replies.yaml" and SECRET_PATH.encode() in p.read_bytes()]
     assert not leaks
     for proc in (done, shown, failed):
         assert SECRET_PATH.encode() not in proc.stdout + proc.stderr
