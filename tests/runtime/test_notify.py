@@ -59,7 +59,7 @@ def receiver() -> Iterator[Receiver]:
     rec.server.server_close()
 
 
-def write_loop(base: Path, notify: str, *, end: str = "checkpoint") -> Path:
+def write_loop(base: Path, notify: str, *, end: str = "checkpoint", budget: str = "") -> Path:
     """A loop that drafts with a model, then waits at a checkpoint (or fails, or completes)."""
     tail = {
         "checkpoint": """\
@@ -83,6 +83,7 @@ def write_loop(base: Path, notify: str, *, end: str = "checkpoint") -> Path:
 loopdsl: 1
 name: notify-test
 secrets: [HOOK_URL]
+{budget}
 models:
   m: {{model: openai/gpt-4o-mini, max_tokens: 100}}
 {notify}
@@ -148,6 +149,28 @@ def test_a_failed_run_posts_its_error(tmp_path: Path, receiver: Receiver) -> Non
     assert body["status"] == "failed" and body["run_id"] == run_id and body["state"] == "ask"
     assert body["error"]["kind"] and "decide" not in body
     assert "exit" in body["message"] or "3" in body["message"]
+
+
+def test_a_run_out_of_budget_posts_which_cap(tmp_path: Path, receiver: Receiver) -> None:
+    write_loop(tmp_path, f"notify:\n  - {{on: [budget_exhausted], webhook: {receiver.url}/b}}", end="complete",
+               budget="budget: {steps: 1}")
+    done, run_id = run_loop(tmp_path)
+    assert done.returncode == 1, done.stderr.decode()[-2000:]
+    [body] = receiver.bodies()
+    assert body["status"] == "budget_exhausted" and body["run_id"] == run_id
+    assert body["error"]["kind"] == "budget" and "steps" in body["message"]
+
+
+def test_a_failed_send_is_tried_again_by_a_resume_that_commits_the_same_status(tmp_path: Path,
+                                                                               receiver: Receiver) -> None:
+    write_loop(tmp_path, "notify:\n  - {on: [waiting], secret: HOOK_URL}")
+    done, run_id = run_loop(tmp_path)  # HOOK_URL not set: recorded, not sent
+    assert done.returncode == 4 and b"notify secret HOOK_URL FAILED (waiting): secret HOOK_URL is not set" in done.stderr
+    again = cli(tmp_path, "resume", run_id, "--store", str(tmp_path / "store"), HOOK_URL=f"{receiver.url}/late")
+    assert again.returncode == 4, again.stderr.decode()
+    assert [(p["path"], p["body"]["status"]) for p in receiver.posts] == [("/late", "waiting")]
+    kinds = [e["type"] for e in events(tmp_path, run_id) if e["type"].startswith("notif")]
+    assert kinds == ["notify_failed", "notified"]
 
 
 def test_slack_format_escapes_what_slack_would_read_as_markup(tmp_path: Path, receiver: Receiver) -> None:
