@@ -137,8 +137,8 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
         engine.emit(event.pop("type"), **event)
     try:
         await engine.execute()
-    except Exception:  # the run was recorded as failed: say so, then let the error out
-        with contextlib.suppress(Exception):  # the run's own error matters more than a failed record of it
+    except BaseException:  # recorded as failed, or aborted (Ctrl-C): say so, then let it out
+        with contextlib.suppress(Exception):  # the run's own error matters more than a failed notice of it
             notify_engine(engine, store.directory)
         raise
     _finish_workspace(state, engine)

@@ -345,8 +345,8 @@ async def arun(
         engine = Engine(compiled, state, ports)
         try:
             await engine.execute()
-        except Exception:  # the run was recorded as failed: say so, then let the error out
-            with contextlib.suppress(Exception):  # the run's own error matters more than a failed record of it
+        except BaseException:  # recorded as failed, or aborted (Ctrl-C): say so, then let it out
+            with contextlib.suppress(Exception):  # the run's own error matters more than a failed notice of it
                 notify_engine(engine, None)
             raise
         notify_engine(engine, None)

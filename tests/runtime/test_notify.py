@@ -298,3 +298,34 @@ def test_loopdsl_test_never_posts(tmp_path: Path, receiver: Receiver) -> None:
     done = cli(tmp_path, "test", str(tmp_path / "loop.test.yaml"))
     assert done.returncode == 0, (done.stdout + done.stderr).decode()[-2000:]
     assert receiver.posts == []
+
+
+def test_ctrl_c_notifies_the_aborted_run(tmp_path: Path, receiver: Receiver) -> None:
+    import signal
+
+    marks = tmp_path / "started"
+    (tmp_path / "loop.yaml").write_text(f"""\
+loopdsl: 1
+name: notify-sleeper
+notify:
+  - {{on: [aborted], webhook: {receiver.url}/a}}
+start: nap
+states:
+  nap:
+    shell: touch started; sleep 30
+    next: done
+  done: {{end: completed}}
+""", encoding="utf-8")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
+    proc = subprocess.Popen([sys.executable, "-m", "loopdsl", "run", str(tmp_path / "loop.yaml"), "--store",
+                             str(tmp_path / "store")], cwd=tmp_path, env=environ, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not marks.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr.decode()[-2000:]
+    [body] = receiver.bodies()
+    assert body["status"] == "aborted" and body["error"]["kind"] == "interrupted"
