@@ -187,7 +187,7 @@ def make_ports(
     asked: Mapping[str, int] | None = None,
     real_waits: bool = True,
     tool_stubs: Mapping[str, Any] | None = None,
-    notify: bool = True,
+    notify: bool = True,  # False: none of the loop's `notify:` webhooks is sent (loop tests)
 ) -> Ports:
     scripted = None
     if script is not None:
@@ -203,7 +203,6 @@ def make_ports(
             from ..adapters.litellm import LiteLLMProvider
 
             return LiteLLMProvider()
-
     else:
 
         def make_provider() -> Any:
