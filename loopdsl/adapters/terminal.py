@@ -78,12 +78,21 @@ class Progress:
             line = f"  stopped the command '{event['state']}' left running (process group {event['pgid']}) before running it again"
         elif kind == "loading":
             line = f"loading {event.get('what', 'model client')}..."
+        elif kind in ("notified", "notify_failed"):
+            line = "  " + notify_line(event)
         elif kind == "child":
             inner = event.get("event", {})
             if inner.get("type") == "end":
                 line = f"  sub-loop {event['run_id']} ended {inner.get('status')}"
         if line:
             print(visible(line), file=self.stream, flush=True)
+
+
+def notify_line(event: Mapping[str, Any]) -> str:
+    """A `notify:` send or its failure (the event names the target, never its URL)."""
+    if event.get("type") == "notified":
+        return f"notified {event.get('to')} ({event.get('status')})"
+    return f"notify {event.get('to')} FAILED ({event.get('status')}): {_first_line(str(event.get('message', '')))}"
 
 
 def tool_line(event: Mapping[str, Any]) -> str:
@@ -209,6 +218,10 @@ def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunS
     if tool_calls:
         lines.append("tool calls:")
         lines.extend(f"  {e.get('state')} #{e.get('attempt')} turn {e.get('turn')}: {tool_line(e)}" for e in tool_calls)
+    notes = [e for e in events if e.get("type") in ("notified", "notify_failed")]
+    if notes:
+        lines.append("notifications:")
+        lines.extend(f"  {notify_line(e)}" for e in notes)
     files = state.meta.get("files") or {}
     if files:
         lines.append("files:")

@@ -7,6 +7,7 @@ call is in flight and lets it expire soon after a killed holder.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,10 +22,14 @@ from .runs import (
     new_run_state,
     open_store,
     ready_to_call_models,
+    secret_values,
     uses_model_client,
 )
 from ..language.compile import CompiledLoop, compile_loop
 from ..runtime.engine import Engine, utc_now
+from ..runtime.notify import notify_engine, notify_run
+from ..runtime.redaction import Redactor
+from ..adapters.webhook import WebhookNotifier
 from ..runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events
 from ..adapters.store.ports import StoreResponses, StoreRunLog
 from ..adapters.store.run_store import RunChanged, RunLock, RunStore
@@ -120,23 +125,32 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
                    script: Any, provider: Any, human: Any, cache: bool,
                    listeners: Iterable[Callable[[dict[str, Any]], None]],
                    first: list[dict[str, Any]] | None = None, real_waits: bool = True,
-                   tool_stubs: Mapping[str, Any] | None = None) -> RunResult:
+                   tool_stubs: Mapping[str, Any] | None = None,
+                   notify: bool = True) -> RunResult:
     ports = make_ports(compiled.loop, script=script, provider=provider, human=human, workdir=workdir,
                        listeners=listeners, run_log=StoreRunLog(store, state.run_id, lock),
                        responses=StoreResponses(store, lock), use_cache=cache, asked=state.meta.get("asked"),
-                       real_waits=real_waits, tool_stubs=tool_stubs)
+                       real_waits=real_waits, tool_stubs=tool_stubs,
+                       notify=notify)
     engine = Engine(compiled, state, ports)
     for event in first or ():
         engine.emit(event.pop("type"), **event)
-    await engine.execute()
+    try:
+        await engine.execute()
+    except BaseException:  # recorded as failed, or aborted (Ctrl-C): say so, then let it out
+        with contextlib.suppress(Exception):  # the run's own error matters more than a failed notice of it
+            notify_engine(engine, store.directory)
+        raise
     _finish_workspace(state, engine)
+    notify_engine(engine, store.directory)
     return RunResult(state, engine.events, store.directory)
 
 
 async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, script: Any, provider: Any, human: Any,
                       store: RunStore, workdir: Path, cache: bool,
                       listeners: Iterable[Callable[[dict[str, Any]], None]], real_waits: bool = True,
-                      tool_stubs: Mapping[str, Any] | None = None) -> RunResult:
+                      tool_stubs: Mapping[str, Any] | None = None,
+                      notify: bool = True) -> RunResult:
     loop = compiled.loop
     run_id = store.new_run_id()
     meta = {
@@ -175,7 +189,7 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
                    "caps": budget_caps(loop)}
         return await _execute(compiled, state, store, lock, workdir=run_dir, script=script, provider=provider,
                               human=human, cache=cache, listeners=listeners, first=[started], real_waits=real_waits,
-                              tool_stubs=tool_stubs)
+                              tool_stubs=tool_stubs, notify=notify)
 
 
 def budget_caps(loop: Any) -> dict[str, Any]:
@@ -307,7 +321,32 @@ def abort(run_ref: str, *, store: str | Path | RunStore | None = None, reason: s
         state.seq += 1
         event = {"seq": state.seq, "t": utc_now(), "type": "end", "status": ABORTED, "reason": reason}
         StoreRunLog(store, run_id, lock).commit(state, [event])
+        _notify_aborted(state, store, lock)
         return state
+
+
+def _notify_aborted(state: RunState, store: RunStore, lock: RunLock) -> None:
+    """`notify:` for a run aborted from outside: no engine runs it, so the loop is read again."""
+    try:
+        loop = load(state.meta["loop_path"])
+    except Exception:  # a loop file gone or broken since the run started: its `notify:` is unknown
+        return
+    if not loop.notify:
+        return
+    secrets = secret_values(loop)
+    redactor = Redactor(secrets.values())
+    events: list[dict[str, Any]] = []
+
+    def emit(type_: str, **data: Any) -> None:
+        state.seq += 1
+        event = redactor.redact_obj({"seq": state.seq, "t": utc_now(), "type": type_, **data})
+        if isinstance(event.get("message"), str):
+            event["message"] = redactor.error(event["message"])
+        events.append(event)
+
+    if notify_run(loop, state, WebhookNotifier(), secret_values=secrets, redact=redactor, emit=emit,
+                  store_dir=str(store.directory)):
+        StoreRunLog(store, state.run_id, lock).commit(state, events)
 
 
 __all__ = ["run_durable", "resume_durable", "decide", "abort", "RunConflict", "RUNNING"]

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,6 +19,8 @@ from ..language.errors import LoopdslError
 from ..language.packaged_loops import child_loop_path
 from ..runtime.engine import Engine, MemoryResponses, MemoryRunLog, NoHuman, Ports, utc_now
 from ..runtime.ports import ChildLoop
+from ..runtime.notify import notify_engine
+from ..adapters.webhook import WebhookNotifier
 from .agent_tools import adapter_tool_kinds, run_cli
 from ..language.inputs import coerce_inputs
 from ..language.model import LlmAction, Loop
@@ -184,6 +187,7 @@ def make_ports(
     asked: Mapping[str, int] | None = None,
     real_waits: bool = True,
     tool_stubs: Mapping[str, Any] | None = None,
+    notify: bool = True,  # False: none of the loop's `notify:` webhooks is sent (loop tests)
 ) -> Ports:
     scripted = None
     if script is not None:
@@ -199,7 +203,6 @@ def make_ports(
             from ..adapters.litellm import LiteLLMProvider
 
             return LiteLLMProvider()
-
     else:
 
         def make_provider() -> Any:
@@ -228,6 +231,7 @@ def make_ports(
         responses=responses if responses is not None else MemoryResponses(),
         tool_kinds=stubbed_tool_kinds(adapter_tool_kinds(), tool_stubs),
         coding_cli=run_cli,
+        notifier=WebhookNotifier() if notify and loop.notify else None,
     )
 
 
@@ -289,6 +293,7 @@ def run(
     input_strings: Mapping[str, str] | None = None,
     real_waits: bool = True,
     tool_stubs: Mapping[str, Any] | None = None,
+    notify: bool = True,
 ) -> RunResult:
     """Run a loop to its end (or until it waits for a person).
 
@@ -297,12 +302,13 @@ def run(
     a path or a RunStore uses that one. `real_waits=False` (loop tests) counts the
     waits before retries against `budget.wall_time` without sleeping through them;
     `tool_stubs` (loop tests) maps an agent tool's name to what its calls answer instead
-    of running (`{"result": ...}` or `{"error": ...}`, runtime/tools/stubs.py).
+    of running (`{"result": ...}` or `{"error": ...}`, runtime/tools/stubs.py);
+    `notify=False` (loop tests) sends none of the loop's `notify:` webhooks.
     """
     return asyncio.run(
         arun(loop, inputs, script=script, provider=provider, human=human, store=store, workdir=workdir,
              cache=cache, listeners=listeners, input_strings=input_strings, real_waits=real_waits,
-             tool_stubs=tool_stubs)
+             tool_stubs=tool_stubs, notify=notify)
     )
 
 
@@ -320,6 +326,7 @@ async def arun(
     input_strings: Mapping[str, str] | None = None,
     real_waits: bool = True,
     tool_stubs: Mapping[str, Any] | None = None,
+    notify: bool = True,
 ) -> RunResult:
     listeners = list(listeners)
     model = resolve_loop(loop)
@@ -331,10 +338,17 @@ async def arun(
     durable = store is not None and store is not False or model.workspace.worktree
     if not durable:
         ports = make_ports(model, script=script, provider=provider, human=human, workdir=where,
-                           listeners=listeners, use_cache=cache, real_waits=real_waits, tool_stubs=tool_stubs)
+                           listeners=listeners, use_cache=cache, real_waits=real_waits, tool_stubs=tool_stubs,
+                           notify=notify)
         state = new_run_state(model, "mem-" + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
         engine = Engine(compiled, state, ports)
-        await engine.execute()
+        try:
+            await engine.execute()
+        except BaseException:  # recorded as failed, or aborted (Ctrl-C): say so, then let it out
+            with contextlib.suppress(Exception):  # the run's own error matters more than a failed notice of it
+                notify_engine(engine, None)
+            raise
+        notify_engine(engine, None)
         return RunResult(state, engine.events)
     from .durable import run_durable
 
@@ -342,7 +356,7 @@ async def arun(
     try:
         return await run_durable(compiled, values, script=script, provider=provider, human=human,
                                  store=opened, workdir=where, cache=cache, listeners=listeners, real_waits=real_waits,
-                                 tool_stubs=tool_stubs)
+                                 tool_stubs=tool_stubs, notify=notify)
     finally:
         if opened is not store:  # ours to close; a RunStore passed in stays open for its owner
             opened.close()

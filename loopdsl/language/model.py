@@ -301,6 +301,23 @@ class Concurrency:
     on_conflict: Literal["skip", "wait", "fail"] = "fail"
 
 
+# The statuses a `notify:` entry may name: every status a run can reach but `running`.
+NOTIFY_STATUSES = ("waiting", "completed", "failed", "escalated", "budget_exhausted", "aborted")
+DEFAULT_NOTIFY_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class Notify:
+    """One `notify:` webhook: the URL is literal (`webhook`) or a declared secret's value (`secret`)."""
+
+    on: tuple[str, ...]
+    webhook: str | None = None
+    secret: str | None = None
+    format: Literal["json", "slack"] = "json"
+    timeout: float = DEFAULT_NOTIFY_TIMEOUT_S
+    yaml_path: YamlPath = ()
+
+
 @dataclass(frozen=True)
 class Loop:
     name: str
@@ -319,6 +336,7 @@ class Loop:
     tools: Mapping[str, Any] = field(default_factory=dict)  # name -> agent_model.ToolDef
     unattended: bool = False
     concurrency: Concurrency | None = None
+    notify: tuple[Notify, ...] = ()
     outputs: Mapping[str, Any] = field(default_factory=dict)
     source: Path | None = None  # the loop file, when loaded from disk
 

@@ -19,6 +19,7 @@ from .model import (
     Budget,
     CheckpointAction,
     Concurrency,
+    DEFAULT_NOTIFY_TIMEOUT_S,
     EvaluateAction,
     Gate,
     Import,
@@ -27,6 +28,7 @@ from .model import (
     Loop,
     LoopAction,
     ModelAlias,
+    Notify,
     Price,
     RetryPolicy,
     Schedule,
@@ -239,6 +241,24 @@ def _tools(raw: Any) -> dict[str, Any]:
     return build_tools(raw) if raw else {}
 
 
+def _notify(raw: Any) -> tuple[Notify, ...]:
+    out = []
+    for i, item in enumerate(raw if isinstance(raw, list) else ()):
+        if not isinstance(item, Mapping):
+            continue
+        on = item.get("on")
+        timeout = parse_duration(item.get("timeout"))
+        out.append(Notify(
+            on=tuple(str(s) for s in on) if isinstance(on, list) else (),
+            webhook=str(item["webhook"]) if item.get("webhook") is not None else None,
+            secret=str(item["secret"]) if item.get("secret") is not None else None,
+            format="slack" if item.get("format") == "slack" else "json",
+            timeout=DEFAULT_NOTIFY_TIMEOUT_S if timeout is None else timeout,
+            yaml_path=("notify", i),
+        ))
+    return tuple(out)
+
+
 def build_loop(data: Mapping[str, Any], source: Path | None = None) -> Loop:
     """Schema-valid plain data (dicts, lists, scalars) -> Loop."""
     budget = dict(data.get("budget") or {})
@@ -277,6 +297,7 @@ def build_loop(data: Mapping[str, Any], source: Path | None = None) -> Loop:
         concurrency=Concurrency(group=str(concurrency["group"]), on_conflict=concurrency.get("on_conflict", "fail"))
         if concurrency
         else None,
+        notify=_notify(data.get("notify")),
         outputs=dict(data.get("outputs") or {}),
         source=source,
     )

@@ -18,6 +18,7 @@ from .rules import (
     agents as rules_agents,
     calls as rules_calls,
     graph_shape as rules_graph,
+    notify as rules_notify,
     secrets as rules_secrets,
     sub_loops as rules_sub_loops,
     templates as rules_templates,

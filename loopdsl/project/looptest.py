@@ -280,9 +280,11 @@ def run_test(test: LoopTest, keep: bool = False) -> TestOutcome:
         if test.script_data is not None:
             script = root / "replies.json"
             script.write_text(json.dumps(test.script_data), encoding="utf-8")
-        # Offline there is nothing to wait for: retry waits count against wall_time, unslept.
+        # Offline there is nothing to wait for: retry waits count against wall_time, unslept;
+        # and nobody to tell: a test never posts to the loop's `notify:` webhooks.
         result = loopdsl.run(test.loop, dict(test.inputs), script=script, store=root / "store", workdir=work,
-                             real_waits=False, tool_stubs=test.tool_stubs or None)
+                             real_waits=False, tool_stubs=test.tool_stubs or None,
+                             notify=False)
         outcome.status = result.status
         outcome.failures = judge(test, result, work)
         outcome.passed = not outcome.failures

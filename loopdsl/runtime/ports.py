@@ -1,7 +1,7 @@
 """The ports an engine runs through, its only way to reach the world: the model
 (provider), the run log, the response store, the person who decides, the clock and its
-sleeps, the shell runner and child runs. With fakes for all of them a loop runs in memory
-and deterministically (tests/runtime/test_ports_replay.py).
+sleeps, the shell runner, child runs and the notifier of `notify:` webhooks. With fakes
+for all of them a loop runs in memory and deterministically (tests/runtime/test_ports_replay.py).
 
 Passed in, never global, so that tests and the durable layer choose them: an in-memory
 run log and response store for API runs, the run store for durable ones; nobody, a
@@ -83,6 +83,24 @@ class ChildRuns(Protocol):
 
 class Human(Protocol):
     async def decide(self, state: str, message: str, choices: tuple[str, ...]) -> dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One POST: where, what, how long it may take, and how events name it (never the URL)."""
+
+    url: str
+    body: bytes
+    timeout: float
+    label: str
+
+
+class Notifier(Protocol):
+    """Sends deliveries together and returns, for each, None (sent) or why it failed. It
+    returns within the longest timeout (plus a moment) whatever the receivers do, and
+    never raises."""
+
+    def send(self, deliveries: Sequence[Delivery]) -> list[str | None]: ...
 
 
 class MemoryRunLog:
@@ -174,3 +192,6 @@ class Ports:
     # Runs a coding-agent CLI for an `agent: {cli: ...}` state (api/agent_tools.run_cli);
     # None: such states cannot run.
     coding_cli: Callable[..., Any] | None = None
+    # Sends `notify:` webhooks (adapters/webhook.py) when the API commits a run's status
+    # (runtime/notify.py); None: the loop has none.
+    notifier: Notifier | None = None

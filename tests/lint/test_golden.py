@@ -72,6 +72,7 @@ def test_every_rule_has_a_failing_case() -> None:
         "unknown-tool", "tool-description", "tool-params", "tool-unknown-arg", "tool-template",
         "tool-shadows-builtin", "tool-writes-without-worktree", "tool-secret-with-writer",
         "tool-approve-unattended", "agent-max-turns", "mcp-allow", "cli-max-turns",
+        "notify-status", "notify-url", "notify-url-credential", "notify-secret",
     }
     loader = {
         "yaml-syntax", "yaml-duplicate-key", "yaml-tag", "yaml-anchor-bomb", "yaml-too-deep",
