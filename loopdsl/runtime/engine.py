@@ -1,7 +1,7 @@
 """The asyncio engine: runs a compiled loop, one state at a time, durably.
 
-The `transitions` machine only dispatches (its conditions evaluate `when` guards);
-every action runs here, outside its callbacks, through ports the engine is given
+The compiled loop's routing table dispatches (`CompiledLoop.fire`, the `transitions`
+machine's rule on the same edges); every action runs here, through ports the engine is given
 (provider, human, run log, response store, clock). Commit points, in order, are what makes a run
 resumable after kill -9 at any moment:
   - entering a state (current state, visit counts, results so far, budget spent);
@@ -46,12 +46,6 @@ NEVER_RETRIED = frozenset({"auth"})
 __all__ = ["Engine", "Human", "MemoryResponses", "MemoryRunLog", "NoHuman", "Ports", "ResponseStore", "RunLog", "utc_now"]
 
 
-class _Dispatch:
-    """The object the transitions machine is bound to; it carries only `state`."""
-
-    state: str
-
-
 class Engine:
     def __init__(self, compiled: CompiledLoop, run: RunState, ports: Ports, ledger: Ledger | None = None,
                  parent: "Engine | None" = None):
@@ -75,9 +69,6 @@ class Engine:
         self._segment_start = self._monotonic()
         # An in-memory run keeps the ledger's JSON up to date only when it ends or waits.
         self.durable = getattr(ports.run_log, "durable", True)
-        self.dispatch = _Dispatch()
-        self.machine = compiled.new_machine(self.dispatch, self._guard)
-        self.machine.set_state(run.current or self.loop.start)
         # Commands get no declared secret unless their own `env:` passes it (`{X: "{{ secrets.X }}"}`):
         # a command that runs model-written code must not see credentials it was not given.
         self.command_env = {k: v for k, v in ports.env.items() if k not in ports.secret_values}
@@ -203,9 +194,6 @@ class Engine:
         ctx["run"] = {"id": self.run.run_id, "date": self.run.date, "attempt": attempt, "visits": self.run.visits.get(state, 0)}
         return ctx
 
-    def _guard(self, expr: Expression, event: Any) -> bool:
-        return bool(expr(event.kwargs["ctx"]))
-
     # ------------------------------------------------------------ the run
     async def execute(self) -> RunState:
         """Run until the loop ends or has to wait; returns the (committed) run state."""
@@ -268,8 +256,9 @@ class Engine:
     def _follow(self, trigger: str, target: str | None) -> bool:
         if target is None:
             return False
-        self.machine.events[trigger].trigger(self.dispatch)
-        self._enter(self.dispatch.state)
+        dest = self.compiled.fire(self.run.current, trigger)
+        assert dest is not None, f"'{trigger}' from '{self.run.current}' has an unconditional edge"
+        self._enter(dest)
         return True
 
     async def _run_state(self, cs: CompiledState) -> None:
@@ -389,17 +378,17 @@ class Engine:
             self._fail_state(state, StepFailure("no_transition", f"state '{state.name}' has no next state"), recoverable=False)
             return
         try:
-            moved = self.machine.events[trigger].trigger(self.dispatch, ctx=ctx)
+            dest = self.compiled.fire(run.current, trigger, ctx)
         except RenderError as exc:
             self._fail_state(state, StepFailure("no_transition", f"a `when` guard of '{state.name}' failed: {exc}"))
             return
-        if not moved:  # DSL: no matching guard ends the run failed
+        if dest is None:  # DSL: no matching guard ends the run failed
             self._fail_state(state, StepFailure("no_transition", f"no `when` of '{state.name}' matched and it has no default"),
                              recoverable=False)
             return
         run.feedback = run.results[state.name].get("feedback", "") if state.kind == "evaluate" else ""
         run.error = None
-        self._enter(self.dispatch.state)
+        self._enter(dest)
 
     # ------------------------------------------------------------ attempts
     async def _bounded_attempt(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
