@@ -253,6 +253,20 @@ def test_commit_is_atomic_when_an_event_is_not_json(store: RunStore) -> None:
     assert store.events("r1") == [{"i": 1}, {"i": 2}]
 
 
+def test_events_appended_by_another_holder_between_two_locks_are_kept(store: RunStore, store_dir: Path) -> None:
+    """A store remembers a run's event count between its commits under one lock; a later
+    lock of the same run, taken after another store wrote under its own, reads it again."""
+    store.create_run("r1", {"status": "running"})
+    with store.lock("r1") as lock:
+        store.commit("r1", {"status": "running"}, [{"i": 1}], lock=lock)
+        store.commit("r1", {"status": "running"}, [{"i": 2}], lock=lock)
+    with RunStore(store_dir) as other, other.lock("r1") as lock:
+        other.commit("r1", {"status": "running"}, [{"i": 3}], lock=lock)
+    with store.lock("r1") as lock:
+        store.commit("r1", {"status": "running"}, [{"i": 4}], lock=lock)
+    assert store.events("r1") == [{"i": 1}, {"i": 2}, {"i": 3}, {"i": 4}]
+
+
 def _record_row_bytes(store_dir: Path, run_id: str) -> int:
     with sqlite3.connect(store_dir / "cache.db") as con:
         (size,) = con.execute("SELECT length(value) FROM Cache WHERE key = ?", (f"run/{run_id}/record",)).fetchone()

@@ -28,6 +28,10 @@ DB_NAME = diskcache.core.DBNAME  # "cache.db"
 # --------------------------------------------------------------------------- JSON disk
 
 
+# Built once: `json.dumps` with options builds an encoder per call, and a commit writes three values.
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
+
 class JsonOnlyDisk(diskcache.Disk):
     """Stores string keys and JSON values inline in SQLite; refuses anything else on read.
 
@@ -55,7 +59,7 @@ class JsonOnlyDisk(diskcache.Disk):
     def store(self, value: Any, read: bool, key: Any = UNKNOWN) -> tuple[int, int, None, str]:
         if read:
             raise TypeError("the run store does not store file objects")
-        text = json.dumps(value, separators=(",", ":"))
+        text = _ENCODE(value)
         return 0, MODE_RAW, None, text
 
     def fetch(self, mode: int, filename: Any, value: Any, read: bool) -> Any:

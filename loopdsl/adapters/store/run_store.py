@@ -145,6 +145,10 @@ class RunStore:
         self._locks_guard = threading.Lock()
         # Per run, the head of the path this process has written to chunk rows (see commit).
         self._path_written: dict[str, list[str]] = {}
+        # Per run, (lock token, event batches) after this process's last commit under that
+        # lock: every writer of a run holds its lock, so while the owner check passes for the
+        # same token nobody else has appended, and the count need not be read again.
+        self._counts: dict[str, tuple[str, int]] = {}
 
     # ---- lifecycle
 
@@ -193,6 +197,7 @@ class RunStore:
             cache.set(_count_key(run_id), 0)
             cache.set(_record_key(run_id), {**record, "updated_at": _now_iso()})
         self._path_written.pop(run_id, None)
+        self._counts.pop(run_id, None)
 
     @_guarded
     def commit(
@@ -216,9 +221,11 @@ class RunStore:
         with cache.transact():
             if lock is not None:
                 check_owner(cache, lock)
-            count = cache.get(_count_key(run_id))
+            count = self._known_count(run_id, lock)
             if count is None:
-                raise self._unknown(run_id)
+                count = cache.get(_count_key(run_id))
+                if count is None:
+                    raise self._unknown(run_id)
             if expect is not None:
                 expect(self._join_path(run_id, cache.get(_record_key(run_id))))
             for index, chunk in chunks:
@@ -229,10 +236,25 @@ class RunStore:
                 cache.set(_event_key(run_id, count), list(events))
                 cache.set(_count_key(run_id), count + 1)
             cache.set(_record_key(run_id), stamped)
-        if head and stamped.get("status") in ACTIVE_STATUSES:
-            self._path_written[run_id] = head
-        else:  # an ended run commits little more: forget it (a long-lived process runs many)
+        if stamped.get("status") not in ACTIVE_STATUSES:
+            # An ended run commits little more: forget it (a long-lived process runs many).
             self._path_written.pop(run_id, None)
+            self._counts.pop(run_id, None)
+            return
+        if head:
+            self._path_written[run_id] = head
+        else:
+            self._path_written.pop(run_id, None)
+        if lock is not None:
+            self._counts[run_id] = (lock.token, count + 1 if events else count)
+
+    def _known_count(self, run_id: str, lock: RunLock | None) -> int | None:
+        """The run's event batches as this process last committed them under `lock`
+        (called after the owner check), or None when the store must be read."""
+        known = self._counts.get(run_id)
+        if lock is None or known is None or known[0] != lock.token:
+            return None
+        return known[1]
 
     def _split_path(self, run_id: str, record: dict[str, Any]) -> tuple[list[str], list[tuple[int, list[str]]]]:
         """Move the full chunks of a long path out of `record`: (the head they hold, the
