@@ -297,6 +297,21 @@ def test_a_long_path_reads_back_whole_and_the_record_row_stays_small(store: RunS
     assert store.load("long")["path"] == ["x"] * 600
 
 
+def test_a_path_list_that_grows_in_place_reads_back_whole(store: RunStore) -> None:
+    """The engine appends to one list for the whole run; the store then skips comparing the
+    head it wrote, and still stores every state once."""
+    store.create_run("grow", {"status": "running", "path": []})
+    path: list[str] = []
+    for step in range(1, 400):
+        path.append(f"s{step}")
+        store.commit("grow", {"status": "running", "path": path}, [])
+        if step in (63, 64, 65, 128, 300):
+            assert store.load("grow")["path"] == [f"s{i}" for i in range(1, step + 1)]
+    rewritten = [f"t{i}" for i in range(399)]  # another list: compared, so rewritten
+    store.commit("grow", {"status": "running", "path": rewritten}, [])
+    assert store.load("grow")["path"] == rewritten
+
+
 def test_a_missing_part_of_the_path_is_a_damaged_run(store: RunStore, store_dir: Path) -> None:
     store.create_run("holed", {"status": "running", "path": []})
     store.commit("holed", {"status": "running", "path": ["a"] * 700}, [])

@@ -8,10 +8,13 @@ that raises it; `store` re-exports it.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import diskcache
 from diskcache.core import MODE_RAW, UNKNOWN
@@ -23,6 +26,32 @@ from ...runtime.errors import StoreError
 FORMAT_VERSION = 2
 MARKER_NAME = "loopdsl-store.json"
 DB_NAME = diskcache.core.DBNAME  # "cache.db"
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _guarded(method: _F) -> _F:
+    """Turn SQLite and diskcache failures of a store method (its object has `directory`)
+    into StoreError: a message, never a traceback."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except diskcache.Timeout:
+            raise StoreError(
+                f"the run store {self.directory} stayed busy (another process is writing)",
+                "retry; if it persists, look for a stuck loopdsl process",
+            ) from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"the run store database {self.directory / DB_NAME} is unreadable: {exc}",
+                "it is left untouched; move the store directory aside (or set "
+                "LOOPDSL_STORE) to start a fresh store",
+            ) from None
+
+    return wrapper  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------- JSON disk
