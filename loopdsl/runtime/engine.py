@@ -231,7 +231,7 @@ class Engine:
                 retried = failure.kind in state.retry.on and failure.kind not in NEVER_RETRIED
                 if retried and attempt < state.retry.max_attempts:
                     run.feedback = self.redact(failure.message) if self.redact else failure.message
-                    delay = backoff_delay(state.retry, attempt, failure.retry_after)
+                    delay = backoff_delay(state.retry, attempt, failure.retry_after, self.ports.clock)
                     failed = self._failed_result(failure)
                     run.history.setdefault(state.name, []).append(failed)
                     self.emit("retry", state=state.name, attempt=attempt, kind=failure.kind,
