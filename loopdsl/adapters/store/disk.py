@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,6 +60,31 @@ def _guarded(method: _F) -> _F:
 
 # Built once: `json.dumps` with options builds an encoder per call, and a commit writes three values.
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
+
+# What `Cache.set` writes for one of our values (inline JSON text, no expiry, no tag, no
+# file), as one statement: diskcache's own `set` first SELECTs the row (to delete an old
+# side file, which our rows never have) and then INSERTs or UPDATEs it. Its table keeps a
+# unique index on (key, raw), and its count and size triggers fire for these statements too.
+_UPSERT = (
+    "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, tag, size, mode,"
+    " filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, 0, ?, NULL, ?)"
+    " ON CONFLICT(key, raw) DO UPDATE SET store_time = excluded.store_time, expire_time = NULL,"
+    " access_time = excluded.access_time, access_count = 0, tag = NULL, size = 0, mode = excluded.mode,"
+    " filename = NULL, value = excluded.value"
+)
+
+
+def put_rows(cache: diskcache.Cache, rows: list[tuple[str, Any]]) -> None:
+    """Inside `cache.transact()`: write (key, JSON value) rows as `cache.set` would, read back
+    by `cache.get` alike. A commit writes three rows a step; this is its hot path."""
+    now = time.time()
+    params = []
+    for key, value in rows:
+        if type(key) is not str:
+            raise TypeError(f"run store keys are strings, got {type(key).__name__}")
+        params.append((key, now, now, MODE_RAW, _ENCODE(value)))
+    cache._con.executemany(_UPSERT, params)  # the transaction's own connection (this thread's)
 
 
 class JsonOnlyDisk(diskcache.Disk):

@@ -38,7 +38,7 @@ import diskcache
 
 # The on-disk layer and the run lock live in their own modules; their public names are
 # re-exported (see `__all__`) so `from loopdsl.adapters.store.run_store import ...` keeps working.
-from .disk import DB_NAME, FORMAT_VERSION, MARKER_NAME, JsonOnlyDisk, _guarded, _prepare_directory
+from .disk import DB_NAME, FORMAT_VERSION, MARKER_NAME, JsonOnlyDisk, _guarded, _prepare_directory, put_rows
 from ...runtime.errors import StoreError
 from ...runtime.run_state import events_problem, record_problem
 from ...runtime.run_keys import (
@@ -193,15 +193,15 @@ class RunStore:
                     raise self._unknown(run_id)
             if expect is not None:
                 expect(self._join_path(run_id, cache.get(_record_key(run_id))))
-            for index, chunk in chunks:
-                cache.set(_path_key(run_id, index), chunk)
+            writes: list[tuple[str, Any]] = [(_path_key(run_id, index), chunk) for index, chunk in chunks]
             if events:
                 # One row per commit, holding that commit's events: a step's three events
                 # cost one write instead of three (the count key counts these batches).
-                cache.set(_event_key(run_id, count), list(events))
+                writes.append((_event_key(run_id, count), list(events)))
                 count += 1
-                cache.set(_count_key(run_id), count)
-            cache.set(_record_key(run_id), stamped)
+                writes.append((_count_key(run_id), count))
+            writes.append((_record_key(run_id), stamped))
+            put_rows(cache, writes)
         if stamped.get("status") not in ACTIVE_STATUSES:
             rows.forget(run_id)
             return
