@@ -10,6 +10,7 @@ they are read, so everything downstream may rely on `MAX_DEPTH`.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -75,11 +76,20 @@ def loads(text: str | bytes, max_depth: int = MAX_DEPTH, max_int_digits: int = M
         raise TypeError(f"JSON must be text, not {type(text).__name__}")
     if nesting_depth(text, max_depth) > max_depth:
         raise JsonLimitError(f"the JSON nests deeper than {max_depth} levels")
+    if text.startswith("\ufeff"):  # as json.loads says it
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
     try:
-        return json.loads(text, parse_int=_int_parser(max_int_digits), parse_float=_finite_float,
-                          parse_constant=_no_constant)
+        return _decoder(max_int_digits).decode(text)
     except RecursionError:  # not reachable after the depth check; kept as a last guard
         raise JsonLimitError(f"the JSON nests deeper than {max_depth} levels") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _decoder(max_int_digits: int) -> json.JSONDecoder:
+    """One decoder per bound: the store reads several values a step, and `json.loads` with
+    hooks would build a decoder for each."""
+    return json.JSONDecoder(parse_int=_int_parser(max_int_digits), parse_float=_finite_float,
+                            parse_constant=_no_constant)
 
 
 _CONTAINERS = (dict, list, tuple)

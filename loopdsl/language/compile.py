@@ -1,9 +1,13 @@
-"""Compile a Loop into a `transitions` machine configuration plus an action table.
+"""Compile a Loop into a `transitions` machine configuration, its routing table and an
+action table.
 
 Pure and deterministic: no provider, shell or disk. Every template and expression
 is compiled here once, so a run never re-parses Jinja, and a syntax error surfaces
-before anything runs. The machine only dispatches: its conditions evaluate guard
-expressions, and every action is run by the engine outside of its callbacks.
+before anything runs. The engine dispatches through `CompiledLoop.fire`, which follows
+the machine's own rule (a trigger's edges from the current state in priority order, the
+first whose guard holds) on the same edges; `new_machine` builds the `transitions` machine
+from them (`graph` draws it, and a test checks the two dispatch alike). Every action is
+run by the engine, never inside a dispatch.
 """
 from __future__ import annotations
 
@@ -64,12 +68,26 @@ class MachineConfig:
     transitions: tuple[tuple[str, str, str, str | None], ...]
 
 
+# The edges out of each state by trigger, in firing order: (destination, compiled `when`).
+Routes = Mapping[str, Mapping[str, tuple[tuple[str, "Expression | None"], ...]]]
+
+
 @dataclass(frozen=True)
 class CompiledLoop:
     loop: Loop
     config: MachineConfig
     states: Mapping[str, CompiledState]
     outputs: Mapping[str, Template | Any]
+    routes: Routes = field(default_factory=dict)
+
+    def fire(self, source: str, trigger: str, ctx: Mapping[str, Any] | None = None) -> str | None:
+        """Where `trigger` leads from `source`: the first of its edges whose guard holds in
+        `ctx` (an edge without one always does), or None when none does. The `transitions`
+        machine's rule, without its per-event objects: this runs at every step."""
+        for dest, guard in self.routes[source][trigger]:
+            if guard is None or guard(ctx):
+                return dest
+        return None
 
     def new_machine(self, model: Any, guard: Callable[[Expression, Any], bool]) -> Any:
         """A fresh machine bound to `model`; `guard(expression, event)` decides a `when`."""
@@ -84,18 +102,30 @@ class CompiledLoop:
             model_attribute="state",
         )
         for trigger, source, dest, _when in self.config.transitions:
-            compiled = self._guard_for(source, dest, trigger, _when)
+            compiled = _guard_for(self.states, source, dest, trigger, _when)
             conditions: list[Any] = [] if compiled is None else [_bind_guard(guard, compiled)]
             machine.add_transition(trigger, source, dest, conditions=conditions)
         return machine
 
-    def _guard_for(self, source: str, dest: str, trigger: str, when: str | None) -> Expression | None:
-        if trigger != ROUTE or when is None:
-            return None
-        for d, expr in self.states[source].guards:
-            if d == dest and expr is not None and expr.source == when:
-                return expr
-        return compile_expression(when)
+
+def _guard_for(states: Mapping[str, CompiledState], source: str, dest: str, trigger: str,
+               when: str | None) -> Expression | None:
+    """The compiled `when` of an edge (the state's own, so it is compiled once)."""
+    if trigger != ROUTE or when is None:
+        return None
+    for d, expr in states[source].guards:
+        if d == dest and expr is not None and expr.source == when:
+            return expr
+    return compile_expression(when)
+
+
+def _routes(config: MachineConfig, states: Mapping[str, CompiledState]) -> Routes:
+    routes: dict[str, dict[str, list[tuple[str, Expression | None]]]] = {}
+    for trigger, source, dest, when in config.transitions:
+        edge = (dest, _guard_for(states, source, dest, trigger, when))
+        routes.setdefault(source, {}).setdefault(trigger, []).append(edge)
+    return {source: {trigger: tuple(edges) for trigger, edges in by_trigger.items()}
+            for source, by_trigger in routes.items()}
 
 
 def _bind_guard(guard: Callable[[Expression, Any], bool], expr: Expression) -> Callable[[Any], bool]:
@@ -181,9 +211,13 @@ def machine_config(loop: Loop) -> MachineConfig:
 
 def compile_loop(loop: Loop) -> CompiledLoop:
     """Loop -> CompiledLoop. Raises templates.TemplateError on a template lint would reject."""
+    facts = input_facts(loop)
+    config = machine_config(loop)
+    states = {name: compile_state(state, facts) for name, state in loop.states.items()}
     return CompiledLoop(
         loop=loop,
-        config=machine_config(loop),
-        states={name: compile_state(state, input_facts(loop)) for name, state in loop.states.items()},
+        config=config,
+        states=states,
         outputs={k: _template_or_literal(v) for k, v in loop.outputs.items()},
+        routes=_routes(config, states),
     )

@@ -1,7 +1,7 @@
 """The asyncio engine: runs a compiled loop, one state at a time, durably.
 
-The `transitions` machine only dispatches (its conditions evaluate `when` guards);
-every action runs here, outside its callbacks, through ports the engine is given
+The compiled loop's routing table dispatches (`CompiledLoop.fire`, the `transitions`
+machine's rule on the same edges); every action runs here, through ports the engine is given
 (provider, human, run log, response store, clock). Commit points, in order, are what makes a run
 resumable after kill -9 at any moment:
   - entering a state (current state, visit counts, results so far, budget spent);
@@ -12,44 +12,30 @@ resumable after kill -9 at any moment:
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Mapping
+from typing import Any
 
-from .budget import BudgetExceeded, Ledger
 from ..language.compile import EXHAUST, FAIL, NEXT, ROUTE, CompiledLoop, CompiledState, input_facts
-from .gates import GateRunner
-from .actions.llm import CallContext, LlmCaller, evaluate_result, llm_result, render_or_fail
-from .errors import StepFailure
-from ..language.model import EvaluateAction, LlmAction, State
-from .ports import Human, MemoryResponses, MemoryRunLog, NoHuman, Ports, ResponseStore, RunLog, utc_now
-from .retry import backoff_delay
-from .errors import ScriptError, ScriptExhausted
-from .run_state import (
-    ABORTED,
-    BUDGET_EXHAUSTED,
-    COMPLETED,
-    FAILED,
-    RUNNING,
-    WAITING,
-    NotJsonValue,
-    RunState,
-    json_value,
-)
-from .redaction import Redactor
-from .process_tree import CommandRef, new_marker
-from .shell import CwdOutsideWorkspace, confined_cwd
-from ..language.templates import Expression, RenderError, install_globals
+from ..language.model import State
+from ..language.templates import RenderError
 from .actions.checkpoint import Waiting, checkpoint, resume_waiting, settle_interrupted_command
+from .actions.command import run_shell_state
+from .actions.llm import LlmCaller, run_llm_state
+from .attempt import bounded_attempt, set_values
+from .budget import BudgetExceeded, Ledger
+from .context import build_context
+from .errors import ScriptError, ScriptExhausted, StepFailure
+from .gates import GateRunner
+from .outputs import render_outputs
+from .ports import Human, MemoryResponses, MemoryRunLog, NoHuman, Ports, ResponseStore, RunLog, utc_now
+from .recovery import account_for_crash, settle_completed_call
+from .redaction import Redactor
+from .retry import backoff_delay
+from .run_state import ABORTED, BUDGET_EXHAUSTED, COMPLETED, FAILED, RUNNING, WAITING, RunState
 
 # A key that is missing or refused does not come right by waiting: fail fast, even if `retry.on` lists it.
 NEVER_RETRIED = frozenset({"auth"})
 
 __all__ = ["Engine", "Human", "MemoryResponses", "MemoryRunLog", "NoHuman", "Ports", "ResponseStore", "RunLog", "utc_now"]
-
-
-class _Dispatch:
-    """The object the transitions machine is bound to; it carries only `state`."""
-
-    state: str
 
 
 class Engine:
@@ -75,9 +61,6 @@ class Engine:
         self._segment_start = self._monotonic()
         # An in-memory run keeps the ledger's JSON up to date only when it ends or waits.
         self.durable = getattr(ports.run_log, "durable", True)
-        self.dispatch = _Dispatch()
-        self.machine = compiled.new_machine(self.dispatch, self._guard)
-        self.machine.set_state(run.current or self.loop.start)
         # Commands get no declared secret unless their own `env:` passes it (`{X: "{{ secrets.X }}"}`):
         # a command that runs model-written code must not see credentials it was not given.
         self.command_env = {k: v for k, v in ports.env.items() if k not in ports.secret_values}
@@ -97,39 +80,9 @@ class Engine:
             count_asked=self._count_asked,
         )
         self.context: dict[str, Any] = {}
-        self._build_context()
-        self._settle_completed_call()
-        self._account_for_crash()
-
-    def _settle_completed_call(self) -> None:
-        """A run killed between an LLM call's stored response and the next commit was
-        charged that call's whole reservation on reload; charge what it really cost."""
-        pending = self.run.pending
-        if not pending or pending.get("kind") != "llm" or "reserved" not in pending or pending.get("settled"):
-            return
-        stored = self.ports.responses.get_response(pending["key"])
-        if stored is None or stored.get("cached"):
-            return
-        usage = stored.get("usage") or {}
-        reserved = pending["reserved"]
-        self.ledger.correct_charged(int(reserved["tokens"]), float(reserved["cost_usd"]),
-                                    int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0)),
-                                    float(stored.get("cost_usd") or 0.0))
-        pending["settled"] = True
-
-    def _account_for_crash(self) -> None:
-        """Spending committed by a process killed mid-attempt (a charged reservation, a call
-        completed just before the kill) never reached the per-state totals: give it to the
-        state that was running, so that the per-state table adds up to `spent`."""
-        usage = self.run.usage
-        tokens = self.ledger.tokens_spent - sum(int(u.get("tokens", 0)) for u in usage.values())
-        cost = self.ledger.cost_spent - sum(float(u.get("cost_usd", 0.0)) for u in usage.values())
-        if tokens <= 0 and cost <= 1e-12:
-            return
-        name = (self.run.pending or {}).get("state") or self.run.current
-        totals = usage.setdefault(name, {"tokens": 0, "cost_usd": 0.0, "seconds": 0.0, "attempts": 0})
-        totals["tokens"] += max(tokens, 0)
-        totals["cost_usd"] = round(totals["cost_usd"] + max(cost, 0.0), 12)
+        build_context(self)
+        settle_completed_call(self)
+        account_for_crash(self)
 
     # ------------------------------------------------------------ plumbing
     def _get_provider(self) -> Any:
@@ -174,37 +127,12 @@ class Engine:
         if self.parent is not None:  # one reply script serves the parent and its children
             self.parent._count_asked(state)
 
-    def _build_context(self) -> None:
-        run = self.run
-        ctx = self.context
-        ctx.clear()
-        ctx.update(run.results)
-        ctx["inputs"] = run.inputs
-        # A declared secret that is not set passes an empty value (`env: {GH_TOKEN: ...}` for
-        # an optional token: the tool then uses its own login).
-        ctx["secrets"] = {**{name: "" for name in self.loop.secrets}, **self.ports.secret_values}
-        for name in self.loop.states:  # `history.X` of a state that has not run yet is []
-            run.history.setdefault(name, [])
-        ctx["history"] = run.history
-        ctx["feedback"] = run.feedback
-        ctx["error"] = run.error
-        ctx["run"] = {"id": run.run_id, "date": run.date, "attempt": 1, "visits": 0}
-        ctx["budget"] = _BudgetView(self.ledger, self._active_seconds)
-        install_globals(ctx)
-        item = run.meta.get("item", _MISSING)
-        if item is not _MISSING:
-            ctx["item"] = item
-            ctx["index"] = run.meta.get("index")
-
     def _refresh_context(self, state: str, attempt: int) -> dict[str, Any]:
         ctx = self.context
         ctx["feedback"] = self.run.feedback
         ctx["error"] = self.run.error
         ctx["run"] = {"id": self.run.run_id, "date": self.run.date, "attempt": attempt, "visits": self.run.visits.get(state, 0)}
         return ctx
-
-    def _guard(self, expr: Expression, event: Any) -> bool:
-        return bool(expr(event.kwargs["ctx"]))
 
     # ------------------------------------------------------------ the run
     async def execute(self) -> RunState:
@@ -268,8 +196,9 @@ class Engine:
     def _follow(self, trigger: str, target: str | None) -> bool:
         if target is None:
             return False
-        self.machine.events[trigger].trigger(self.dispatch)
-        self._enter(self.dispatch.state)
+        dest = self.compiled.fire(self.run.current, trigger)
+        assert dest is not None, f"'{trigger}' from '{self.run.current}' has an unconditional edge"
+        self._enter(dest)
         return True
 
     async def _run_state(self, cs: CompiledState) -> None:
@@ -294,7 +223,7 @@ class Engine:
             spent_before = (self.ledger.tokens_spent, self.ledger.cost_spent)
             self.emit("attempt", state=state.name, visit=visit, attempt=attempt, spent=self.ledger.spent())
             try:
-                result = await self._bounded_attempt(cs, ctx, visit, attempt)
+                result = await bounded_attempt(self, cs, ctx, visit, attempt)
             except StepFailure as failure:
                 self._account(state.name, started, spent_before)
                 if self.redact:  # a template or command error may quote a secret, whole or cut short
@@ -302,7 +231,7 @@ class Engine:
                 retried = failure.kind in state.retry.on and failure.kind not in NEVER_RETRIED
                 if retried and attempt < state.retry.max_attempts:
                     run.feedback = self.redact(failure.message) if self.redact else failure.message
-                    delay = backoff_delay(state.retry, attempt, failure.retry_after)
+                    delay = backoff_delay(state.retry, attempt, failure.retry_after, self.ports.clock)
                     failed = self._failed_result(failure)
                     run.history.setdefault(state.name, []).append(failed)
                     self.emit("retry", state=state.name, attempt=attempt, kind=failure.kind,
@@ -389,82 +318,28 @@ class Engine:
             self._fail_state(state, StepFailure("no_transition", f"state '{state.name}' has no next state"), recoverable=False)
             return
         try:
-            moved = self.machine.events[trigger].trigger(self.dispatch, ctx=ctx)
+            dest = self.compiled.fire(run.current, trigger, ctx)
         except RenderError as exc:
             self._fail_state(state, StepFailure("no_transition", f"a `when` guard of '{state.name}' failed: {exc}"))
             return
-        if not moved:  # DSL: no matching guard ends the run failed
+        if dest is None:  # DSL: no matching guard ends the run failed
             self._fail_state(state, StepFailure("no_transition", f"no `when` of '{state.name}' matched and it has no default"),
                              recoverable=False)
             return
         run.feedback = run.results[state.name].get("feedback", "") if state.kind == "evaluate" else ""
         run.error = None
-        self._enter(self.dispatch.state)
+        self._enter(dest)
 
     # ------------------------------------------------------------ attempts
-    async def _bounded_attempt(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
-        timeout = cs.state.timeout
-        wall = self.loop.budget.wall_time
-        if timeout is None and wall is None:  # the common case: nothing to bound
-            return await self._attempt(cs, ctx, visit, attempt)
-        wall_left = None if wall is None else max(wall - self._active_seconds(), 0.0)
-        limit = min(t for t in (timeout, wall_left) if t is not None)
-        body = self._attempt(cs, ctx, visit, attempt)
-        try:
-            return await asyncio.wait_for(body, limit)
-        except asyncio.TimeoutError:
-            if timeout is not None and limit == timeout:
-                raise StepFailure("timeout", f"state '{cs.state.name}' took longer than its timeout of {timeout:g}s") from None
-            raise BudgetExceeded("wall_time", f"the run passed its wall_time budget of {wall:g}s") from None
-
-    async def _attempt(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
-        state = cs.state
-        if state.gates_before:
-            await self._gates("before", state, ctx, None)
-        result = await self._action(cs, ctx, visit, attempt)
-        if state.gates_after:
-            previous = ctx.get(state.name, _MISSING)
-            ctx[state.name] = dict(result, ok=True, error=None)
-            try:
-                await self._gates("after", state, ctx, result)
-            except StepFailure as failure:
-                failure.result = result
-                raise
-            finally:
-                if previous is _MISSING:
-                    ctx.pop(state.name, None)
-                else:
-                    ctx[state.name] = previous
-        return result
-
-    async def _gates(self, phase: str, state: State, ctx: dict[str, Any], result: dict[str, Any] | None) -> None:
-        gates = state.gates_before if phase == "before" else state.gates_after
-        outcomes = await self.gates.run(gates, ctx, result)
-        for o in outcomes:
-            self.emit("gate", state=state.name, phase=phase, gate=o.name, passed=o.passed,
-                      message=o.message, duration_s=round(o.duration_s, 4))
-        failed = [o for o in outcomes if not o.passed]
-        if failed:
-            raise StepFailure("gate", f"{phase}-gate '{failed[0].name}' failed: {failed[0].message}")
-
     async def _action(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
         state = cs.state
         kind = state.kind
         if kind == "set":
-            values: dict[str, Any] = {}
-            for name, value in cs.set_values.items():
-                if isinstance(value, Expression):
-                    try:
-                        values[name] = json_value(value(ctx))
-                    except (RenderError, NotJsonValue) as exc:
-                        raise StepFailure("parse", f"set {name}: {exc}") from None
-                else:
-                    values[name] = value
-            return values
+            return set_values(cs, ctx)
         if kind == "shell":
-            return await self._shell(cs, ctx, visit, attempt)
+            return await run_shell_state(self, cs, ctx, visit, attempt)
         if kind in ("llm", "evaluate"):
-            return await self._llm(cs, ctx, visit, attempt)
+            return await run_llm_state(self, cs, ctx, visit, attempt)
         if kind == "agent":
             from .actions.agent import run_agent  # agent states are rare: most runs never load the turn loop
 
@@ -477,100 +352,13 @@ class Engine:
             return await run_child_state(self, cs, ctx)
         raise StepFailure("no_transition", f"state kind '{kind}' cannot run")
 
-    async def _shell(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
-        shell = cs.shell
-        assert shell is not None
-        env = dict(self.command_env)
-        try:
-            for key, template in shell.env.items():
-                env[key] = template.render(ctx)
-            cwd = self.ports.workdir
-            if shell.cwd is not None:
-                cwd = confined_cwd(cwd, shell.cwd.render(ctx))
-            if shell.command is not None:
-                script, placeholders = shell.command.prepare(ctx)
-                env.update(placeholders)
-                argv = None
-            else:
-                script, argv = None, [t.render(ctx) for t in shell.argv or ()]
-        except (RenderError, CwdOutsideWorkspace) as exc:
-            raise StepFailure("parse", f"rendering the command of '{cs.state.name}': {exc}") from None
-        marker = new_marker()
-        pending = {"kind": "shell", "state": cs.state.name, "visit": visit, "attempt": attempt, "step_taken": True,
-                   "command": {"marker": marker}}
-        if not cs.state.idempotent:  # committed before it starts: a crash from here on needs a person
-            self._commit_pending(pending)
-
-        def started(ref: CommandRef) -> None:
-            # Recorded before it is waited on: after a kill -9 of loopdsl, `resume` finds it still running.
-            self._commit_pending(dict(pending, command=ref.to_json()))
-
-        res = await self.ports.shell(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=self.redact,
-                                marker=marker, on_start=started)
-        result = res.as_result()
-        if res.timed_out:
-            raise StepFailure("timeout", f"command timed out after {shell.spec.timeout:g}s", result=result)
-        if res.exit_code not in shell.spec.ok_exit:
-            tail = (res.stderr or res.stdout)[-2000:].strip()
-            raise StepFailure("shell_exit", f"command exited with {res.exit_code}" + (f": {tail}" if tail else ""), result=result)
-        return result
-
-    async def _llm(self, cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
-        action = cs.state.action
-        assert isinstance(action, (LlmAction, EvaluateAction)) and cs.prompt is not None
-        prompt = render_or_fail(cs.prompt, ctx, f"rendering the prompt of '{cs.state.name}'")
-        system = render_or_fail(cs.system, ctx, "rendering the system text") if cs.system else None
-        skill_text = self.ports.skills.get(action.skill, "") if isinstance(action, LlmAction) and action.skill else ""
-        messages = self.llm.messages(action, prompt, system, skill_text)
-        before = (self.ledger.tokens_spent, self.ledger.cost_spent)
-        try:
-            reply = await self.llm.call(action, messages, CallContext(self.run.run_id, cs.state.name, visit, attempt, skill_text))
-        except StepFailure as failure:
-            # A call that failed may still have been charged (a timeout, a dropped connection):
-            # it is listed beside the paid calls so that `show` adds up to `spent`.
-            tokens, cost = self.ledger.tokens_spent - before[0], self.ledger.cost_spent - before[1]
-            if tokens > 0 or cost > 0:
-                self.emit("llm", state=cs.state.name, attempt=attempt, model=self.loop.models[action.model].model,
-                          failed=failure.kind, charged={"tokens": tokens, "cost_usd": cost}, usage=None,
-                          cost_usd=cost, spent=self.ledger.spent())
-            raise
-        self.emit("llm", state=cs.state.name, attempt=attempt, model=reply.get("model"), usage=reply.get("usage"),
-                  cost_usd=reply.get("cost_usd"), replayed=bool(reply.get("replayed")), cached=bool(reply.get("cached")),
-                  spent=self.ledger.spent())
-        if isinstance(action, EvaluateAction):
-            return evaluate_result(reply)
-        return llm_result(action, reply)
-
     # ------------------------------------------------------------ ending
-    def _render_outputs(self, cs: CompiledState | None) -> tuple[dict[str, Any], list[str]]:
-        """The run's outputs, and a message per output that could not be rendered (its value
-        is then null): a `completed` end must not pass off a broken output as done."""
-        outputs: dict[str, Any] = {}
-        problems: list[str] = []
-        ctx = self._refresh_context(self.run.current, 1)
-        templates = dict(self.compiled.outputs)
-        if cs is not None:
-            templates.update(cs.output)
-        for name, template in templates.items():
-            try:
-                if isinstance(template, Expression):
-                    outputs[name] = json_value(template(ctx))
-                elif hasattr(template, "render"):
-                    outputs[name] = template.render(ctx)
-                else:
-                    outputs[name] = template
-            except (RenderError, NotJsonValue) as exc:
-                outputs[name] = None  # e.g. names a state this path never ran
-                self.emit("output_error", output=name, message=str(exc))
-                problems.append(f"output '{name}': {exc}")
-        return outputs, problems
-
     def _finish(self, status: str, cs: CompiledState | None, error: dict[str, Any] | None = None) -> None:
         run = self.run
         run.status = status
         if error is not None:
             run.error = error
-        run.outputs, problems = self._render_outputs(cs)
+        run.outputs, problems = render_outputs(self, cs)
         if problems and status == COMPLETED:
             status = run.status = FAILED
             run.error = {"state": run.current, "kind": "output", "message": "; ".join(problems)}
@@ -581,29 +369,3 @@ class Engine:
         run.ended_at = self._stamp()
         self.emit("end", status=status, state=run.current, outputs=run.outputs, spent=self.ledger.spent())
         self.commit()
-
-
-_MISSING = object()
-
-
-class _BudgetView(Mapping[str, Any]):
-    """`budget.spent` / `budget.remaining` for templates, computed only when a template reads them."""
-
-    _KEYS = ("spent", "remaining")
-
-    def __init__(self, ledger: Ledger, elapsed: Callable[[], float]):
-        self._ledger = ledger
-        self._elapsed = elapsed
-
-    def __getitem__(self, key: str) -> Any:
-        if key == "spent":
-            return self._ledger.spent()
-        if key == "remaining":
-            return self._ledger.remaining(self._elapsed())
-        raise KeyError(key)
-
-    def __iter__(self) -> Any:
-        return iter(self._KEYS)
-
-    def __len__(self) -> int:
-        return len(self._KEYS)

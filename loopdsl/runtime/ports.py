@@ -12,6 +12,7 @@ keeps paid responses in its parent's store.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -45,13 +46,14 @@ class ResponseStore(Protocol):
 
 
 class Clock(Protocol):
-    """Every reading of time the engine makes, and its waits: a test's clock makes a run
-    deterministic and its retries instant."""
+    """Every reading of time the engine makes, its waits and its random draws (retry
+    jitter): a test's clock makes a run deterministic and its retries instant."""
 
     def monotonic(self) -> float: ...  # seconds, for durations and `budget.wall_time`
     def utc_now(self) -> str: ...  # ISO-8601 stamp for events and records
     def now(self) -> datetime: ...  # aware UTC datetime, for comparing stamps
     async def sleep(self, seconds: float) -> None: ...
+    def uniform(self, low: float, high: float) -> float: ...  # a random draw in [low, high]
 
 
 class ShellRunner(Protocol):
@@ -153,11 +155,13 @@ def utc_now() -> str:
 
 
 class SystemClock:
-    """The machine's clocks and asyncio's sleep. The two readings the engine makes at
-    every step are the plain functions, so the port adds no call to its hot path."""
+    """The machine's clocks, asyncio's sleep and the `random` module's draws. The two
+    readings the engine makes at every step are the plain functions, so the port adds no
+    call to its hot path."""
 
     monotonic = staticmethod(time.monotonic)
     utc_now = staticmethod(utc_now)
+    uniform = staticmethod(random.uniform)
 
     def now(self) -> datetime:
         return datetime.now(timezone.utc)

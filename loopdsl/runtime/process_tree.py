@@ -27,7 +27,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 MARKER_VAR = "LOOPDSL_COMMAND_ID"
 _PROC = Path("/proc")
@@ -163,22 +163,26 @@ def signal_command(ref: CommandRef, sig: int) -> None:
             os.kill(pid, sig)
 
 
-async def stop_command(ref: CommandRef, grace: float, *, exited: Any = None) -> None:
+async def stop_command(ref: CommandRef, grace: float, *, exited: Any = None,
+                       monotonic: Callable[[], float] = time.monotonic,
+                       sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
     """SIGTERM every process of the command, give them `grace` seconds, then SIGKILL
     whatever is left (in rounds, for processes forked meanwhile). `exited()`, when given,
-    says whether the direct child has been reaped (the caller's own child)."""
+    says whether the direct child has been reaped (the caller's own child). The engine
+    passes its clock port's `monotonic` and `sleep`; the shell runner (itself a port) the
+    machine's."""
     signal_command(ref, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
+    deadline = monotonic() + grace
+    while monotonic() < deadline:
         if (exited is None or exited()) and not command_alive(ref):
             break
-        await asyncio.sleep(0.02)
+        await sleep(0.02)
     # Unconditional: a process that ignores SIGTERM, or one we could not observe.
     for _ in range(_KILL_ROUNDS):
         signal_command(ref, signal.SIGKILL)
         if not command_pids(ref):
             break
-        await asyncio.sleep(0.01)
+        await sleep(0.01)
 
 
 def kill_now(ref: CommandRef) -> None:

@@ -1,14 +1,19 @@
 """Backoff between attempts: exponential, capped, with jitter; Retry-After wins when longer."""
 from __future__ import annotations
 
-import random
+from typing import Protocol
 
 from ..language.model import RetryPolicy
 
 
-def backoff_delay(
-    policy: RetryPolicy, failed_attempt: int, retry_after: float | None = None, rng: random.Random | None = None
-) -> float:
+class Draws(Protocol):
+    """Where the jitter comes from: the engine's clock port (`Clock.uniform`), so that a
+    test's clock makes retry waits deterministic."""
+
+    def uniform(self, low: float, high: float) -> float: ...
+
+
+def backoff_delay(policy: RetryPolicy, failed_attempt: int, retry_after: float | None, draws: Draws) -> float:
     """Seconds to wait after attempt number `failed_attempt` (1-based) failed.
 
     "Equal jitter": half the exponential delay is kept, the other half is random, so
@@ -17,7 +22,7 @@ def backoff_delay(
     b = policy.backoff
     delay = min(b.max, b.initial * (b.factor ** max(failed_attempt - 1, 0)))
     if b.jitter and delay > 0:
-        delay = delay / 2 + (rng or random).uniform(0, delay / 2)
+        delay = delay / 2 + draws.uniform(0, delay / 2)
     if retry_after is not None and retry_after > delay:
         # The provider said when it will take us again: asking earlier only burns an attempt.
         delay = retry_after

@@ -217,11 +217,7 @@ async def run_command(
     given), which is how its processes are found (`proctree`); `on_start(ref)` is called
     once it runs, before it is waited on (the engine records `ref` in the run store).
     """
-    if (script is None) == (argv is None):
-        raise ValueError("run_command needs exactly one of script= or argv=")
-    if argv is not None and len(argv) == 0:
-        raise ValueError("run_command: argv must name a program")
-    command: tuple[str, ...] = (*BASH, script) if script is not None else tuple(argv or ())
+    command = _command_line(script, argv)
     started = time.monotonic()
 
     def failed_to_start(code: int, message: str) -> ShellResult:
@@ -239,11 +235,36 @@ async def run_command(
     if not workdir.is_dir():
         return failed_to_start(EXIT_CANNOT_RUN, f"working directory does not exist: {workdir}")
     marker = marker or new_marker()
+    proc = await _spawn(command, workdir, {**env, MARKER_VAR: marker}, marker, kill_grace)
+    if isinstance(proc, tuple):
+        return failed_to_start(*proc)
+    # start_new_session makes the child a session and group leader: its pid is the pgid.
+    ref = CommandRef(proc.pid, marker, start_time(proc.pid), _pipe_inodes(proc))
+    if on_start is not None:
+        try:
+            on_start(ref)
+        except BaseException:
+            await asyncio.shield(_stop_group(proc, ref, kill_grace))
+            raise
+    return await _watch(proc, ref, timeout, output_cap, redact, kill_grace, started)
+
+
+def _command_line(script: str | None, argv: Sequence[str] | None) -> tuple[str, ...]:
+    if (script is None) == (argv is None):
+        raise ValueError("run_command needs exactly one of script= or argv=")
+    if argv is not None and len(argv) == 0:
+        raise ValueError("run_command: argv must name a program")
+    return (*BASH, script) if script is not None else tuple(argv or ())
+
+
+async def _spawn(command: tuple[str, ...], workdir: Path, env: Mapping[str, str], marker: str,
+                 kill_grace: float) -> asyncio.subprocess.Process | tuple[int, str]:
+    """The started process, or (exit code, reason) for one that could not start."""
     spawn = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *command,
             cwd=str(workdir),
-            env={**env, MARKER_VAR: marker},
+            env=dict(env),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -253,25 +274,21 @@ async def run_command(
     try:
         # Shielded: a cancellation that lands while asyncio is still wiring the pipes would
         # make asyncio kill only the direct child, leaving its own children running.
-        proc = await asyncio.shield(spawn)
+        return await asyncio.shield(spawn)
     except asyncio.CancelledError:
         await _stop_after_cancelled_spawn(spawn, marker, kill_grace)
         raise
     except FileNotFoundError:
-        return failed_to_start(EXIT_NOT_FOUND, f"command not found: {command[0]}")
+        return EXIT_NOT_FOUND, f"command not found: {command[0]}"
     except PermissionError:
-        return failed_to_start(EXIT_CANNOT_RUN, f"permission denied: {command[0]}")
+        return EXIT_CANNOT_RUN, f"permission denied: {command[0]}"
     except OSError as exc:
-        return failed_to_start(EXIT_CANNOT_RUN, f"cannot run {command[0]}: {exc.strerror or exc}")
+        return EXIT_CANNOT_RUN, f"cannot run {command[0]}: {exc.strerror or exc}"
 
-    # start_new_session makes the child a session and group leader: its pid is the pgid.
-    ref = CommandRef(proc.pid, marker, start_time(proc.pid), _pipe_inodes(proc))
-    if on_start is not None:
-        try:
-            on_start(ref)
-        except BaseException:
-            await asyncio.shield(_stop_group(proc, ref, kill_grace))
-            raise
+
+async def _watch(proc: asyncio.subprocess.Process, ref: CommandRef, timeout: float | None, output_cap: int,
+                 redact: Callable[[str], str], kill_grace: float, started: float) -> ShellResult:
+    """Read a started command's output until it ends (or its timeout), into its result."""
     overlap = max(_MIN_REDACTION_OVERLAP, 4 * int(getattr(redact, "longest", 0) or 0))
     out, err = _CappedStream(output_cap + overlap), _CappedStream(output_cap + overlap)
     readers = asyncio.gather(out.drain(proc.stdout), err.drain(proc.stderr))

@@ -253,6 +253,20 @@ def test_commit_is_atomic_when_an_event_is_not_json(store: RunStore) -> None:
     assert store.events("r1") == [{"i": 1}, {"i": 2}]
 
 
+def test_events_appended_by_another_holder_between_two_locks_are_kept(store: RunStore, store_dir: Path) -> None:
+    """A store remembers a run's event count between its commits under one lock; a later
+    lock of the same run, taken after another store wrote under its own, reads it again."""
+    store.create_run("r1", {"status": "running"})
+    with store.lock("r1") as lock:
+        store.commit("r1", {"status": "running"}, [{"i": 1}], lock=lock)
+        store.commit("r1", {"status": "running"}, [{"i": 2}], lock=lock)
+    with RunStore(store_dir) as other, other.lock("r1") as lock:
+        other.commit("r1", {"status": "running"}, [{"i": 3}], lock=lock)
+    with store.lock("r1") as lock:
+        store.commit("r1", {"status": "running"}, [{"i": 4}], lock=lock)
+    assert store.events("r1") == [{"i": 1}, {"i": 2}, {"i": 3}, {"i": 4}]
+
+
 def _record_row_bytes(store_dir: Path, run_id: str) -> int:
     with sqlite3.connect(store_dir / "cache.db") as con:
         (size,) = con.execute("SELECT length(value) FROM Cache WHERE key = ?", (f"run/{run_id}/record",)).fetchone()
@@ -281,6 +295,21 @@ def test_a_long_path_reads_back_whole_and_the_record_row_stays_small(store: RunS
     # A caller that commits a different path is stored as it says, chunks included.
     store.commit("long", {"status": "done", "path": ["x"] * 600}, [])
     assert store.load("long")["path"] == ["x"] * 600
+
+
+def test_a_path_list_that_grows_in_place_reads_back_whole(store: RunStore) -> None:
+    """The engine appends to one list for the whole run; the store then skips comparing the
+    head it wrote, and still stores every state once."""
+    store.create_run("grow", {"status": "running", "path": []})
+    path: list[str] = []
+    for step in range(1, 400):
+        path.append(f"s{step}")
+        store.commit("grow", {"status": "running", "path": path}, [])
+        if step in (63, 64, 65, 128, 300):
+            assert store.load("grow")["path"] == [f"s{i}" for i in range(1, step + 1)]
+    rewritten = [f"t{i}" for i in range(399)]  # another list: compared, so rewritten
+    store.commit("grow", {"status": "running", "path": rewritten}, [])
+    assert store.load("grow")["path"] == rewritten
 
 
 def test_a_missing_part_of_the_path_is_a_damaged_run(store: RunStore, store_dir: Path) -> None:

@@ -81,6 +81,50 @@ def test_no_matching_guard_leaves_the_machine_where_it_was():
     assert box.state == "b"
 
 
+def _three_way(whens):
+    """A loop whose state `b` routes to c0, c1, c2 in order, under the given `when`s."""
+    data = loop_data()
+    data["states"]["b"]["transitions"] = [
+        {"to": f"c{i}", **({"when": when} if when is not None else {})} for i, when in enumerate(whens)
+    ]
+    for i in range(len(whens)):
+        data["states"][f"c{i}"] = {"end": "completed"}
+    return compile_loop(build_loop(data))
+
+
+@pytest.mark.parametrize("whens", [
+    ("a.x > 5", "a.x > 2", None),
+    ("a.x == 1", "a.x == 3", "a.x == 7"),
+    (None,),
+    ("a.x % 2 == 0", "a.x > 0", "a.x < 100"),
+])
+@pytest.mark.parametrize("x", [0, 1, 3, 4, 7, 9])
+def test_fire_dispatches_as_the_transitions_machine_does(whens, x):
+    """The engine's dispatch (`fire`) and a `transitions` machine built from the same
+    compiled loop agree on every trigger, guard outcome and order, no-match included."""
+    compiled = _three_way(whens)
+    box = Box()
+    compiled.new_machine(box, lambda expr, event: bool(expr(event.kwargs["ctx"])))
+    ctx = {"a": {"x": x}}
+    assert compiled.fire("a", NEXT) == "b"
+    box.trigger(NEXT)  # type: ignore[attr-defined]
+    for trigger in (FAIL, EXHAUST):
+        assert compiled.fire("b", trigger) == "d"
+    moved = box.trigger(ROUTE, ctx=ctx)  # type: ignore[attr-defined]
+    assert compiled.fire("b", ROUTE, ctx) == (box.state if moved else None)
+
+
+def test_fire_passes_a_failing_guard_s_error_on():
+    compiled = _three_way(("a.missing > 1", None))
+    with pytest.raises(Exception) as raised:
+        compiled.fire("b", ROUTE, {"a": {"x": 1}})
+    box = Box()
+    compiled.new_machine(box, lambda expr, event: bool(expr(event.kwargs["ctx"])))
+    box.trigger(NEXT)  # type: ignore[attr-defined]
+    with pytest.raises(type(raised.value)):
+        box.trigger(ROUTE, ctx={"a": {"x": 1}})  # type: ignore[attr-defined]
+
+
 def test_compile_rejects_a_placeholder_inside_single_quotes():
     data = loop_data()
     data["states"]["b"]["shell"] = "echo '{{ a.x }}'"

@@ -38,7 +38,7 @@ LOOP = textwrap.dedent("""\
     states:
       ask:
         llm: {model: m, prompt: "name a file"}
-        retry: {max_attempts: 2, on: [rate_limit], backoff: {initial: 0s}}
+        retry: {max_attempts: 2, on: [rate_limit], backoff: {initial: 0.1s}}
         next: make
       make:
         shell: "echo made > made.txt; echo {{ ask.text }}"
@@ -52,7 +52,9 @@ LOOP = textwrap.dedent("""\
       done: {end: completed, output: {said: "{{ ask.text }}", by: "{{ approve.by }}"}}
       dropped: {end: failed}
     """)
-REPLIES = {"ask": [{"error": "rate_limit", "retry_after": 0.05}, "notes"]}
+# The wait is drawn (jitter, 0.05-0.1 s) and longer than the provider's Retry-After: a replay
+# waits as long as the recording did only if the draw went through the clock port.
+REPLIES = {"ask": [{"error": "rate_limit", "retry_after": 0.01}, "notes"]}
 
 
 class Tape:
@@ -111,6 +113,9 @@ class TapeClock:
 
     async def sleep(self, seconds: float) -> None:
         await self.tape.acall("clock.sleep", (seconds,), lambda: self.real.sleep(seconds))
+
+    def uniform(self, low: float, high: float) -> float:
+        return self.tape.call("clock.uniform", (low, high), lambda: self.real.uniform(low, high))
 
 
 class TapeShell:
@@ -226,7 +231,7 @@ def test_a_run_replayed_from_its_port_calls_takes_the_same_path(tmp_path: Path) 
     assert first.path == ["ask", "make", "approve", "done"]
     assert first.outputs == {"said": "notes", "by": "reviewer"}
     ports_used = {port for port, _, _ in tape.calls}
-    assert {"clock.sleep", "shell", "model.complete", "human.decide", "run_log.commit",
+    assert {"clock.sleep", "clock.uniform", "shell", "model.complete", "human.decide", "run_log.commit",
             "responses.put"} <= ports_used, ports_used
     assert (recorded_dir / "made.txt").exists()
 

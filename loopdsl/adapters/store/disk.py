@@ -8,10 +8,14 @@ that raises it; `store` re-exports it.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
+import sqlite3
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import diskcache
 from diskcache.core import MODE_RAW, UNKNOWN
@@ -25,7 +29,62 @@ MARKER_NAME = "loopdsl-store.json"
 DB_NAME = diskcache.core.DBNAME  # "cache.db"
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _guarded(method: _F) -> _F:
+    """Turn SQLite and diskcache failures of a store method (its object has `directory`)
+    into StoreError: a message, never a traceback."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except diskcache.Timeout:
+            raise StoreError(
+                f"the run store {self.directory} stayed busy (another process is writing)",
+                "retry; if it persists, look for a stuck loopdsl process",
+            ) from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"the run store database {self.directory / DB_NAME} is unreadable: {exc}",
+                "it is left untouched; move the store directory aside (or set "
+                "LOOPDSL_STORE) to start a fresh store",
+            ) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
 # --------------------------------------------------------------------------- JSON disk
+
+
+# Built once: `json.dumps` with options builds an encoder per call, and a commit writes three values.
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
+
+# What `Cache.set` writes for one of our values (inline JSON text, no expiry, no tag, no
+# file), as one statement: diskcache's own `set` first SELECTs the row (to delete an old
+# side file, which our rows never have) and then INSERTs or UPDATEs it. Its table keeps a
+# unique index on (key, raw), and its count and size triggers fire for these statements too.
+_UPSERT = (
+    "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, tag, size, mode,"
+    " filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, 0, ?, NULL, ?)"
+    " ON CONFLICT(key, raw) DO UPDATE SET store_time = excluded.store_time, expire_time = NULL,"
+    " access_time = excluded.access_time, access_count = 0, tag = NULL, size = 0, mode = excluded.mode,"
+    " filename = NULL, value = excluded.value"
+)
+
+
+def put_rows(cache: diskcache.Cache, rows: list[tuple[str, Any]]) -> None:
+    """Inside `cache.transact()`: write (key, JSON value) rows as `cache.set` would, read back
+    by `cache.get` alike. A commit writes three rows a step; this is its hot path."""
+    now = time.time()
+    params = []
+    for key, value in rows:
+        if type(key) is not str:
+            raise TypeError(f"run store keys are strings, got {type(key).__name__}")
+        params.append((key, now, now, MODE_RAW, _ENCODE(value)))
+    cache._con.executemany(_UPSERT, params)  # the transaction's own connection (this thread's)
 
 
 class JsonOnlyDisk(diskcache.Disk):
@@ -55,7 +114,7 @@ class JsonOnlyDisk(diskcache.Disk):
     def store(self, value: Any, read: bool, key: Any = UNKNOWN) -> tuple[int, int, None, str]:
         if read:
             raise TypeError("the run store does not store file objects")
-        text = json.dumps(value, separators=(",", ":"))
+        text = _ENCODE(value)
         return 0, MODE_RAW, None, text
 
     def fetch(self, mode: int, filename: Any, value: Any, read: bool) -> Any:

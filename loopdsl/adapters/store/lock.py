@@ -12,6 +12,7 @@ import os
 import socket
 import sqlite3
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import diskcache
@@ -28,6 +29,10 @@ class RunChanged(StoreError):
     this process must stop and record nothing more (exit 5)."""
 
     exit_code = EXIT_CHANGED
+
+
+class RunLocked(StoreError):
+    """Another live process holds the run."""
 
 
 def _lock_key(name: str) -> str:
@@ -68,6 +73,32 @@ def add_lock(cache: diskcache.Cache, name: str, mine: dict[str, Any], ttl: float
             return False
         cache.set(_owner_key(name), mine["token"])
         return True
+
+
+def acquire(cache: diskcache.Cache, name: str, mine: dict[str, Any], ttl: float, wait: float) -> None:
+    """Take the lock `name` for the holder `mine` (a free one, or a dead holder's), polling
+    for up to `wait` seconds; else raise RunLocked saying who holds it."""
+    deadline = time.monotonic() + wait
+    reread = False
+    while True:
+        if add_lock(cache, name, mine, ttl):
+            return
+        # Empty when the holder expired between our add and this read: try once more.
+        current = cache.get(_lock_key(name))
+        holder = current if isinstance(current, dict) else {}
+        if not holder and not reread:
+            reread = True
+            continue
+        if _holder_is_dead(holder) and take_over(cache, name, holder, mine, ttl):
+            return
+        if time.monotonic() >= deadline:
+            raise RunLocked(
+                f"run {name} is in use by process {holder.get('pid', '?')} on host "
+                f"{holder.get('host', '?')} since {holder.get('since', '?')}",
+                "wait for that process to finish or stop it; if it was killed, its lock "
+                f"expires within {holder.get('ttl', ttl):g} s",
+            )
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
 
 def take_over(cache: diskcache.Cache, name: str, dead: dict[str, Any], mine: dict[str, Any], ttl: float) -> bool:

@@ -1,7 +1,8 @@
 """The durable run store: run records, event logs, run locks and stored LLM responses.
 
-The JSON-only diskcache Disk and the directory checks are in `store_disk`, the run
-lock's handle, heartbeat and fencing token in `store_lock`, run ids and keys in `store_keys`.
+The JSON-only diskcache Disk and the directory checks are in `disk`, the run lock's
+handle, heartbeat and fencing token in `lock`, path chunks, the per-run memory of a
+commit and run-id prefixes in `run_rows`, run ids and keys in `runtime.run_keys`.
 
 One directory per store (by default `.loopdsl/` at the repository root) holding a
 diskcache `Cache` (SQLite in WAL mode) that never evicts and stores every value as JSON
@@ -23,27 +24,24 @@ Key layout (all keys are strings):
 """
 from __future__ import annotations
 
-import functools
 import os
 import secrets
 import socket
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import diskcache
 
 # The on-disk layer and the run lock live in their own modules; their public names are
 # re-exported (see `__all__`) so `from loopdsl.adapters.store.run_store import ...` keeps working.
-from .disk import DB_NAME, FORMAT_VERSION, MARKER_NAME, JsonOnlyDisk, _prepare_directory
+from .disk import DB_NAME, FORMAT_VERSION, MARKER_NAME, JsonOnlyDisk, _guarded, _prepare_directory, put_rows
 from ...runtime.errors import StoreError
 from ...runtime.run_state import events_problem, record_problem
 from ...runtime.run_keys import (
-    PATH_CHUNK,
     _check_run_id,
     _count_key,
     _event_key,
@@ -52,43 +50,14 @@ from ...runtime.run_keys import (
     child_run_id,
     default_store_dir,
 )
-from .lock import RunChanged, RunLock, _holder_is_dead, _lock_key, add_lock, check_owner, take_over
+from .run_rows import RunRows, join_path, match_run_ref
+from .lock import RunChanged, RunLock, RunLocked, _holder_is_dead, _lock_key, acquire, check_owner
 
 ACTIVE_STATUSES = ("running", "waiting")
 _RUN_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
-_MAX_CANDIDATES_SHOWN = 10
-
-
-class RunLocked(StoreError):
-    """Another live process holds the run."""
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _guarded(method: _F) -> _F:
-    """Turn SQLite and diskcache failures into StoreError (a message, never a traceback)."""
-
-    @functools.wraps(method)
-    def wrapper(self: RunStore, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except diskcache.Timeout:
-            raise StoreError(
-                f"the run store {self.directory} stayed busy (another process is writing)",
-                "retry; if it persists, look for a stuck loopdsl process",
-            ) from None
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(
-                f"the run store database {self.directory / DB_NAME} is unreadable: {exc}",
-                "it is left untouched; move the store directory aside (or set "
-                "LOOPDSL_STORE) to start a fresh store",
-            ) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _damaged_entry(run_id: str, problem: str) -> dict[str, Any]:
@@ -143,8 +112,7 @@ class RunStore:
             ) from None
         self._locks: set[RunLock] = set()
         self._locks_guard = threading.Lock()
-        # Per run, the head of the path this process has written to chunk rows (see commit).
-        self._path_written: dict[str, list[str]] = {}
+        self._rows = RunRows()  # what this process wrote of each run (see commit)
 
     # ---- lifecycle
 
@@ -192,7 +160,7 @@ class RunStore:
             cache.set("runs", ids)
             cache.set(_count_key(run_id), 0)
             cache.set(_record_key(run_id), {**record, "updated_at": _now_iso()})
-        self._path_written.pop(run_id, None)
+        self._rows.forget(run_id)
 
     @_guarded
     def commit(
@@ -210,59 +178,38 @@ class RunStore:
         token is the run's owner), checked inside the same transaction: a process that was
         suspended past the lock's ttl and taken over gets RunChanged instead of writing.
         `expect(current_record)` may raise to refuse the commit (a compare-and-set)."""
-        cache = self._cache
+        cache, rows = self._cache, self._rows
         stamped = {**record, "updated_at": _now_iso()}
-        head, chunks = self._split_path(run_id, stamped)
+        path = stamped.get("path")
+        chunks = rows.split_path(run_id, stamped)
+        token = lock.token if lock is not None else None
         with cache.transact():
             if lock is not None:
                 check_owner(cache, lock)
-            count = cache.get(_count_key(run_id))
+            count = rows.known_count(run_id, token)
             if count is None:
-                raise self._unknown(run_id)
+                count = cache.get(_count_key(run_id))
+                if count is None:
+                    raise self._unknown(run_id)
             if expect is not None:
                 expect(self._join_path(run_id, cache.get(_record_key(run_id))))
-            for index, chunk in chunks:
-                cache.set(_path_key(run_id, index), chunk)
+            writes: list[tuple[str, Any]] = [(_path_key(run_id, index), chunk) for index, chunk in chunks]
             if events:
                 # One row per commit, holding that commit's events: a step's three events
                 # cost one write instead of three (the count key counts these batches).
-                cache.set(_event_key(run_id, count), list(events))
-                cache.set(_count_key(run_id), count + 1)
-            cache.set(_record_key(run_id), stamped)
-        if head and stamped.get("status") in ACTIVE_STATUSES:
-            self._path_written[run_id] = head
-        else:  # an ended run commits little more: forget it (a long-lived process runs many)
-            self._path_written.pop(run_id, None)
-
-    def _split_path(self, run_id: str, record: dict[str, Any]) -> tuple[list[str], list[tuple[int, list[str]]]]:
-        """Move the full chunks of a long path out of `record`: (the head they hold, the
-        chunk rows still to write). A path only grows, so a chunk this process wrote
-        before is written again only if its states differ (a caller that rewrote it)."""
-        path = record.get("path")
-        if not isinstance(path, list) or len(path) < PATH_CHUNK:
-            return [], []
-        full = len(path) // PATH_CHUNK
-        head = path[:full * PATH_CHUNK]
-        written = self._path_written.get(run_id) or []
-        start = len(written) // PATH_CHUNK if head[:len(written)] == written else 0
-        record["path"], record["path_chunks"] = path[full * PATH_CHUNK:], full
-        return head, [(i, path[i * PATH_CHUNK:(i + 1) * PATH_CHUNK]) for i in range(start, full)]
+                writes.append((_event_key(run_id, count), list(events)))
+                count += 1
+                writes.append((_count_key(run_id), count))
+            writes.append((_record_key(run_id), stamped))
+            put_rows(cache, writes)
+        if stamped.get("status") not in ACTIVE_STATUSES:
+            rows.forget(run_id)
+            return
+        rows.path_committed(run_id, path, chunks)
+        rows.count_committed(run_id, token, count)
 
     def _join_path(self, run_id: str, record: Any) -> Any:
-        """A stored record with the chunks of its path put back (see `_split_path`)."""
-        if not isinstance(record, dict) or "path_chunks" not in record:
-            return record
-        full, tail = record.pop("path_chunks"), record.get("path")
-        if not isinstance(full, int) or isinstance(full, bool) or full < 0 or not isinstance(tail, list):
-            raise self._damaged(run_id, "its path is not a list of state names")
-        path: list[Any] = []
-        for index in range(full):
-            chunk = self._cache.get(_path_key(run_id, index))
-            if not isinstance(chunk, list):
-                raise self._damaged(run_id, f"part {index} of its path is missing")
-            path.extend(chunk)
-        record["path"] = path + tail
-        return record
+        return join_path(record, self._cache.get, run_id, lambda problem: self._damaged(run_id, problem))
 
     @_guarded
     def load(self, run_id: str) -> dict[str, Any]:
@@ -303,30 +250,7 @@ class RunStore:
 
     @_guarded
     def resolve(self, ref: str) -> str:
-        ref = ref.strip()
-        ids = self._run_ids()
-        if ref in ids:
-            return ref
-        matches = [run_id for run_id in ids if ref and run_id.startswith(ref)]
-        # A sub-loop's record ('<parent>.<state>...') shares its parent's prefix: a prefix
-        # means the top-level run unless the child's own id was typed out.
-        top_level = [run_id for run_id in matches if "." not in run_id]
-        if top_level and "." not in ref:
-            matches = top_level
-        if len(matches) == 1:
-            return matches[0]
-        if not matches:
-            raise StoreError(
-                f"no run matches {ref!r} in {self.directory}",
-                "`loopdsl runs` lists the runs of this store; LOOPDSL_STORE selects another",
-            )
-        shown = ", ".join(sorted(matches)[:_MAX_CANDIDATES_SHOWN])
-        more = len(matches) - _MAX_CANDIDATES_SHOWN
-        raise StoreError(
-            f"run prefix {ref!r} is ambiguous: it matches {shown}"
-            + (f" and {more} more" if more > 0 else ""),
-            "type more characters of the run id",
-        )
+        return match_run_ref(self._run_ids(), ref, self.directory)
 
     def _run_ids(self) -> list[str]:
         ids = self._cache.get("runs") or []
@@ -407,34 +331,15 @@ class RunStore:
         """
         if ttl <= 0:
             raise ValueError("lock ttl must be positive")
-        token = secrets.token_hex(16)
         holder_info = {
-            "token": token,
+            "token": secrets.token_hex(16),
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "since": _now_iso(),
             "ttl": ttl,
         }
-        deadline = time.monotonic() + wait
-        reread = False
-        while True:
-            if add_lock(self._cache, run_id, holder_info, ttl):
-                return self._held(run_id, ttl, holder_info)
-            # Empty when the holder expired between our add and this read: try once more.
-            holder = self._holder(run_id) or {}
-            if not holder and not reread:
-                reread = True
-                continue
-            if _holder_is_dead(holder) and take_over(self._cache, run_id, holder, holder_info, ttl):
-                return self._held(run_id, ttl, holder_info)
-            if time.monotonic() >= deadline:
-                raise RunLocked(
-                    f"run {run_id} is in use by process {holder.get('pid', '?')} on host "
-                    f"{holder.get('host', '?')} since {holder.get('since', '?')}",
-                    "wait for that process to finish or stop it; if it was killed, its lock "
-                    f"expires within {holder.get('ttl', ttl):g} s",
-                )
-            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        acquire(self._cache, run_id, holder_info, ttl, wait)
+        return self._held(run_id, ttl, holder_info)
 
     def _held(self, run_id: str, ttl: float, holder_info: dict[str, Any]) -> RunLock:
         handle = RunLock(self, run_id, ttl, holder_info)

@@ -64,7 +64,7 @@ class TurnCaller:
                 if failure.kind not in TURN_RETRIED or failures >= self.engine.loop.states[self.ids["state"]].retry.max_attempts:
                     raise
                 retry = self.engine.loop.states[self.ids["state"]].retry
-                delay = backoff_delay(retry, failures, failure.retry_after)
+                delay = backoff_delay(retry, failures, failure.retry_after, self.engine.ports.clock)
                 self.engine.emit("turn_retry", state=self.ids["state"], attempt=self.ids["attempt"], turn=turn,
                                  kind=failure.kind, message=failure.message, delay_s=round(delay, 3))
                 await self.engine._sleep(delay)

@@ -81,7 +81,8 @@ async def settle_interrupted_command(engine: "Engine", state: State, pending: di
     if running:
         assert ref is not None
         engine.emit("stopped_leftover", state=state.name, pgid=ref.pgid, pids=running)
-        await stop_command(ref, LEFTOVER_GRACE_S)
+        clock = engine.ports.clock
+        await stop_command(ref, LEFTOVER_GRACE_S, monotonic=clock.monotonic, sleep=clock.sleep)
 
 
 def resume_waiting(engine: "Engine") -> bool:

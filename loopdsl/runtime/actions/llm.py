@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ...language import bounded_json
 from ..budget import Ledger, Reservation, cost_for, reservation_for
@@ -24,6 +24,10 @@ from ...language.prices import model_price
 from ..model_port import LlmRequest, LlmResponse, Provider, ProviderError
 from ...language.templates import RenderError, Template
 from ..errors import StepFailure
+from ...language.compile import CompiledState
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 
 EVALUATOR_INSTRUCTIONS = (
@@ -310,3 +314,30 @@ def render_or_fail(template: Template, context: Mapping[str, Any], what: str) ->
         return template.render(context)
     except RenderError as exc:
         raise StepFailure("parse", f"{what}: {exc}") from None
+
+
+async def run_llm_state(engine: "Engine", cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
+    action = cs.state.action
+    assert isinstance(action, (LlmAction, EvaluateAction)) and cs.prompt is not None
+    prompt = render_or_fail(cs.prompt, ctx, f"rendering the prompt of '{cs.state.name}'")
+    system = render_or_fail(cs.system, ctx, "rendering the system text") if cs.system else None
+    skill_text = engine.ports.skills.get(action.skill, "") if isinstance(action, LlmAction) and action.skill else ""
+    messages = engine.llm.messages(action, prompt, system, skill_text)
+    before = (engine.ledger.tokens_spent, engine.ledger.cost_spent)
+    try:
+        reply = await engine.llm.call(action, messages, CallContext(engine.run.run_id, cs.state.name, visit, attempt, skill_text))
+    except StepFailure as failure:
+        # A call that failed may still have been charged (a timeout, a dropped connection):
+        # it is listed beside the paid calls so that `show` adds up to `spent`.
+        tokens, cost = engine.ledger.tokens_spent - before[0], engine.ledger.cost_spent - before[1]
+        if tokens > 0 or cost > 0:
+            engine.emit("llm", state=cs.state.name, attempt=attempt, model=engine.loop.models[action.model].model,
+                      failed=failure.kind, charged={"tokens": tokens, "cost_usd": cost}, usage=None,
+                      cost_usd=cost, spent=engine.ledger.spent())
+        raise
+    engine.emit("llm", state=cs.state.name, attempt=attempt, model=reply.get("model"), usage=reply.get("usage"),
+              cost_usd=reply.get("cost_usd"), replayed=bool(reply.get("replayed")), cached=bool(reply.get("cached")),
+              spent=engine.ledger.spent())
+    if isinstance(action, EvaluateAction):
+        return evaluate_result(reply)
+    return llm_result(action, reply)
