@@ -280,3 +280,26 @@ def test_without_a_person_at_hand_an_approval_makes_the_run_wait_then_resume_run
     assert ended.status == "completed"
     assert marker.read_text() == "x\n"
     assert sum(1 for r in provider.requests if len(r.messages) == len(provider.requests[0].messages)) == 1  # turn 1 paid once
+
+
+def test_a_sub_loop_tool_runs_a_child_with_the_arguments_as_inputs(tmp_path: Path) -> None:
+    (tmp_path / "double.yaml").write_text(
+        "loopdsl: 1\nname: double\nunattended: true\ninputs: {n: {type: integer}}\n"
+        "start: calc\nstates:\n  calc: {set: {v: 'inputs.n * 2'}, next: done}\n"
+        "  done: {end: completed, output: {doubled: '{{ calc.v }}'}}\n")
+    (tmp_path / "asks.yaml").write_text(
+        "loopdsl: 1\nname: asks\ninputs: {n: {type: integer}}\n"
+        "start: done\nstates:\n  done: {end: completed}\n")
+    tools = ("  double:\n    description: Double n.\n    params: {n: {type: integer}}\n    required: [n]\n"
+             "    loop: double.yaml\n"
+             "  attended:\n    description: Not unattended.\n    params: {n: {type: integer}}\n    required: [n]\n"
+             "    loop: asks.yaml\n")
+    provider = Conversation(lambda turn, request: [("double", {"n": 21}), ("double", {"n": "x"}),
+                                                   ("attended", {"n": 1})] if turn == 1 else "ok")
+    result = run(tmp_path, loop_text("tools: [double, attended]\nmax_turns: 3", tools), provider)
+    assert result.status == "completed", result.state.error
+    ok, bad, attended = result.state.results["work"]["tool_calls"]
+    assert ok["ok"] and ok["result"]["outputs"] == {"doubled": 42} and ok["result"]["status"] == "completed"
+    assert not bad["ok"] and "invalid arguments" in bad["error"]
+    assert not attended["ok"] and "unattended" in attended["error"]
+    assert result.state.ledger["steps"] >= 2  # the child's step counted against the parent

@@ -84,6 +84,9 @@ def tool_definitions(ctx: LintContext) -> Iterator[Diagnostic]:
         if tool.kind == "mcp" and not tool.allow:
             yield ctx.diag("mcp-allow", f'MCP tool "{tool.name}" has no `allow` list', tool.path,
                            hint="list the server's tools the model may call: `allow: [get_issue, ...]`")
+        if tool.kind == "loop" and tool.loop and not (ctx.source.parent / tool.loop).is_file():
+            yield ctx.diag("missing-file", f'the sub-loop "{tool.loop}" of tool "{tool.name}" does not exist',
+                           tool.path + ("loop",), value=True, hint="the path is relative to this loop file's folder")
         problem = schema_problem(tool)
         if problem is not None:
             yield ctx.diag("tool-params", f'the params of tool "{tool.name}" are not a valid JSON Schema: {problem}',

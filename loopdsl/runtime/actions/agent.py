@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ...language import bounded_json
 from ...language.agent_model import AgentAction, ToolUse, resolve_tool
 from ...language.compile import CompiledState, input_facts
+from ..budget import BudgetExceeded
 from ..errors import StepFailure
 from ..process_tree import CommandRef, command_pids, stop_command
 from ..tools.base import ToolBox, ToolOutcome, ToolSpec, safe_output
@@ -196,7 +197,7 @@ class AgentAttempt:
             output_limit=self.action.tool_output_limit, action=self.action, worktree=engine.loop.workspace.worktree,
             inputs=engine.run.inputs, run={"id": engine.run.run_id, "date": engine.run.date}, shell=engine.ports.shell,
             facts=input_facts(engine.loop), on_process=self._process_started, redactor=engine.redact,
-            stored_definitions=stored)
+            stored_definitions=stored, engine=engine, ids=self.ids)
 
     # ------------------------------------------------------------ tool calls
     async def _run_calls(self, calls: list[dict[str, Any]], *, run: bool) -> None:
@@ -251,6 +252,8 @@ class AgentAttempt:
         timeout = tool.timeout if tool is not None else 120.0
         try:
             outcome = await box.call(name, args, call_id=call["id"], timeout=timeout)
+        except BudgetExceeded:
+            raise  # a sub-loop tool's child ran out of the shared budget: the run ends
         except Exception as exc:  # noqa: BLE001 - a tool's bug goes back to the model, never crashes the run
             outcome = ToolOutcome.failure(f"{name} failed: {type(exc).__name__}: {exc}")
         return self._finish_call(key, call, args, outcome)
