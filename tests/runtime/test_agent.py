@@ -303,3 +303,23 @@ def test_a_sub_loop_tool_runs_a_child_with_the_arguments_as_inputs(tmp_path: Pat
     assert not bad["ok"] and "invalid arguments" in bad["error"]
     assert not attended["ok"] and "unattended" in attended["error"]
     assert result.state.ledger["steps"] >= 2  # the child's step counted against the parent
+
+
+def test_workspace_path_params_are_confined_before_the_command_runs(tmp_path: Path) -> None:
+    import os
+
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.txt"
+    outside.write_text("secret stuff\n")
+    (tmp_path / "link.txt").symlink_to(outside)
+    tools = ("  show:\n    description: Print a file.\n"
+             "    params: {file: {type: string, format: workspace-path}}\n    required: [file]\n"
+             "    shell: cat -- {{ args.file }}\n")
+    paths = ["a.txt", "../x.txt", str(outside), "link.txt", ".git/config", "sub/../a.txt"]
+    provider = Conversation(lambda turn, request: [("show", {"file": p}) for p in paths] if turn == 1 else "ok")
+    result = run(tmp_path, loop_text("tools: [show]\nmax_turns: 3", tools), provider)
+    assert result.status == "completed"
+    calls = result.state.results["work"]["tool_calls"]
+    assert [c["ok"] for c in calls] == [True, False, False, False, False, False]
+    assert all("file:" in c["error"] for c in calls[1:])
+    assert "secret stuff" not in json.dumps([list(r.messages) for r in provider.requests])
+    os.unlink(outside)
