@@ -323,3 +323,17 @@ def test_workspace_path_params_are_confined_before_the_command_runs(tmp_path: Pa
     assert all("file:" in c["error"] for c in calls[1:])
     assert "secret stuff" not in json.dumps([list(r.messages) for r in provider.requests])
     os.unlink(outside)
+
+
+def test_approval_of_an_mcp_entry_covers_each_of_its_offered_tools(tmp_path: Path) -> None:
+    import sys
+
+    tools = (f"  srv:\n    description: A test server.\n    mcp: {{command: [{sys.executable}, {MCP_SERVER}]}}\n"
+             "    allow: [echo]\n")
+    provider = Conversation(lambda turn, request: [("srv__echo", {"text": "hi"})] if turn == 1 else "ok")
+    human = Approver({"decision": "reject", "comment": "no echoes"})
+    result = run(tmp_path, loop_text("tools: [{name: srv, approve: true}]\nmax_turns: 3", tools), provider,
+                 human=human)
+    assert result.status == "completed", result.state.error
+    assert len(human.asked) == 1 and "srv__echo" in human.asked[0]
+    assert result.state.results["work"]["tool_calls"][0]["error"] == "rejected: no echoes"
