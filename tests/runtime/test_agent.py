@@ -337,3 +337,14 @@ def test_approval_of_an_mcp_entry_covers_each_of_its_offered_tools(tmp_path: Pat
     assert result.status == "completed", result.state.error
     assert len(human.asked) == 1 and "srv__echo" in human.asked[0]
     assert result.state.results["work"]["tool_calls"][0]["error"] == "rejected: no echoes"
+
+
+def test_a_turn_past_the_models_input_window_fails_before_it_is_sent(tmp_path: Path) -> None:
+    class Huge(Conversation):
+        def count_tokens(self, model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] = ()) -> int:
+            return 10_000_000
+
+    provider = Huge(lambda turn, request: "never asked")
+    result = run(tmp_path, loop_text("tools: [count_lines]\nmax_turns: 2"), provider)
+    assert result.status == "failed" and result.state.error["kind"] == "context_window"
+    assert provider.requests == [] and result.state.ledger["tokens"] == 0
