@@ -43,21 +43,6 @@ def default_problems(tool: ToolDef) -> Iterator[tuple[str, str]]:
             yield name, f'"{name}" is required but is not one of the params'
 
 
-def command_sources(tool: ToolDef) -> list[tuple[tuple[Any, ...], str, bool]]:
-    """(yaml path, template, is a bash command) of each template of a shell tool."""
-    spec = tool.shell
-    if spec is None:
-        return []
-    out: list[tuple[tuple[Any, ...], str, bool]] = []
-    if spec.cmd is not None:
-        path = spec.path if spec.argv is None and not spec.env and spec.cwd is None else spec.path + ("cmd",)
-        out.append((path, spec.cmd, True))
-    out.extend((spec.path + ("argv", i), a, False) for i, a in enumerate(spec.argv or ()))
-    if spec.cwd is not None:
-        out.append((spec.path + ("cwd",), spec.cwd, False))
-    return out
-
-
 def names_used(source: str) -> list[tuple[str, str | None]]:
     """(root, attr) of each name a template reads; [] when it does not parse (the syntax
     check reports that)."""

@@ -26,9 +26,13 @@ class Provider:
         turn = 1 + sum(1 for m in request.messages if m["role"] == "assistant")
         with open(os.environ["REQUESTS"], "a") as log:
             log.write(f"turn {turn}\n")
+        slow = os.environ.get("SLOW_TURN_FLAG")
+        if slow and turn == 3 and not os.path.exists(slow):  # hang once in turn 3: the test kills us here
+            open(slow, "w").close()
+            await asyncio.sleep(60)
         usage = {"prompt_tokens": 100, "completion_tokens": 10}
         if turn <= 3:
-            calls = (ToolCall(f"call_{turn}_1", "mark", json.dumps({"n": turn, "sleep": 30 if turn == 2 else 0})),)
+            calls = (ToolCall(f"call_{turn}_1", "mark", json.dumps({"n": turn, "sleep": int(os.environ.get("CALL_2_SLEEP", "30")) if turn == 2 else 0})),)
             return LlmResponse(text="", cost_usd=None, model=request.model, tool_calls=calls,
                                finish_reason="tool_calls", **usage)
         seen = [m["content"] for m in request.messages if m["role"] == "tool"]

@@ -280,3 +280,71 @@ def test_without_a_person_at_hand_an_approval_makes_the_run_wait_then_resume_run
     assert ended.status == "completed"
     assert marker.read_text() == "x\n"
     assert sum(1 for r in provider.requests if len(r.messages) == len(provider.requests[0].messages)) == 1  # turn 1 paid once
+
+
+def test_a_sub_loop_tool_runs_a_child_with_the_arguments_as_inputs(tmp_path: Path) -> None:
+    (tmp_path / "double.yaml").write_text(
+        "loopdsl: 1\nname: double\nunattended: true\ninputs: {n: {type: integer}}\n"
+        "start: calc\nstates:\n  calc: {set: {v: 'inputs.n * 2'}, next: done}\n"
+        "  done: {end: completed, output: {doubled: '{{ calc.v }}'}}\n")
+    (tmp_path / "asks.yaml").write_text(
+        "loopdsl: 1\nname: asks\ninputs: {n: {type: integer}}\n"
+        "start: done\nstates:\n  done: {end: completed}\n")
+    tools = ("  double:\n    description: Double n.\n    params: {n: {type: integer}}\n    required: [n]\n"
+             "    loop: double.yaml\n"
+             "  attended:\n    description: Not unattended.\n    params: {n: {type: integer}}\n    required: [n]\n"
+             "    loop: asks.yaml\n")
+    provider = Conversation(lambda turn, request: [("double", {"n": 21}), ("double", {"n": "x"}),
+                                                   ("attended", {"n": 1})] if turn == 1 else "ok")
+    result = run(tmp_path, loop_text("tools: [double, attended]\nmax_turns: 3", tools), provider)
+    assert result.status == "completed", result.state.error
+    ok, bad, attended = result.state.results["work"]["tool_calls"]
+    assert ok["ok"] and ok["result"]["outputs"] == {"doubled": 42} and ok["result"]["status"] == "completed"
+    assert not bad["ok"] and "invalid arguments" in bad["error"]
+    assert not attended["ok"] and "unattended" in attended["error"]
+    assert result.state.ledger["steps"] >= 2  # the child's step counted against the parent
+
+
+def test_workspace_path_params_are_confined_before_the_command_runs(tmp_path: Path) -> None:
+    import os
+
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.txt"
+    outside.write_text("secret stuff\n")
+    (tmp_path / "link.txt").symlink_to(outside)
+    tools = ("  show:\n    description: Print a file.\n"
+             "    params: {file: {type: string, format: workspace-path}}\n    required: [file]\n"
+             "    shell: cat -- {{ args.file }}\n")
+    paths = ["a.txt", "../x.txt", str(outside), "link.txt", ".git/config", "sub/../a.txt"]
+    provider = Conversation(lambda turn, request: [("show", {"file": p}) for p in paths] if turn == 1 else "ok")
+    result = run(tmp_path, loop_text("tools: [show]\nmax_turns: 3", tools), provider)
+    assert result.status == "completed"
+    calls = result.state.results["work"]["tool_calls"]
+    assert [c["ok"] for c in calls] == [True, False, False, False, False, False]
+    assert all("file:" in c["error"] for c in calls[1:])
+    assert "secret stuff" not in json.dumps([list(r.messages) for r in provider.requests])
+    os.unlink(outside)
+
+
+def test_approval_of_an_mcp_entry_covers_each_of_its_offered_tools(tmp_path: Path) -> None:
+    import sys
+
+    tools = (f"  srv:\n    description: A test server.\n    mcp: {{command: [{sys.executable}, {MCP_SERVER}]}}\n"
+             "    allow: [echo]\n")
+    provider = Conversation(lambda turn, request: [("srv__echo", {"text": "hi"})] if turn == 1 else "ok")
+    human = Approver({"decision": "reject", "comment": "no echoes"})
+    result = run(tmp_path, loop_text("tools: [{name: srv, approve: true}]\nmax_turns: 3", tools), provider,
+                 human=human)
+    assert result.status == "completed", result.state.error
+    assert len(human.asked) == 1 and "srv__echo" in human.asked[0]
+    assert result.state.results["work"]["tool_calls"][0]["error"] == "rejected: no echoes"
+
+
+def test_a_turn_past_the_models_input_window_fails_before_it_is_sent(tmp_path: Path) -> None:
+    class Huge(Conversation):
+        def count_tokens(self, model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] = ()) -> int:
+            return 10_000_000
+
+    provider = Huge(lambda turn, request: "never asked")
+    result = run(tmp_path, loop_text("tools: [count_lines]\nmax_turns: 2"), provider)
+    assert result.status == "failed" and result.state.error["kind"] == "context_window"
+    assert provider.requests == [] and result.state.ledger["tokens"] == 0

@@ -88,6 +88,8 @@ def test_a_cut_off_idempotent_call_reruns_and_nothing_paid_or_finished_runs_twic
     ended = driver(tmp_path, "resume", str(store), run_id)
     assert ended["status"] == "completed"
     assert turns_paid(tmp_path) == ["turn 1", "turn 2", "turn 3", "turn 4"]  # turns 1 and 2 replayed from the store
+    ledger = RunStore(store).load_run(run_id)["ledger"]
+    assert ledger["tokens"] == 4 * 110  # each turn charged once, as reported (no reservation left charged)
     events = [e for e in RunStore(store).events(run_id) if e["type"] == "stopped_leftover"]
     assert len(events) == 1  # the cut-off call's process group was killed before the rerun
     assert (workdir / "ran.txt").read_text().split() == ["1", "2", "2", "3"]  # call 1 not rerun, call 2 rerun
@@ -115,3 +117,29 @@ def test_unattended_a_cut_off_non_idempotent_call_fails_the_run_interrupted(tmp_
     assert ended["status"] == "failed"
     assert RunStore(store).load_run(run_id)["error"]["kind"] == "interrupted"
     assert (workdir / "ran.txt").read_text().split() == ["1", "2"]
+
+
+def test_a_turn_in_flight_at_the_kill_is_charged_its_reservation_and_sent_again(tmp_path: Path) -> None:
+    workdir, store = tmp_path / "w", tmp_path / "store"
+    write_loop(workdir, idempotent=True)
+    flag = tmp_path / "slow-turn"
+    environment = dict(env(tmp_path), SLOW_TURN_FLAG=str(flag), CALL_2_SLEEP="0")
+    proc = subprocess.Popen([sys.executable, str(DRIVER), "run", str(store), str(workdir)], cwd=tmp_path,
+                            env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not flag.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    [run_id] = [r["run_id"] for r in RunStore(store).list_runs()]
+    done = subprocess.run([sys.executable, str(DRIVER), "resume", str(store), run_id], cwd=tmp_path,
+                          env=environment, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["status"] == "completed"
+    assert turns_paid(tmp_path) == ["turn 1", "turn 2", "turn 3", "turn 3", "turn 4"]
+    assert (workdir / "ran.txt").read_text().split() == ["1", "2", "3"]  # no finished call ran twice
+    ledger = RunStore(store).load_run(run_id)["ledger"]
+    # Four answered turns as reported, plus the lost one's whole reservation (100 counted + 50 max_tokens).
+    assert ledger["tokens"] == 4 * 110 + 150

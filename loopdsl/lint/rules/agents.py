@@ -16,6 +16,7 @@ from ...language.agent_model import (
     WRITING_BUILTINS,
     AgentAction,
     ToolDef,
+    resolve_tool,
 )
 from ...language.diagnostics import Diagnostic, Severity
 from ...language.model import State
@@ -83,6 +84,9 @@ def tool_definitions(ctx: LintContext) -> Iterator[Diagnostic]:
         if tool.kind == "mcp" and not tool.allow:
             yield ctx.diag("mcp-allow", f'MCP tool "{tool.name}" has no `allow` list', tool.path,
                            hint="list the server's tools the model may call: `allow: [get_issue, ...]`")
+        if tool.kind == "loop" and tool.loop and not (ctx.source.parent / tool.loop).is_file():
+            yield ctx.diag("missing-file", f'the sub-loop "{tool.loop}" of tool "{tool.name}" does not exist',
+                           tool.path + ("loop",), value=True, hint="the path is relative to this loop file's folder")
         problem = schema_problem(tool)
         if problem is not None:
             yield ctx.diag("tool-params", f'the params of tool "{tool.name}" are not a valid JSON Schema: {problem}',
@@ -133,6 +137,12 @@ def _name_problems(ctx: LintContext, tool: ToolDef, path: tuple[Any, ...], sourc
             continue
         seen.add((root, attr))
         where = ctx.at(path, value=True)
+        schema = tool.params.get(str(attr)) if root == "args" else None
+        if isinstance(schema, dict) and schema.get("type") in ("array", "object") and path[-1] != "argv" \
+                and "argv" not in path:
+            yield ctx.diag("tool-scalar-arg", f'tool "{tool.name}" puts args.{attr}, an {schema["type"]}, in a '
+                           "command: only scalar params go in `shell`", position=ctx.at(path, value=True),
+                           hint="use `argv:` and give the array one element per argument")
         if root == "args" and attr not in tool.params:
             yield ctx.diag("tool-unknown-arg",
                            f'tool "{tool.name}" reads args.{attr}, which is not one of its params'
@@ -190,3 +200,73 @@ def _approve_unattended(ctx: LintContext, state: State, action: AgentAction) -> 
                            f'tool "{use.name}" in agent "{state.name}" needs a person\'s approval, but the loop '
                            "is `unattended`", use.path, value=True,
                            hint="drop `approve`, or drop `unattended: true`")
+
+
+@rule
+def agent_choices(ctx: LintContext) -> Iterator[Diagnostic]:
+    """`tool_choice` naming a tool the agent does not list; a CLI agent without
+    `max_cost_usd`; `permissions: full` without `unsafe: true` or with secrets in scope."""
+    for state, action in _agents(ctx):
+        listed = [use.name for use in action.tools]
+        if action.tool_choice not in ("auto", "required", "none") and action.tool_choice not in listed:
+            yield ctx.diag("agent-tool-choice", f'agent "{state.name}": tool_choice "{action.tool_choice}" is not '
+                           f"one of its tools{did_you_mean(action.tool_choice, listed)}", action.path + ("tool_choice",),
+                           value=True, hint="use auto, required, none or a tool the agent lists")
+        if action.cli is None:
+            continue
+        if action.max_cost_usd is None:
+            yield ctx.diag("cli-max-cost", f'agent "{state.name}" runs {action.cli} without `max_cost_usd`', action.path,
+                           hint="a CLI spends on its own key before it reports: `max_cost_usd` is reserved before it starts")
+        if action.permissions == "full" and (not action.unsafe or ctx.loop.secrets):
+            why = "with secrets in scope" if action.unsafe else "without `unsafe: true`"
+            yield ctx.diag("cli-full-permissions", f'agent "{state.name}": `permissions: full` {why}',
+                           action.path + ("permissions",), value=True,
+                           hint="use `permissions: edit`; `full` lets the CLI run anything, so it needs `unsafe: true` "
+                           "and a loop without secrets")
+
+
+@rule
+def agent_unreviewed(ctx: LintContext) -> Iterator[Diagnostic]:
+    """An agent that writes files and runs shell tools runs model-written code: its work
+    should not reach `completed` without an after-gate and a review (`evaluate`/`checkpoint`)."""
+    for state, action in _agents(ctx):
+        tools = [resolve_tool(ctx.loop.tools, use.name) for use in action.tools]
+        writes = any(t is not None and t.writes for t in tools)
+        runs = any(t is not None and t.kind == "shell" for t in tools)
+        if not (writes and runs) or (state.gates_after and not _completes_unreviewed(ctx, state.name)):
+            continue
+        yield ctx.diag("agent-unreviewed", f'agent "{state.name}" writes files and runs commands, and its work can '
+                       "reach `completed` without " + ("an after-gate" if not state.gates_after else
+                                                       "an `evaluate` or `checkpoint` state"),
+                       state.path + ("agent",), severity=Severity.WARNING,
+                       hint="add `gates: {after: [...]}` (e.g. the tests) and route through an `evaluate` or "
+                       "`checkpoint` state before the `completed` end")
+
+
+def _completes_unreviewed(ctx: LintContext, start: str) -> bool:
+    seen, todo = {start}, [start]
+    while todo:
+        for edge in ctx.graph.out.get(todo.pop(), ()):
+            dest = ctx.states.get(edge.dest)
+            if dest is None or edge.dest in seen or dest.kind in ("evaluate", "checkpoint"):
+                continue
+            if dest.is_end and dest.end == "completed":
+                return True
+            seen.add(edge.dest)
+            todo.append(edge.dest)
+    return False
+
+
+@rule
+def mcp_env(ctx: LintContext) -> Iterator[Diagnostic]:
+    """An MCP `env` value is a literal or exactly "$X" of a declared secret."""
+    for tool in _local_tools(ctx):
+        if tool.mcp is None:
+            continue
+        for key, value in tool.mcp.env.items():
+            named = value[1:] if value.startswith("$") else None
+            if named is not None and named not in ctx.loop.secrets:
+                yield ctx.diag("mcp-env", f'MCP tool "{tool.name}": env {key} names "${named}", which is not a '
+                               f"declared secret{did_you_mean(named, ctx.loop.secrets)}",
+                               tool.path + ("mcp", "env", key), value=True,
+                               hint="declare it under `secrets:`, or give a literal value")

@@ -16,8 +16,9 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ...language import bounded_json
-from ...language.agent_model import AgentAction, ToolUse, resolve_tool
+from ...language.agent_model import AgentAction, ToolDef, ToolUse, resolve_tool
 from ...language.compile import CompiledState, input_facts
+from ..budget import BudgetExceeded
 from ..errors import StepFailure
 from ..process_tree import CommandRef, command_pids, stop_command
 from ..tools.base import ToolBox, ToolOutcome, ToolSpec, safe_output
@@ -46,6 +47,7 @@ class AgentAttempt:
         self.boxes: dict[str, ToolBox] = {}
         self.specs: dict[str, ToolSpec] = {}
         self.uses: dict[str, ToolUse] = {}
+        self.owners: dict[str, tuple[ToolDef, ToolUse]] = {}  # offered name -> its tool and listing
         self.calls: list[dict[str, Any]] = []
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0}
         self.cost = 0.0
@@ -187,6 +189,9 @@ class AgentAttempt:
             for spec in box.specs():
                 self.boxes[spec.name] = box
                 self.specs[spec.name] = spec
+            for tool, use in group:  # which listing each offered name comes from (MCP: `<entry>__<tool>`)
+                for offered in _offered_names(tool):
+                    self.owners[offered] = (tool, use)
 
     def _tool_env(self, stored: list[dict[str, Any]] | None) -> ToolEnv:
         engine = self.engine
@@ -196,7 +201,7 @@ class AgentAttempt:
             output_limit=self.action.tool_output_limit, action=self.action, worktree=engine.loop.workspace.worktree,
             inputs=engine.run.inputs, run={"id": engine.run.run_id, "date": engine.run.date}, shell=engine.ports.shell,
             facts=input_facts(engine.loop), on_process=self._process_started, redactor=engine.redact,
-            stored_definitions=stored)
+            stored_definitions=stored, engine=engine, ids=self.ids)
 
     # ------------------------------------------------------------ tool calls
     async def _run_calls(self, calls: list[dict[str, Any]], *, run: bool) -> None:
@@ -247,17 +252,18 @@ class AgentAttempt:
                          id=call["id"], name=name, args_hash=started["args_hash"])
         self.engine.commit()
         assert args is not None and box is not None
-        tool = resolve_tool(self.engine.loop.tools, name)
-        timeout = tool.timeout if tool is not None else 120.0
+        owner = self.owners.get(name)
+        timeout = owner[0].timeout if owner is not None else 120.0
         try:
             outcome = await box.call(name, args, call_id=call["id"], timeout=timeout)
+        except BudgetExceeded:
+            raise  # a sub-loop tool's child ran out of the shared budget: the run ends
         except Exception as exc:  # noqa: BLE001 - a tool's bug goes back to the model, never crashes the run
             outcome = ToolOutcome.failure(f"{name} failed: {type(exc).__name__}: {exc}")
         return self._finish_call(key, call, args, outcome)
 
     def _needs_approval(self, name: str) -> bool:
-        use = self.uses.get(name)
-        tool = resolve_tool(self.engine.loop.tools, name)
+        tool, use = self.owners.get(name, (None, None))
         return bool((use is not None and use.approve) or (tool is not None and tool.kind != "builtin" and tool.approve))
 
     async def _approval(self, name: str, call: dict[str, Any], args: Any) -> str | None:
@@ -325,6 +331,12 @@ class AgentAttempt:
         wait_for_person(engine, self.state, reason="tool_interrupted", message=message,
                         choices=INTERRUPTED_CHOICES, timeout=None)
         raise AssertionError("unreachable")  # wait_for_person raises Waiting
+
+
+def _offered_names(tool: ToolDef) -> list[str]:
+    if tool.kind == "mcp":
+        return [a.as_ or f"{tool.name}__{a.name}" for a in tool.allow]
+    return [tool.name]
 
 
 def tool_content(outcome: ToolOutcome) -> str:

@@ -20,7 +20,7 @@ from ..budget import Ledger, Reservation, cost_for, reservation_for
 from ...language.prices import cost_changing_params
 from ..gates import strip_code_fence
 from ...language.model import EvaluateAction, LlmAction, Loop, ModelAlias, Price
-from ...language.prices import model_price
+from ...language.prices import max_input_tokens, model_price
 from ..model_port import LlmRequest, LlmResponse, Provider, ProviderError
 from ...language.templates import RenderError, Template
 from ..errors import StepFailure
@@ -215,6 +215,11 @@ class LlmCaller:
         the call is reserved at the dearest price from there on."""
         provider = self.provider()
         prompt_tokens = prompt_tokens_for(provider, request, cc.state)
+        if request.tools:  # an agent's turn grows each turn: past the model's window it is not sent
+            window = max_input_tokens(request.model)
+            if window is not None and prompt_tokens > window:
+                raise ProviderError("context_window", f"the conversation is {prompt_tokens:,} tokens, over "
+                                    f"{request.model}'s input window of {window:,}; it was not sent", billed=False)
         try:
             tokens, cost = reservation_for(priced[reserve_from:], prompt_tokens, request.max_tokens)
         except ValueError as exc:

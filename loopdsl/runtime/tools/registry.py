@@ -44,6 +44,8 @@ class ToolEnv:
     # A resumed attempt's stored tool definitions (function dicts): kinds that list their
     # tools (MCP) offer these instead of listing again. None: a fresh attempt.
     stored_definitions: Sequence[Mapping[str, Any]] | None = None
+    engine: Any = None  # the caller's engine, for sub-loop tools (child runs share its budget and store)
+    ids: Mapping[str, Any] = field(default_factory=dict)  # run, state, visit, attempt of the agent
 
     def base_env(self) -> dict[str, str]:
         return {k: self.env[k] for k in BASE_ENV_KEYS if k in self.env}
@@ -69,6 +71,7 @@ async def open_workspace_tools(tools: Sequence[tuple[ToolDef, ToolUse]], env: To
 RUNTIME_KINDS: dict[str, str] = {
     "shell": "loopdsl.runtime.tools.shell_tools:open_shell_tools",
     "builtin": "loopdsl.runtime.tools.registry:open_workspace_tools",
+    "loop": "loopdsl.runtime.tools.subloop_tools:open_subloop_tools",
 }
 
 

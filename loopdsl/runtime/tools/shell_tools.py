@@ -45,6 +45,37 @@ def argument_errors(tool: ToolDef, args: Any) -> str | None:
     return "invalid arguments: " + "; ".join(problems[:5]) if problems else None
 
 
+def confinement_error(tool: ToolDef, args: Mapping[str, Any], workdir: Any) -> str | None:
+    """A `format: workspace-path` param is confined like a built-in tool's path before the
+    command runs: relative, no '..', no .git, no symlink on the way out of the workspace."""
+    import os
+    import stat
+
+    from .confined import ConfinedRoot, PathRefused, split_path
+
+    for name, schema in tool.params.items():
+        if not (isinstance(schema, Mapping) and schema.get("format") == "workspace-path") or name not in args:
+            continue
+        root = ConfinedRoot(workdir)
+        try:
+            parts = split_path(args[name], allow_root=True)
+            if parts:
+                fd = root.open_dir(parts[:-1])
+                try:
+                    info = os.lstat(parts[-1], dir_fd=fd)
+                    if stat.S_ISLNK(info.st_mode):
+                        raise PathRefused(f"{args[name]!r} is a symbolic link; tools never follow links")
+                except FileNotFoundError:
+                    pass  # a path the command may create
+                finally:
+                    os.close(fd)
+        except PathRefused as exc:
+            return f"{name}: {exc}"
+        finally:
+            root.close()
+    return None
+
+
 class ShellToolBox:
     """The shell tools one agent lists, for one attempt."""
 
@@ -71,7 +102,7 @@ class ShellToolBox:
             return ToolOutcome.failure(f"unknown tool {name!r}")
         tool, use = found
         full = apply_defaults(tool, args, use.with_)
-        problem = argument_errors(tool, full)
+        problem = argument_errors(tool, full) or confinement_error(tool, full, self.env.workdir)
         if problem is not None:
             return ToolOutcome.failure(problem)
         try:
