@@ -1,0 +1,92 @@
+"""One page of a store's runs without loading every record: for the web UI's run list.
+
+`RunStore.list_runs` decodes every record (fine for `loopdsl runs`, too slow for a store of
+10,000 runs on each page view). Here SQLite itself reads the few fields a list shows out of
+the JSON text of the record rows (`json_extract`), newest first by row id (a record's row is
+inserted once, when the run is created, and updated in place after), so a page costs one
+query that stops as soon as the page is full. Values are JSON text inline in the `Cache`
+table (see `disk.JsonOnlyDisk`), which is what makes this possible.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .run_store import RunStore, _guarded
+
+# A record row: 'run/<id>/record'. Rows that are not a JSON object are left out of pages
+# (`loopdsl runs` reports them as damaged).
+_RECORDS = (
+    "SELECT rowid, key, value FROM Cache WHERE key GLOB 'run/*/record' AND raw = 1"
+    " AND json_valid(value) AND json_type(value) = 'object'"
+)
+_FIELDS = (
+    "substr(key, 5, length(key) - 11), json_extract(value, '$.status'), json_extract(value, '$.loop'),"
+    " json_extract(value, '$.started_at'), json_extract(value, '$.ended_at'),"
+    " json_extract(value, '$.ledger.cost_usd'), json_extract(value, '$.ledger.tokens'),"
+    " json_extract(value, '$.ledger.steps')"
+)
+_NAMES = ("run_id", "status", "loop", "started_at", "ended_at", "cost_usd", "tokens", "steps")
+_TOP_LEVEL = "coalesce(json_extract(value, '$.parent'), '') = ''"
+
+
+@dataclass
+class RunSummary:
+    """What a list row shows of a run (any field may be of a hostile type: shown, never trusted)."""
+
+    run_id: str
+    status: Any
+    loop: Any
+    started_at: Any
+    ended_at: Any
+    cost_usd: Any
+    tokens: Any
+    steps: Any
+    interrupted: bool = False
+
+
+def _where(status: str | None, loop: str | None) -> tuple[str, list[Any]]:
+    clauses, params = [_TOP_LEVEL], []
+    if status:
+        clauses.append("json_extract(value, '$.status') = ?")
+        params.append(status)
+    if loop:
+        clauses.append("json_extract(value, '$.loop') = ?")
+        params.append(loop)
+    return " AND ".join(clauses), params
+
+
+@_guarded
+def summaries(store: RunStore, *, status: str | None = None, loop: str | None = None,
+              offset: int = 0, limit: int = 50) -> list[RunSummary]:
+    """Up to `limit` top-level runs, newest first, after skipping `offset`."""
+    where, params = _where(status, loop)
+    sql = f"SELECT {_FIELDS} FROM ({_RECORDS}) WHERE {where} ORDER BY rowid DESC LIMIT ? OFFSET ?"
+    rows = store._cache._sql(sql, (*params, max(0, limit), max(0, offset))).fetchall()
+    out = [RunSummary(**dict(zip(_NAMES, row))) for row in rows]
+    for summary in out:
+        if summary.status == "running" and not store._driven(summary.run_id):
+            summary.interrupted = True  # its process was killed: `resume` continues it
+    return out
+
+
+@_guarded
+def spend_history(store: RunStore, loop: str, limit: int = 200) -> list[RunSummary]:
+    """The latest `limit` top-level runs of `loop`, oldest first (a spend-over-time chart)."""
+    return list(reversed(summaries(store, loop=loop, limit=limit)))
+
+
+@_guarded
+def run_count(store: RunStore) -> int:
+    """How many runs (sub-loop runs included) the store's index holds: one row read."""
+    return len(store._run_ids())
+
+
+@_guarded
+def child_ids(store: RunStore, run_id: str) -> list[str]:
+    """The ids of the sub-loop runs of `run_id` (their ids extend the parent's with '.'),
+    read from the index instead of from every record."""
+    return [i for i in store._run_ids() if i.startswith(run_id + ".")]
+
+
+__all__ = ["RunSummary", "summaries", "spend_history", "run_count", "child_ids"]
