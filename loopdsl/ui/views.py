@@ -8,6 +8,7 @@ secrets the process knows before they are shown.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping
@@ -52,8 +53,7 @@ class Bar:
     start: float
     end: float
     outcome: str = "running"
-    left: float = 0.0
-    width: float = 0.0
+    style: str = ""  # its place on the time axis, as CSS (computed once the span is known)
 
 
 @dataclass
@@ -67,6 +67,7 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> Timeline:
     """One bar per state attempt, from its `attempt` event to the next step (or the wait,
     or the end), in one lane per state: a Gantt chart of the run."""
     out, lanes, last_t, first_t = Timeline(), {}, None, None
+    names: dict[Any, str] = {}  # a state's shown name, redacted once (a long run repeats a few names)
     open_bar: Bar | None = None
     for event in events:
         t = _time(event.get("t"))
@@ -77,12 +78,17 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> Timeline:
         kind = event.get("type")
         if kind in ("attempt", "end", "waiting", "resume") and open_bar is not None:
             open_bar.end, open_bar = t, None
+        raw = event.get("state")
+        name = names.get(raw) if isinstance(raw, str) else None
+        if name is None:
+            name = shown(raw, 200)
+            if isinstance(raw, str):
+                names[raw] = name
         if kind == "attempt":
-            name = shown(event.get("state"), 200)
             lane = lanes.setdefault(name, len(lanes))
             open_bar = Bar(name, lane, event.get("attempt"), t, t)
             out.bars.append(open_bar)
-        elif kind in ("ok", "failed") and out.bars and out.bars[-1].state == shown(event.get("state"), 200):
+        elif kind in ("ok", "failed") and out.bars and out.bars[-1].state == name:
             out.bars[-1].outcome = "ok" if kind == "ok" else "failed"
             out.bars[-1].end = t
         elif kind == "waiting" and out.bars:
@@ -93,9 +99,9 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> Timeline:
     span = (last_t - first_t) if first_t is not None and last_t is not None else 0.0
     out.seconds = span
     for bar in out.bars:
-        bar.left = 100.0 * (bar.start - first_t) / span if span > 0 and first_t is not None else 0.0
-        bar.width = max(BAR_MIN_PCT, 100.0 * (bar.end - bar.start) / span if span > 0 else 100.0)
-        bar.left = min(bar.left, 100.0 - BAR_MIN_PCT)
+        left = 100.0 * (bar.start - first_t) / span if span > 0 and first_t is not None else 0.0
+        width = max(BAR_MIN_PCT, 100.0 * (bar.end - bar.start) / span if span > 0 else 100.0)
+        bar.style = f"left:{min(left, 100.0 - BAR_MIN_PCT):.3f}%;width:{width:.3f}%"
     return out
 
 
@@ -185,6 +191,7 @@ def waiting(record: Mapping[str, Any]) -> dict[str, Any] | None:
             "since": shown(info.get("since"), 64), "choices": [shown(c, 200) for c in choices]}
 
 
+@functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     """Templates shipped in the package, every substitution HTML-escaped."""
     return jinja2.Environment(loader=jinja2.PackageLoader("loopdsl.ui", "templates"),
