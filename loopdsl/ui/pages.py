@@ -13,8 +13,7 @@ from ..api.records import RunPage, RunView, loop_spend, run_diff
 from . import views
 
 # No script at all: a reply that escaped escaping still could not run.
-CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; "
-       "frame-ancestors 'none'; base-uri 'none'")
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; base-uri 'none'"
 STATUSES = ("running", "waiting", "completed", "failed", "escalated", "aborted", "budget_exhausted")
 
 

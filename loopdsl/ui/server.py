@@ -31,8 +31,10 @@ TOKEN_COOKIE = "loopdsl_ui_token"
 TOKEN_HEADER = "x-loopdsl-token"
 PAGE_SIZE = 50
 FORM_LIMIT = 64 * 1024  # bytes of a decision form read; a comment longer than this is refused
-HEADERS = {"Content-Security-Policy": pages.CSP, "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY",
-           "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
+# same-origin, not no-referrer: under no-referrer a browser sends `Origin: null` with the
+# page's own form posts, which the Origin check below must refuse.
+HEADERS = {"Content-Security-Policy": pages.CSP + "; frame-ancestors 'none'", "X-Content-Type-Options": "nosniff",
+           "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin", "Cache-Control": "no-store"}
 
 
 @dataclass
@@ -153,12 +155,17 @@ def _decide(settings: UiSettings) -> Callable[[Request], Awaitable[Response]]:
     return endpoint
 
 
+async def _no_icon(request: Request) -> Response:
+    return Response(status_code=204, headers=HEADERS)
+
+
 def create_app(settings: UiSettings) -> Any:
     """The ASGI app (wrapped in the token gate when a token is set)."""
     app = Starlette(routes=[
         Route("/", _list(settings)),
         Route("/runs/{run_id}", _run(settings)),
         Route("/runs/{run_id}/decide", _decide(settings), methods=["POST"]),
+        Route("/favicon.ico", _no_icon),
     ])
     return TokenGate(app, settings.token)
 
