@@ -51,16 +51,21 @@ def _screenshot(tab: Any, name: str) -> None:
     folder = os.environ.get("LOOPDSL_SCREENSHOTS")
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        tab.screenshot(path=str(Path(folder) / name), full_page=True)
+        tab.locator("body").screenshot(path=str(Path(folder) / name))
 
 
 def test_the_list_and_a_run_page_with_its_timeline(waiting_run: WaitingRun, serve_ui: Any, page: Any) -> None:
+    later = [cli(["run", "hostile.yaml", "--script", "hostile.replies.yaml", "--store", str(waiting_run.store)],
+                 waiting_run.workdir) for _ in range(2)]
+    assert [done.returncode for done in later] == [4, 4]
+    cli(["abort", later[0].stdout.split()[1].rstrip(":"), "--store", str(waiting_run.store)], waiting_run.workdir)
     base = serve_ui("--store", str(waiting_run.store), cwd=waiting_run.workdir)
     page.goto(base + "/")
-    row = page.locator("#runs tbody tr")
-    assert row.count() == 1
-    assert row.locator("td").nth(1).inner_text() == "hostile"
-    assert row.locator(".status").inner_text() == "waiting"
+    rows = page.locator("#runs tbody tr")
+    assert rows.count() == 3
+    assert rows.nth(2).locator("td").first.inner_text() == waiting_run.run_id  # newest first
+    assert rows.nth(2).locator("td").nth(1).inner_text() == "hostile"
+    assert [rows.nth(i).locator(".status").inner_text() for i in range(3)] == ["waiting", "aborted", "waiting"]
     _screenshot(page, "ui-runs.png")
     page.click(f"text={waiting_run.run_id}")
     assert page.url.endswith(f"/runs/{waiting_run.run_id}")
@@ -71,6 +76,7 @@ def test_the_list_and_a_run_page_with_its_timeline(waiting_run: WaitingRun, serv
     assert page.locator("#gates tbody tr").all_inner_texts() == ["gather\tafter: has-facts\tpass\tpassed"]
     assert "openai/stubby" in page.locator("#llm-calls").inner_text()
     assert "write" in page.locator("#per-state").inner_text()
+    assert page.locator("#spend-chart .point").count() == 3
     assert page.locator("#spend-chart .point.current").count() == 1
     _screenshot(page, "ui-run.png")
 
