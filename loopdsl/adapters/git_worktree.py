@@ -311,6 +311,19 @@ def clean_worktrees(repo: Path, worktrees_dir: Path, keep: Iterable[str] = ()) -
 
 
 _SHA = re.compile(r"[0-9a-f]{7,64}")
+_UNTRACKED_SHOWN = 50
+
+
+def _untracked_diff(path: Path, limit: int) -> str:
+    """New files a kept worktree has not staged, as diffs from nothing (what `git diff` omits)."""
+    names = _z_fields(_git(path, "ls-files", "--others", "--exclude-standard", "-z", check=False).stdout)
+    out = []
+    for name in names[:_UNTRACKED_SHOWN]:
+        out.append(_git(path, "diff", "--no-color", "--no-ext-diff", "--no-index", "--", os.devnull, name, check=False).stdout)
+        if sum(map(len, out)) > limit:
+            break
+    more = len(names) - _UNTRACKED_SHOWN
+    return "".join(out) + (f"\n... and {more} more new files\n" if more > 0 else "")
 
 
 def worktree_diff(info: dict[str, Any], limit: int = 200_000) -> str:
@@ -326,6 +339,8 @@ def worktree_diff(info: dict[str, Any], limit: int = 200_000) -> str:
         proc = _git(repo, "diff", "--no-color", "--no-ext-diff", base, str(commit), "--", check=False)
     elif path.is_dir():
         proc = _git(path, "diff", "--no-color", "--no-ext-diff", base, "--", check=False)
+        if proc.returncode == 0:
+            proc.stdout += _untracked_diff(path, limit)
     else:
         return "(the run's worktree and repository are no longer where the run left them)"
     if proc.returncode != 0:
