@@ -14,7 +14,6 @@ import json
 import os
 import re
 import subprocess
-from typing import Any
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -308,42 +307,3 @@ def clean_worktrees(repo: Path, worktrees_dir: Path, keep: Iterable[str] = ()) -
         removed.append(run_id)
     _git(root, "worktree", "prune")
     return sorted(removed)
-
-
-_SHA = re.compile(r"[0-9a-f]{7,64}")
-_UNTRACKED_SHOWN = 50
-
-
-def _untracked_diff(path: Path, limit: int) -> str:
-    """New files a kept worktree has not staged, as diffs from nothing (what `git diff` omits)."""
-    names = _z_fields(_git(path, "ls-files", "--others", "--exclude-standard", "-z", check=False).stdout)
-    out = []
-    for name in names[:_UNTRACKED_SHOWN]:
-        out.append(_git(path, "diff", "--no-color", "--no-ext-diff", "--no-index", "--", os.devnull, name, check=False).stdout)
-        if sum(map(len, out)) > limit:
-            break
-    more = len(names) - _UNTRACKED_SHOWN
-    return "".join(out) + (f"\n... and {more} more new files\n" if more > 0 else "")
-
-
-def worktree_diff(info: dict[str, Any], limit: int = 200_000) -> str:
-    """What a run changed, as a unified diff (at most `limit` characters): its commit against
-    the base once it completed, else its kept worktree (staged and unstaged) against the base.
-    `info` is the run record's `meta.worktree`; a repository gone or moved says so instead."""
-    base, commit = str(info.get("base_commit") or ""), info.get("commit")
-    repo, path = Path(str(info.get("repo") or "")), Path(str(info.get("path") or ""))
-    # The values come from a record: only commit ids reach git, never something read as a flag.
-    if not _SHA.fullmatch(base) or (commit and not _SHA.fullmatch(str(commit))):
-        return "(the run's record names no valid base commit)"
-    if commit and repo.is_dir():
-        proc = _git(repo, "diff", "--no-color", "--no-ext-diff", base, str(commit), "--", check=False)
-    elif path.is_dir():
-        proc = _git(path, "diff", "--no-color", "--no-ext-diff", base, "--", check=False)
-        if proc.returncode == 0:
-            proc.stdout += _untracked_diff(path, limit)
-    else:
-        return "(the run's worktree and repository are no longer where the run left them)"
-    if proc.returncode != 0:
-        return f"(git diff failed: {proc.stderr.strip()[:500]})"
-    text = proc.stdout
-    return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more characters)"

@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..adapters.git_worktree import clean_worktrees, find_repo_root, worktree_diff
+from ..adapters.git_worktree import clean_worktrees, find_repo_root
+from ..adapters.worktree_diff import worktree_diff
 from ..adapters.store.listing import RunSummary, child_ids, run_count, spend_history, summaries
 from ..adapters.store.run_store import default_store_dir
 from ..runtime.errors import StoreError
