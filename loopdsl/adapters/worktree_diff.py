@@ -1,4 +1,7 @@
-"""What a run changed in its git worktree, as a diff a person reads (the run page)."""
+"""What a run changed in its git worktree, as a diff a person reads (the run page).
+
+Through `git_safe.run_git`, with every filter driver blanked, `--no-ext-diff` and
+`--no-textconv`: the repository is not trusted, and reading a diff runs none of its commands."""
 from __future__ import annotations
 
 import os
@@ -6,19 +9,24 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .git_worktree import _git, _z_fields
+from .git_safe import no_filters, run_git, z_fields
 
 
 _SHA = re.compile(r"[0-9a-f]{7,64}")
 _UNTRACKED_SHOWN = 50
 
 
+def _diff(cwd: Path, *args: str) -> Any:
+    return run_git(cwd, "diff", "--no-color", "--no-ext-diff", "--no-textconv", *args, check=False,
+                   config=no_filters(cwd))
+
+
 def _untracked_diff(path: Path, limit: int) -> str:
     """New files a kept worktree has not staged, as diffs from nothing (what `git diff` omits)."""
-    names = _z_fields(_git(path, "ls-files", "--others", "--exclude-standard", "-z", check=False).stdout)
+    names = z_fields(run_git(path, "ls-files", "--others", "--exclude-standard", "-z", check=False).stdout)
     out = []
     for name in names[:_UNTRACKED_SHOWN]:
-        out.append(_git(path, "diff", "--no-color", "--no-ext-diff", "--no-index", "--", os.devnull, name, check=False).stdout)
+        out.append(_diff(path, "--no-index", "--", os.devnull, name).stdout)
         if sum(map(len, out)) > limit:
             break
     more = len(names) - _UNTRACKED_SHOWN
@@ -35,9 +43,9 @@ def worktree_diff(info: dict[str, Any], limit: int = 200_000) -> str:
     if not _SHA.fullmatch(base) or (commit and not _SHA.fullmatch(str(commit))):
         return "(the run's record names no valid base commit)"
     if commit and repo.is_dir():
-        proc = _git(repo, "diff", "--no-color", "--no-ext-diff", base, str(commit), "--", check=False)
+        proc = _diff(repo, base, str(commit), "--")
     elif path.is_dir():
-        proc = _git(path, "diff", "--no-color", "--no-ext-diff", base, "--", check=False)
+        proc = _diff(path, base, "--")
         if proc.returncode == 0:
             proc.stdout += _untracked_diff(path, limit)
     else:

@@ -38,6 +38,12 @@ def _repo(tmp_path: Path) -> Path:
 def test_the_run_page_shows_the_diff_of_a_completed_and_of_a_failed_worktree_run(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     store = tmp_path / "store"
+    # the repository asks git to run a command to show each file's diff: viewing must not
+    pwned = tmp_path / "pwned"
+    _git(repo, "config", "diff.evil.textconv", f"touch {pwned}; cat")
+    _git(repo, "config", "diff.external", f"touch {pwned}")
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "attributes").write_text("* diff=evil\n")
     assert cli(["run", str(LOOP), "--store", str(store)], repo).returncode == 0
     assert cli(["run", str(LOOP), "--store", str(store), "--input", "fail=1"], repo).returncode == 1
     with RunStore(store) as st:
@@ -49,6 +55,7 @@ def test_the_run_page_shows_the_diff_of_a_completed_and_of_a_failed_worktree_run
         page = tmp_path / f"{record['run_id']}.html"
         assert cli(["show", record["run_id"], "--store", str(store), "--html", str(page)], repo).returncode == 0
         assert "+made by agent" in page.read_text(encoding="utf-8")
+    assert not pwned.exists()
     # a record naming something other than a commit never reaches git as an argument
     hostile = {**completed, "meta": {"worktree": {**completed["meta"]["worktree"], "base_commit": "--output=/tmp/x"}}}
     assert run_diff(hostile) == "(the run's record names no valid base commit)"
