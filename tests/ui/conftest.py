@@ -2,58 +2,17 @@
 (made by the real `loopdsl run`), and `loopdsl ui` served by a real process on a free port."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
-LOOP = """loopdsl: 1
-name: hostile
-models:
-  m:
-    model: openai/stubby
-    price: {input_per_mtok: 1.0, output_per_mtok: 2.0}
-    max_tokens: 50
-start: gather
-states:
-  gather:
-    shell: {cmd: "echo facts"}
-    gates:
-      after: [{expr: "'facts' in gather.stdout", name: has-facts}]
-    next: write
-  write:
-    llm: {model: m, prompt: "Write about {{ gather.stdout | trim }}"}
-    next: ask
-  ask:
-    checkpoint: {message: "Ship {{ write.text }}?"}
-    transitions:
-      - {to: shipped, when: "ask.decision == 'approve'"}
-      - {to: dropped}
-  shipped: {end: completed, output: {said: "{{ ask.decision }} by {{ ask.by }}: {{ ask.comment }}"}}
-  dropped: {end: failed}
-"""
-REPLIES = "write:\n  - " + repr(HOSTILE).replace("'", '"') + "\n"
-
-
-def cli(args: list[str], cwd: Path, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
-    environ.update(env)
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout, check=False)
-
-
-@dataclass
-class WaitingRun:
-    workdir: Path
-    store: Path
-    run_id: str
+from ui_support import LOOP, REPLIES, WaitingRun, cli, free_port
 
 
 @pytest.fixture
@@ -66,14 +25,8 @@ def waiting_run(tmp_path: Path) -> WaitingRun:
     done = cli(["run", "hostile.yaml", "--script", "hostile.replies.yaml", "--store", str(store), "--json"], tmp_path)
     assert done.returncode == 4, done.stderr
     runs = cli(["runs", "--store", str(store), "--json"], tmp_path)
-    run_id = __import__("json").loads(runs.stdout)[0]["run_id"]
+    run_id = json.loads(runs.stdout)[0]["run_id"]
     return WaitingRun(tmp_path, store, run_id)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HOSTILE, WaitingRun, cli
+from ui_support import HOSTILE, WaitingRun, cli
 from playwright.sync_api import sync_playwright
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from conftest import HOSTILE, WaitingRun, cli
+from ui_support import HOSTILE, WaitingRun, cli
 
 from loopdsl.adapters.store.run_store import RunStore
 from loopdsl.api.runs import new_run_state

@@ -7,7 +7,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from conftest import cli
+from ui_support import cli
 
 from loopdsl.adapters.store.listing import child_ids, run_count, summaries
 from loopdsl.adapters.store.run_store import RunStore
