@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import secrets
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -81,7 +82,8 @@ class TokenGate:
             # Once, from the link the user was given: a cookie carries it from now on, and the
             # token leaves the address bar (and the history) at once.
             rest = "&".join(f"{quote(k)}={quote(v)}" for k, v in request.query_params.multi_items() if k != "token")
-            response: Response = RedirectResponse(request.url.path + ("?" + rest if rest else ""), status_code=303)
+            path = "/" + request.url.path.lstrip("/")  # never '//host': that would leave this server
+            response: Response = RedirectResponse(path + ("?" + rest if rest else ""), status_code=303)
             response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="strict", path="/")
         else:
             auth = request.headers.get("authorization", "")
@@ -170,17 +172,31 @@ def create_app(settings: UiSettings) -> Any:
     return TokenGate(app, settings.token)
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that a port in use is a message, not uvicorn's exit."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise LoopdslError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                           "choose another --port (or stop what uses this one), or another --host") from None
+    return sock
+
+
 def serve(settings: UiSettings, host: str, port: int, on_ready: Callable[[str], None] | None = None) -> None:
     """Serve until interrupted (uvicorn handles Ctrl-C)."""
     import uvicorn
 
-    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning", access_log=False,
-                            server_header=False, proxy_headers=False)
-    server = uvicorn.Server(config)
+    sock = listen(host, port)
+    config = uvicorn.Config(create_app(settings), log_level="warning", access_log=False, server_header=False,
+                            proxy_headers=False)
     if on_ready is not None:
-        shown = f"[{host}]" if ":" in host else host
-        on_ready(f"http://{shown}:{port}/")
-    server.run()
+        bound = sock.getsockname()[1]
+        on_ready(f"http://[{host.strip('[]')}]:{bound}/" if ":" in host else f"http://{host}:{bound}/")
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 __all__ = ["UiSettings", "create_app", "serve", "is_loopback", "TOKEN_COOKIE", "TOKEN_HEADER"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -69,6 +70,26 @@ def test_binding_off_loopback_without_a_token_is_a_usage_error(tmp_path: Path) -
     done = cli(["ui", "--store", str(tmp_path / "s"), "--host", "0.0.0.0"], tmp_path, timeout=30)
     assert done.returncode == 2 and "needs a token" in done.stderr and "hint: pass --token" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_port_in_use_is_a_usage_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = cli(["ui", "--store", str(tmp_path / "s"), "--port", str(port)], tmp_path, timeout=30)
+    assert done.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
+    assert "hint: choose another --port" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_custom_choices_get_one_button_each(tmp_path: Path, serve_ui: Any) -> None:
+    loop = ROOT / "tests" / "data" / "durable" / "checkpoint_choices.yaml"
+    store = tmp_path / "store"
+    assert cli(["run", str(loop), "--store", str(store)], tmp_path).returncode == 4
+    run_id = json.loads(cli(["runs", "--store", str(store), "--json"], tmp_path).stdout)[0]["run_id"]
+    page = _request(f"{serve_ui('--store', str(store), cwd=tmp_path)}/runs/{run_id}")[2]
+    assert [part.split('"', 1)[0] for part in page.split('name="choice" value="')[1:]] == ["ship", "hold", "scrap"]
+    assert "Decide: hold" in page
 
 
 def test_a_decision_without_its_csrf_token_or_from_another_origin_is_refused(waiting_run: WaitingRun,
