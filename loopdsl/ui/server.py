@@ -68,16 +68,25 @@ def _refuse(message: str, status: int) -> PlainTextResponse:
 
 
 class TokenGate:
-    """ASGI middleware: with a token set, nothing is served to a request that lacks it."""
+    """ASGI middleware: with a token set, nothing is served to a request that lacks it;
+    without one, nothing to a request that names a host other than loopback."""
 
     def __init__(self, app: Any, token: str | None) -> None:
         self.app, self.token = app, token
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Awaitable[Any]],
                        send: Callable[..., Awaitable[Any]]) -> None:
-        if scope["type"] != "http" or not self.token:
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
         request = Request(scope)
+        if not self.token:
+            # Without a token only loopback names may reach it: a web page whose domain was
+            # re-pointed at 127.0.0.1 (DNS rebinding) arrives with its own name as Host.
+            host = urlsplit("//" + request.headers.get("host", "")).hostname or ""
+            if is_loopback(host):
+                return await self.app(scope, receive, send)
+            return await _refuse(f"403: this loopdsl ui answers only to a loopback address, not {host[:100]!r}",
+                                 403)(scope, receive, send)
         if _same(request.query_params.get("token"), self.token):
             # Once, from the link the user was given: a cookie carries it from now on, and the
             # token leaves the address bar (and the history) at once.

@@ -66,6 +66,16 @@ def test_without_the_token_off_loopback_every_request_is_refused(waiting_run: Wa
     assert _request(base + "/", headers={"Cookie": cookie.split(";")[0]})[0] == 200
 
 
+def test_without_a_token_only_loopback_host_names_are_answered(waiting_run: WaitingRun, serve_ui: Any) -> None:
+    base = serve_ui("--store", str(waiting_run.store), cwd=waiting_run.workdir)
+    port = base.rsplit(":", 1)[1]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+        assert _request(base + "/", headers={"Host": host})[0] == 200
+    # a rebinding attack's page reaches 127.0.0.1 under its own domain name
+    status, _, body = _request(base + "/", headers={"Host": f"attacker.example:{port}"})
+    assert status == 403 and waiting_run.run_id not in body
+
+
 def test_binding_off_loopback_without_a_token_is_a_usage_error(tmp_path: Path) -> None:
     done = cli(["ui", "--store", str(tmp_path / "s"), "--host", "0.0.0.0"], tmp_path, timeout=30)
     assert done.returncode == 2 and "needs a token" in done.stderr and "hint: pass --token" in done.stderr
