@@ -3,7 +3,7 @@
 `RunStore.list_runs` decodes every record (fine for `loopdsl runs`, too slow for a store of
 10,000 runs on each page view). Here SQLite itself reads the few fields a list shows out of
 the JSON text of the record rows (`json_extract`), newest first by row id (a record's row is
-inserted once, when the run is created, and updated in place after), so a page costs one
+inserted once, when the run is created, and updated in place after: `disk.put_rows` upserts), so a page costs one
 query that stops as soon as the page is full. Values are JSON text inline in the `Cache`
 table (see `disk.JsonOnlyDisk`), which is what makes this possible.
 """
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...runtime.run_keys import _check_run_id
-from .run_store import RunStore, _guarded
+from .disk import _guarded
+from .run_store import RunStore
 
 # A record row: 'run/<id>/record'. Rows that are not a JSON object are left out of pages
 # (`loopdsl runs` reports them as damaged). NOT INDEXED: walking the table backwards by row
