@@ -6,7 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.git_worktree import clean_worktrees, find_repo_root
+from ..adapters.worktree_diff import worktree_diff
+from ..adapters.store.listing import RunSummary, child_ids, run_count, spend_history, summaries
 from ..adapters.store.run_store import default_store_dir
+from ..runtime.errors import StoreError
 from .runs import UsageError, open_store
 
 
@@ -41,9 +44,60 @@ class RunView:
 def show_run(run_id: str, store: str | Path | None = None, cwd: Path | None = None) -> RunView:
     """One run's record, its event log and its (undamaged) child runs."""
     st = open_store(store, cwd or Path.cwd(), create=False)
-    full = st.resolve(run_id)
-    children = [r for r in st.list_runs(check=True) if r.get("parent") == full and r.get("status") != "damaged"]
-    return RunView(st.load_run(full), st.events(full), children)
+    try:
+        full = st.resolve(run_id)
+        # Children are found through the index (their ids extend the parent's), so showing
+        # a run does not decode every record of a large store.
+        children = []
+        for child in child_ids(st, full):
+            try:
+                record = st.load_run(child)
+            except StoreError:  # a damaged child is reported by `loopdsl runs`, not here
+                continue
+            if record.get("parent") == full:
+                children.append({**record, "run_id": record.get("run_id", child)})
+        return RunView(st.load_run(full), st.events(full), children)
+    finally:
+        st.close()
+
+
+@dataclass
+class RunPage:
+    """One page of the run list (newest first) and whether another page follows."""
+
+    where: Path
+    rows: list[RunSummary]
+    offset: int
+    limit: int
+    more: bool
+    total: int
+
+
+def runs_page(store: str | Path | None = None, *, status: str | None = None, loop: str | None = None,
+              offset: int = 0, limit: int = 50, cwd: Path | None = None) -> RunPage:
+    """A page of the top-level runs, filtered by status and loop; reads only that page's
+    fields (the web UI's list answers in milliseconds for a store of 10,000 runs)."""
+    here = cwd or Path.cwd()
+    where = Path(store) if store else default_store_dir(here)
+    if not where.exists():
+        return RunPage(where, [], offset, limit, False, 0)
+    with open_store(where, here) as st:
+        rows = summaries(st, status=status, loop=loop, offset=offset, limit=limit + 1)
+        return RunPage(where, rows[:limit], offset, limit, len(rows) > limit, run_count(st))
+
+
+def loop_spend(loop: str, store: str | Path | None = None, cwd: Path | None = None) -> list[RunSummary]:
+    """The latest runs of `loop`, oldest first: what a spend-per-run chart draws."""
+    with open_store(store, cwd or Path.cwd(), create=False) as st:
+        return spend_history(st, loop)
+
+
+def run_diff(record: dict[str, Any], limit: int = 200_000) -> str | None:
+    """The diff of a run's branch against where it started (None: the run had no worktree)."""
+    info = (record.get("meta") or {}).get("worktree")
+    if not isinstance(info, dict):
+        return None
+    return worktree_diff(info, limit)
 
 
 def clean(store: str | Path | None = None, cwd: Path | None = None) -> list[str]:

@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
 from ..adapters.terminal import runs_table, show_text
 from ..adapters.terminal_safe import visible, visible_json
+from ..adapters.store.run_store import default_store_dir
 from ..api.records import clean as clean_worktrees, list_runs, show_run
 from ..runtime.run_state import RunState
-from .output import store_option
+from .output import store_option, write_text
 
 LISTED = ("run_id", "loop", "status", "started_at", "ended_at", "ledger")
 
@@ -34,10 +36,18 @@ def runs(store: str | None, as_json: bool) -> None:
 @click.argument("run_id")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="The whole record and event log as JSON.")
-def show(run_id: str, store: str | None, as_json: bool) -> None:
+@click.option("--html", "html_file", type=click.Path(dir_okay=False),
+              help="Write the run's page (as `loopdsl ui` shows it) to this file, one static HTML file.")
+def show(run_id: str, store: str | None, as_json: bool, html_file: str | None) -> None:
     """Show a run: path, per-state results, gates, usage and cost, files."""
     view = show_run(run_id, store)
-    if as_json:
+    if html_file:
+        from ..ui.pages import run_page  # Jinja only; the web server's extra is not needed
+
+        where = Path(store) if store else default_store_dir(Path.cwd())
+        write_text(run_page(view, store=where), html_file)
+        click.echo(f"wrote the page of run {view.record.get('run_id')} to {html_file}", err=True)
+    elif as_json:
         click.echo(visible_json(json.dumps({"run": view.record, "events": view.events, "children": view.children},
                                            indent=2, ensure_ascii=False, default=str)))
     else:
