@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..language.compile import CompiledLoop, compile_loop
 from ..language.errors import LoopdslError
@@ -26,6 +26,7 @@ from ..language.inputs import coerce_inputs
 from ..language.model import LlmAction, Loop
 from ..language.schedules import time_zone
 from ..runtime.run_state import COMPLETED, RUNNING, WAITING, RunState
+from ..adapters.otel import start_run_tracing
 from ..adapters.store.run_store import RunStore, default_store_dir
 from ..runtime.errors import StoreError
 
@@ -261,6 +262,22 @@ def open_store(store: str | Path | RunStore | None, near: Path, *, create: bool 
     return RunStore(directory)
 
 
+@contextlib.contextmanager
+def traced(engine: Engine, *, resumed: bool = False) -> Iterator[None]:
+    """While the engine advances the run, its events also become OpenTelemetry spans when
+    the `OTEL_*` variables ask for traces; on the way out the spans are flushed (bounded)."""
+    tracer = start_run_tracing(engine.run.run_id, engine.loop, engine.redact, resumed=resumed)
+    if tracer is None:
+        yield
+        return
+    engine.ports.listeners.append(tracer.on_event)
+    try:
+        yield
+    finally:
+        engine.ports.listeners.remove(tracer.on_event)
+        tracer.close(engine.run.status, engine.run.error)
+
+
 # ---------------------------------------------------------------- run
 
 
@@ -342,13 +359,14 @@ async def arun(
                            notify=notify)
         state = new_run_state(model, "mem-" + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
         engine = Engine(compiled, state, ports)
-        try:
-            await engine.execute()
-        except BaseException:  # recorded as failed, or aborted (Ctrl-C): say so, then let it out
-            with contextlib.suppress(Exception):  # the run's own error matters more than a failed notice of it
-                notify_engine(engine, None)
-            raise
-        notify_engine(engine, None)
+        with traced(engine):
+            try:
+                await engine.execute()
+            except BaseException:  # recorded as failed, or aborted (Ctrl-C): say so, then let it out
+                with contextlib.suppress(Exception):  # the run's own error matters more than a failed notice of it
+                    notify_engine(engine, None)
+                raise
+            notify_engine(engine, None)
         return RunResult(state, engine.events)
     from .durable import run_durable
 
