@@ -1,0 +1,298 @@
+"""OpenTelemetry traces of real `loopdsl run` processes, received over OTLP/HTTP by a loopback
+collector written for the tests (tests/otlp_receiver.py, decoding with opentelemetry-proto).
+
+The loops carry a declared secret through a command, a model reply, a gate and a failure;
+the receiver's raw request bodies are searched for it byte by byte.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from otlp_receiver import OtlpReceiver, Span
+
+from loopdsl.adapters.otel import trace_id_for, traces_requested
+from loopdsl.adapters.store.run_store import RunStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import crash_torture as ct  # noqa: E402 - bench/ is not a package
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "otel-SECRET-9Qm2vXz8Lr"
+VARIANTS = [SECRET.encode(), base64.b64encode(SECRET.encode()).rstrip(b"=")]
+MODEL = "openai/gpt-4o-mini"
+
+LOOP = f"""\
+loopdsl: 1
+name: traced
+secrets: [MY_TOKEN]
+models:
+  m: {{model: {MODEL}, max_tokens: 100, price: {{input_per_mtok: 1, output_per_mtok: 2}}}}
+tools:
+  count_lines:
+    description: Count the lines of a file.
+    params: {{file: {{type: string}}}}
+    required: [file]
+    shell: wc -l -- {{{{ args.file }}}}
+budget: {{tokens: 100000, cost_usd: 1, steps: 40}}
+start: leak
+states:
+  leak:
+    shell:
+      cmd: echo "stdout $MY_TOKEN"
+      env: {{MY_TOKEN: "{{{{ secrets.MY_TOKEN }}}}"}}
+    next: ask
+  ask:
+    llm: {{model: m, prompt: "Shell said {{{{ leak.stdout }}}}"}}
+    gates:
+      after:
+        - name: second-try
+          shell:
+            cmd: echo "gate saw $MY_TOKEN"; test "{{{{ run.attempt }}}}" -ge 2
+            env: {{MY_TOKEN: "{{{{ secrets.MY_TOKEN }}}}"}}
+    retry: {{max_attempts: 2, backoff: {{initial: 0s}}}}
+    next: work
+  work:
+    agent: {{model: m, prompt: How many lines has a.txt?, tools: [count_lines], max_turns: 4}}
+    next: boom
+  boom:
+    shell:
+      cmd: echo "dying with $MY_TOKEN" >&2; exit 3
+      env: {{MY_TOKEN: "{{{{ secrets.MY_TOKEN }}}}"}}
+    next: done
+  done: {{end: completed}}
+"""
+
+REPLIES = f"""\
+ask:
+  - {{text: "first {SECRET}", usage: {{prompt_tokens: 30, completion_tokens: 4}}}}
+  - {{text: "second {SECRET}", usage: {{prompt_tokens: 31, completion_tokens: 5}}}}
+work:
+  - {{tool_calls: [{{name: count_lines, args: {{file: a.txt}}}}], usage: {{prompt_tokens: 40, completion_tokens: 9}}}}
+  - {{text: It has 3 lines., usage: {{prompt_tokens: 70, completion_tokens: 6}}}}
+"""
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    server = OtlpReceiver().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def otel_env(endpoint: str | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(PYTHONPATH=str(ROOT), MY_TOKEN=SECRET, OTEL_SERVICE_NAME="loopdsl-tests", **extra)
+    if endpoint is not None:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+    return env
+
+
+def loopdsl(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=180)
+
+
+def only(spans: list[Span], name: str) -> Span:
+    found = [s for s in spans if s.name == name]
+    assert len(found) == 1, (name, [s.name for s in spans])
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def traced_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One failing run of LOOP (exit 1 at `boom`), traced to a loopback receiver."""
+    base = tmp_path_factory.mktemp("otel")
+    (base / "loop.yaml").write_text(LOOP, encoding="utf-8")
+    (base / "replies.yaml").write_text(REPLIES, encoding="utf-8")
+    (base / "a.txt").write_text("one\ntwo\nthree\n", encoding="utf-8")
+    server = OtlpReceiver().start()
+    try:
+        done = loopdsl(["run", "loop.yaml", "--script", "replies.yaml", "--store", "store"], base,
+                       otel_env(server.endpoint))
+    finally:
+        server.stop()
+    run_id = RunStore(base / "store").list_runs()[0]["run_id"]
+    return {"done": done, "spans": server.snapshot(), "bodies": server.bodies, "paths": server.paths,
+            "run_id": run_id}
+
+
+def test_a_failed_run_is_one_trace_with_a_span_per_attempt_under_the_run(traced_run: dict[str, Any]) -> None:
+    done, spans = traced_run["done"], traced_run["spans"]
+    assert done.returncode == 1, done.stderr
+    assert set(traced_run["paths"]) == {"/v1/traces"}
+    assert {s.trace_id for s in spans} == {f"{trace_id_for(traced_run['run_id']):032x}"}
+    root = only(spans, "run traced")
+    assert root.parent == "" and root.resource["service.name"] == "loopdsl-tests"
+    assert root.attributes["loopdsl.run_id"] == traced_run["run_id"] and root.attributes["loopdsl.segment"] == "start"
+    assert root.status == "ERROR" and root.attributes["loopdsl.status"] == "failed"
+    assert root.attributes["error.type"] == "shell_exit"
+    states = [s for s in spans if s.name.startswith("state ")]
+    assert [(s.name, s.attributes["loopdsl.attempt"], s.status) for s in sorted(states, key=lambda s: s.start_ns)] == [
+        ("state leak", 1, "OK"), ("state ask", 1, "ERROR"), ("state ask", 2, "OK"), ("state work", 1, "OK"),
+        ("state boom", 1, "ERROR")]
+    assert all(s.parent == root.span_id for s in states)
+    assert all(root.start_ns <= s.start_ns <= s.end_ns <= root.end_ns for s in states)
+    first_ask = next(s for s in states if s.name == "state ask" and s.attributes["loopdsl.attempt"] == 1)
+    assert first_ask.attributes["error.type"] == "gate" and first_ask.attributes["loopdsl.retried"] is True
+    boom = only(spans, "state boom")
+    assert boom.attributes["loopdsl.error.kind"] == "shell_exit" and "exited with 3" in boom.status_message
+    # Budget left after each attempt: 40 steps capped, 5 attempts taken by boom's end.
+    assert boom.attributes["loopdsl.budget.remaining.steps"] == 35
+    assert boom.attributes["loopdsl.budget.remaining.tokens"] == 100000 - (34 + 36 + 49 + 76)
+
+
+def test_model_calls_follow_the_genai_conventions_under_their_attempt(traced_run: dict[str, Any]) -> None:
+    spans = traced_run["spans"]
+    by_id = {s.span_id: s for s in spans}
+    chats = sorted((s for s in spans if s.name == f"chat {MODEL}"), key=lambda s: s.start_ns)
+    assert [(by_id[c.parent].name, c.attributes["gen_ai.usage.input_tokens"], c.attributes["gen_ai.usage.output_tokens"])
+            for c in chats] == [("state ask", 30, 4), ("state ask", 31, 5), ("state work", 40, 9), ("state work", 70, 6)]
+    for chat in chats:
+        assert chat.attributes["gen_ai.operation.name"] == "chat"
+        assert chat.attributes["gen_ai.system"] == "openai" and chat.attributes["gen_ai.request.model"] == MODEL
+        assert chat.status == "OK" and chat.attributes["loopdsl.cost_usd"] > 0
+        assert by_id[chat.parent].start_ns <= chat.start_ns <= chat.end_ns <= by_id[chat.parent].end_ns
+    assert chats[0].attributes["loopdsl.cost_usd"] == pytest.approx((30 * 1 + 4 * 2) / 1e6)
+    assert [c.attributes.get("loopdsl.turn") for c in chats[2:]] == [1, 2]
+
+
+def test_gates_tools_and_commands_are_spans_of_their_attempt(traced_run: dict[str, Any]) -> None:
+    spans = traced_run["spans"]
+    by_id = {s.span_id: s for s in spans}
+    gates = sorted((s for s in spans if s.name == "gate second-try"), key=lambda s: s.start_ns)
+    assert [(g.status, g.attributes["loopdsl.gate.phase"], g.attributes["loopdsl.gate.kind"]) for g in gates] == [
+        ("ERROR", "after", "shell"), ("OK", "after", "shell")]
+    assert [by_id[g.parent].attributes["loopdsl.attempt"] for g in gates] == [1, 2]
+    tool = only(spans, "execute_tool count_lines")
+    assert by_id[tool.parent].name == "state work" and tool.status == "OK"
+    assert tool.attributes["gen_ai.tool.name"] == "count_lines" and tool.attributes["gen_ai.operation.name"] == "execute_tool"
+    commands = {by_id[s.parent].name: s for s in spans if s.name == "shell"}
+    assert set(commands) == {"state leak", "state boom"}
+    assert commands["state leak"].attributes["process.exit.code"] == 0 and commands["state leak"].status == "OK"
+    assert commands["state boom"].attributes["process.exit.code"] == 3 and commands["state boom"].status == "ERROR"
+
+
+def test_no_secret_in_any_span(traced_run: dict[str, Any]) -> None:
+    spans = traced_run["spans"]
+    assert len(spans) >= 15
+    for span in spans:
+        texts = [span.name, span.status_message, *map(str, span.attributes.values()), *map(str, span.resource.values())]
+        assert not any(SECRET in t for t in texts), span
+    # The wire itself: every byte the collector received.
+    assert not any(v in body for body in traced_run["bodies"] for v in VARIANTS)
+    # The secret was there to leak: the gate's failure and boom's stderr quoted it (redacted).
+    assert "***" in only(spans, "state boom").status_message
+
+
+def test_a_run_stopped_by_its_budget_still_exports_its_spans(receiver: OtlpReceiver, tmp_path: Path) -> None:
+    (tmp_path / "loop.yaml").write_text(textwrap.dedent("""\
+        loopdsl: 1
+        name: capped
+        budget: {steps: 2}
+        start: a
+        states:
+          a: {shell: 'true', next: b}
+          b: {shell: 'true', next: c}
+          c: {shell: 'true', next: done}
+          done: {end: completed}
+        """))
+    done = loopdsl(["run", "loop.yaml"], tmp_path, otel_env(receiver.endpoint))  # in memory: no store
+    assert done.returncode != 0 and "budget" in done.stderr
+    spans = receiver.snapshot()
+    root = only(spans, "run capped")
+    assert root.status == "ERROR" and root.attributes["loopdsl.status"] == "budget_exhausted"
+    assert root.attributes["error.type"] == "budget" and root.attributes["loopdsl.budget.remaining.steps"] == 0
+    assert [s.name for s in sorted(spans, key=lambda s: s.start_ns) if s.name.startswith("state ")] == ["state a", "state b"]
+
+
+def test_nothing_is_traced_without_the_variables_or_with_the_sdk_disabled(receiver: OtlpReceiver, tmp_path: Path) -> None:
+    (tmp_path / "loop.yaml").write_text("loopdsl: 1\nname: quiet\nstart: a\nstates:\n"
+                                        "  a: {shell: 'true', next: done}\n  done: {end: completed}\n")
+    assert loopdsl(["run", "loop.yaml"], tmp_path, otel_env(None)).returncode == 0
+    disabled = otel_env(receiver.endpoint, OTEL_SDK_DISABLED="true")
+    assert loopdsl(["run", "loop.yaml"], tmp_path, disabled).returncode == 0
+    assert loopdsl(["run", "loop.yaml"], tmp_path, otel_env(receiver.endpoint, OTEL_TRACES_EXPORTER="none")).returncode == 0
+    assert receiver.bodies == []
+    assert loopdsl(["run", "loop.yaml"], tmp_path, otel_env(receiver.endpoint)).returncode == 0
+    assert [s.name for s in receiver.snapshot() if s.parent == ""] == ["run quiet"]  # the same setup does trace
+
+
+def test_which_variables_turn_traces_on() -> None:
+    assert not traces_requested({})
+    assert traces_requested({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})
+    assert traces_requested({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"})
+    assert not traces_requested({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "TRUE"})
+    assert not traces_requested({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"})
+    assert not traces_requested({"OTEL_EXPORTER_OTLP_ENDPOINT": "  "})
+
+
+def _dead_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there any more: connections are refused
+    return int(port)
+
+
+def test_a_dead_collector_neither_fails_nor_holds_up_a_run(tmp_path: Path) -> None:
+    (tmp_path / "loop.yaml").write_text("loopdsl: 1\nname: lonely\nstart: a\nstates:\n"
+                                        "  a: {shell: 'true', next: done}\n  done: {end: completed}\n")
+    timings = {}
+    for label, endpoint in (("plain", None), ("dead", f"http://127.0.0.1:{_dead_port()}")):
+        started = time.monotonic()
+        done = loopdsl(["run", "loop.yaml", "--store", "store"], tmp_path, otel_env(endpoint))
+        timings[label] = time.monotonic() - started
+        assert done.returncode == 0, done.stderr
+    # The end of a run waits at most OTEL_BSP_EXPORT_TIMEOUT (2 s unless set) for the collector.
+    assert timings["dead"] - timings["plain"] < 2.0 + 1.5, timings
+
+
+def _wait_for(predicate: Any, proc: subprocess.Popen[str], what: str) -> None:
+    ct.wait_until(predicate, proc, timeout=60.0, what=what)
+
+
+def test_a_run_killed_and_resumed_stays_one_trace(receiver: OtlpReceiver, tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    (tmp_path / "loop.yaml").write_text(textwrap.dedent(f"""\
+        loopdsl: 1
+        name: crashy
+        start: one
+        states:
+          one: {{shell: 'true', next: slow}}
+          slow:
+            shell: if [ -e {marker} ]; then exit 0; fi; touch {marker}; sleep 30
+            idempotent: true
+            next: done
+          done: {{end: completed}}
+        """))
+    env = ct.cli_env({**otel_env(receiver.endpoint), "OTEL_BSP_SCHEDULE_DELAY": "50"})
+    store = tmp_path / "store"
+    proc = ct.launch(["run", "loop.yaml", "--store", str(store)], tmp_path, env)
+    _wait_for(lambda: marker.exists() and any(s.name == "state one" for s in receiver.snapshot()), proc,
+              "the slow command and the first spans")
+    assert ct.kill(proc)
+    run_id = RunStore(store).list_runs()[0]["run_id"]
+    before = receiver.snapshot()
+    ct.wait_lock_free(store, run_id)
+    resumed = subprocess.run([sys.executable, "-c", ct.LAUNCHER, "resume", run_id, "--store", str(store)],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    spans = receiver.snapshot()
+    assert {s.trace_id for s in spans} == {f"{trace_id_for(run_id):032x}"}
+    after = spans[len(before):]
+    [root] = [s for s in after if s.parent == ""]
+    assert root.attributes["loopdsl.segment"] == "resume" and root.status == "OK"
+    slow = [s for s in after if s.name == "state slow"]
+    assert slow and all(s.parent == root.span_id for s in slow) and slow[-1].status == "OK"
