@@ -296,3 +296,34 @@ def test_a_run_killed_and_resumed_stays_one_trace(receiver: OtlpReceiver, tmp_pa
     assert root.attributes["loopdsl.segment"] == "resume" and root.status == "OK"
     slow = [s for s in after if s.name == "state slow"]
     assert slow and all(s.parent == root.span_id for s in slow) and slow[-1].status == "OK"
+
+
+def test_child_runs_nest_under_their_state_and_a_decided_run_continues_its_trace(receiver: OtlpReceiver,
+                                                                                   tmp_path: Path) -> None:
+    (tmp_path / "child.yaml").write_text("loopdsl: 1\nname: child\nstart: work\nstates:\n"
+                                         "  work: {shell: 'true', next: done}\n  done: {end: completed}\n")
+    (tmp_path / "parent.yaml").write_text(
+        "loopdsl: 1\nname: parent\nbudget: {steps: 20}\nstart: sub\nstates:\n"
+        "  sub: {loop: child.yaml, next: ship}\n"
+        "  ship: {checkpoint: {message: 'ship it?'}, next: done}\n"
+        "  done: {end: completed}\n")
+    env = otel_env(receiver.endpoint)
+    first = loopdsl(["run", "parent.yaml", "--store", "store"], tmp_path, env)
+    assert first.returncode == 4, first.stderr
+    [run_id] = [r["run_id"] for r in RunStore(tmp_path / "store").list_runs() if "/" not in r["run_id"]]
+    waiting = receiver.snapshot()
+    by_id = {s.span_id: s for s in waiting}
+    root = only(waiting, "run parent")
+    assert root.attributes["loopdsl.status"] == "waiting" and root.status == "UNSET"
+    child = only(waiting, "child run")
+    assert by_id[child.parent].name == "state sub" and child.status == "UNSET"
+    assert child.attributes["loopdsl.run_id"] == f"{run_id}/sub"
+    assert by_id[only(waiting, "state work").parent] is child
+    assert only(waiting, "state ship").attributes["loopdsl.waiting"] is True
+    assert loopdsl(["approve", run_id, "--store", "store"], tmp_path, env).returncode == 0
+    done = loopdsl(["resume", run_id, "--store", "store"], tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    spans = receiver.snapshot()
+    assert {s.trace_id for s in spans} == {f"{trace_id_for(run_id):032x}"}
+    [resumed] = [s for s in spans[len(waiting):] if s.parent == ""]
+    assert resumed.status == "OK" and resumed.attributes["loopdsl.segment"] == "resume"
