@@ -71,6 +71,7 @@ class OtlpReceiver:
         self.bodies: list[bytes] = []
         self.spans: list[Span] = []
         self.paths: list[str] = []
+        self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         receiver = self
 
@@ -81,6 +82,7 @@ class OtlpReceiver:
                 body = gzip.decompress(raw) if encoding == "gzip" else zlib.decompress(raw) if encoding == "deflate" else raw
                 with receiver._lock:
                     receiver.paths.append(self.path)
+                    receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
                     receiver.bodies.append(body)
                     receiver.spans.extend(decode(body))
                 reply = ExportTraceServiceResponse().SerializeToString()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -131,11 +132,17 @@ class LoopFileChildren:
         return new_run_state(loop, run_id, inputs, meta)
 
 
+# The headers of an OTLP exporter carry the tracing back end's API key (Honeycomb's, Grafana
+# Cloud's): loopdsl's exporter uses them, a loop's commands never see them.
+_OTLP_HEADERS = re.compile(r"OTEL_EXPORTER_OTLP(_[A-Z]+)?_HEADERS", re.IGNORECASE)
+
+
 def command_environment(loop: Loop, secret_values: Mapping[str, str], workdir: Path) -> dict[str, str]:
     from .credentials import CREDENTIAL_NAME
 
     # Environment variables that look like credentials reach commands only when declared as `secrets`.
-    env = {k: v for k, v in os.environ.items() if not CREDENTIAL_NAME.search(k) and not k.startswith("LOOPDSL_")}
+    env = {k: v for k, v in os.environ.items()
+           if not CREDENTIAL_NAME.search(k) and not k.startswith("LOOPDSL_") and not _OTLP_HEADERS.fullmatch(k)}
     env.update(secret_values)
     env["LOOPDSL_WORKDIR"] = str(workdir)
     return env

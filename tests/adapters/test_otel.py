@@ -327,3 +327,22 @@ def test_child_runs_nest_under_their_state_and_a_decided_run_continues_its_trace
     assert {s.trace_id for s in spans} == {f"{trace_id_for(run_id):032x}"}
     [resumed] = [s for s in spans[len(waiting):] if s.parent == ""]
     assert resumed.status == "OK" and resumed.attributes["loopdsl.segment"] == "resume"
+
+
+def test_exporter_headers_reach_the_collector_but_never_a_command(receiver: OtlpReceiver, tmp_path: Path) -> None:
+    """OTEL_EXPORTER_OTLP_HEADERS holds a back end's API key (Honeycomb's `x-honeycomb-team`)."""
+    (tmp_path / "loop.yaml").write_text(textwrap.dedent("""\
+        loopdsl: 1
+        name: headers
+        outputs: {seen: "{{ look.stdout }}"}
+        start: look
+        states:
+          look: {shell: 'echo "${OTEL_EXPORTER_OTLP_HEADERS:-none} ${OTEL_EXPORTER_OTLP_TRACES_HEADERS:-none}"', next: done}
+          done: {end: completed}
+        """))
+    env = otel_env(receiver.endpoint, OTEL_EXPORTER_OTLP_HEADERS=f"x-honeycomb-team={SECRET}",
+                   OTEL_EXPORTER_OTLP_TRACES_HEADERS="x-scope-orgid=team-a")
+    done = loopdsl(["run", "loop.yaml", "--json"], tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    assert '"seen": "none none' in done.stdout.replace("\\n", "")
+    assert receiver.headers and all(h.get("x-scope-orgid") == "team-a" for h in receiver.headers)
