@@ -346,3 +346,22 @@ def test_exporter_headers_reach_the_collector_but_never_a_command(receiver: Otlp
     assert done.returncode == 0, done.stderr
     assert '"seen": "none none' in done.stdout.replace("\\n", "")
     assert receiver.headers and all(h.get("x-scope-orgid") == "team-a" for h in receiver.headers)
+
+
+def test_the_documented_setup_traces_a_run(receiver: OtlpReceiver, tmp_path: Path) -> None:
+    """docs/observability.md's tested block, run as written against the loopback receiver."""
+    from test_docs_shell import shell_blocks
+
+    [block] = shell_blocks((ROOT / "docs" / "observability.md").read_text(encoding="utf-8"))
+    assert "http://localhost:4318" in block
+    (tmp_path / "loops").mkdir()
+    (tmp_path / "loops" / "triage.yaml").write_text("loopdsl: 1\nname: triage\nstart: a\nstates:\n"
+                                                    "  a: {shell: 'true', next: done}\n  done: {end: completed}\n")
+    env = otel_env(None)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    script = "set -e\n" + block.replace("http://localhost:4318", receiver.endpoint)
+    done = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    root = only(receiver.snapshot(), "run triage")
+    assert root.resource["service.name"] == "nightly-triage" and root.status == "OK"
