@@ -169,6 +169,9 @@ class _Scope:
             scope.close(now)
         for name in list(self.attempts):
             self.end_attempt(name, now, lambda span: None)
+        if self.own is not None and self.ended is None:  # a child still running or waiting
+            self.own.end(end_time=now)
+            self.own = None
 
     # ---------------------------------------------------------------- events
     def handle(self, event: Mapping[str, Any], now: int) -> None:
@@ -297,6 +300,8 @@ class _Scope:
             if status in FAILED_ENDS:
                 kind, message = self.failure or (status, status)
                 self.attrs.fail(self.own, kind, message)
+            elif status == "completed":
+                self.own.set_status(Status(StatusCode.OK))
             self.own.end(end_time=now)
             self.own = None
 

@@ -316,7 +316,7 @@ def test_child_runs_nest_under_their_state_and_a_decided_run_continues_its_trace
     root = only(waiting, "run parent")
     assert root.attributes["loopdsl.status"] == "waiting" and root.status == "UNSET"
     child = only(waiting, "child run")
-    assert by_id[child.parent].name == "state sub" and child.status == "UNSET"
+    assert by_id[child.parent].name == "state sub" and child.status == "OK"
     assert child.attributes["loopdsl.run_id"] == f"{run_id}/sub"
     assert by_id[only(waiting, "state work").parent] is child
     assert only(waiting, "state ship").attributes["loopdsl.waiting"] is True
@@ -365,3 +365,29 @@ def test_the_documented_setup_traces_a_run(receiver: OtlpReceiver, tmp_path: Pat
     assert done.returncode == 0, done.stderr
     root = only(receiver.snapshot(), "run triage")
     assert root.resource["service.name"] == "nightly-triage" and root.status == "OK"
+
+
+@pytest.mark.slow  # LiteLLM's import in the child process takes seconds
+def test_a_model_call_over_litellm_http_is_a_genai_span(stub_server: Any, receiver: OtlpReceiver, tmp_path: Path) -> None:
+    """The real provider path: LiteLLM over HTTP to the loopback model stub; the traces go to
+    the full URL of OTEL_EXPORTER_OTLP_TRACES_ENDPOINT."""
+    stub_server.reply_text("fine", prompt_tokens=23, completion_tokens=8)
+    (tmp_path / "loop.yaml").write_text(textwrap.dedent(f"""\
+        loopdsl: 1
+        name: http-call
+        models:
+          m: {{model: {MODEL}, api_base: {stub_server.api_base}, max_tokens: 50, price: {{input_per_mtok: 1, output_per_mtok: 2}}}}
+        start: ask
+        states:
+          ask: {{llm: {{model: m, prompt: How are you?}}, next: done}}
+          done: {{end: completed}}
+        """))
+    env = otel_env(None, OPENAI_API_KEY="sk-test-not-real",
+                   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"{receiver.endpoint}/tenant-a/traces")
+    done = loopdsl(["run", "loop.yaml"], tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    assert len(stub_server.requests) == 1 and set(receiver.paths) == {"/tenant-a/traces"}
+    chat = only(receiver.snapshot(), f"chat {MODEL}")
+    assert (chat.attributes["gen_ai.usage.input_tokens"], chat.attributes["gen_ai.usage.output_tokens"]) == (23, 8)
+    assert chat.attributes["gen_ai.request.model"] == MODEL and chat.attributes["gen_ai.system"] == "openai"
+    assert chat.attributes["loopdsl.cost_usd"] == pytest.approx((23 + 8 * 2) / 1e6)
