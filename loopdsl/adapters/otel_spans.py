@@ -39,6 +39,10 @@ TEXT_LIMIT = 2048  # characters of one string attribute; messages can be whole c
 FAILED_ENDS = ("failed", "budget_exhausted", "aborted", "escalated")
 
 _log = logging.getLogger("loopdsl.otel")
+# Once a run's final export outlasted its bound, later runs in the same process (the cases of
+# `loopdsl test`, API callers) wait only this long: a dead collector costs its bound once.
+LATER_FLUSH_S = 0.2
+_slow_collector = threading.Event()
 
 
 class _RunTraceIds(RandomIdGenerator):
@@ -370,4 +374,6 @@ class RunTracer:
         collector for longer, so it runs on a daemon thread the process does not wait for."""
         worker = threading.Thread(target=self.provider.shutdown, name="loopdsl-otel-flush", daemon=True)
         worker.start()
-        worker.join(self.flush_s)
+        worker.join(min(self.flush_s, LATER_FLUSH_S) if _slow_collector.is_set() else self.flush_s)
+        if worker.is_alive():  # the next runs of this process (`loopdsl test`) wait less for it
+            _slow_collector.set()

@@ -7,6 +7,7 @@ the receiver's raw request bodies are searched for it byte by byte.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import socket
 import subprocess
@@ -391,3 +392,28 @@ def test_a_model_call_over_litellm_http_is_a_genai_span(stub_server: Any, receiv
     assert (chat.attributes["gen_ai.usage.input_tokens"], chat.attributes["gen_ai.usage.output_tokens"]) == (23, 8)
     assert chat.attributes["gen_ai.request.model"] == MODEL and chat.attributes["gen_ai.system"] == "openai"
     assert chat.attributes["loopdsl.cost_usd"] == pytest.approx((23 + 8 * 2) / 1e6)
+
+
+RUN_FIVE = """\
+import json, sys, time
+import loopdsl
+took = []
+for _ in range(5):
+    started = time.monotonic()
+    assert loopdsl.run(sys.argv[1]).status == "completed"
+    took.append(time.monotonic() - started)
+print(json.dumps(took))
+"""
+
+
+def test_a_dead_collector_costs_its_bound_once_per_process(tmp_path: Path) -> None:
+    """Five API runs in one process (as `loopdsl test` makes): only the first waits the bound."""
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("loopdsl: 1\nname: many\nstart: a\nstates:\n  a: {shell: 'true', next: done}\n  done: {end: completed}\n")
+    env = otel_env(f"http://127.0.0.1:{_dead_port()}", OTEL_BSP_EXPORT_TIMEOUT="1500")
+    done = subprocess.run([sys.executable, "-c", RUN_FIVE, str(loop)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    took = json.loads(done.stdout.splitlines()[-1])
+    assert 1.4 < took[0] < 1.5 + 1.0, took  # it waited for the collector, up to OTEL_BSP_EXPORT_TIMEOUT
+    assert max(took[1:]) < 0.2 + 0.5, took
