@@ -7,10 +7,15 @@ search the raw bytes for a secret) and every span flattened into a `Span`.
 from __future__ import annotations
 
 import gzip
+import os
+import socket
+import subprocess
+import sys
 import threading
 import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -19,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 STATUS_NAMES = {0: "UNSET", 1: "OK", 2: "ERROR"}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -109,3 +115,35 @@ class OtlpReceiver:
     def snapshot(self) -> list[Span]:
         with self._lock:
             return list(self.spans)
+
+
+# ---------------------------------------------------------------- for the tests that use it
+
+
+def otel_env(endpoint: str | None, **extra: str) -> dict[str, str]:
+    """This environment without its OTEL_* variables, then tracing to `endpoint` (None: off)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(PYTHONPATH=str(ROOT), **extra)
+    if endpoint is not None:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+    return env
+
+
+def run_loopdsl(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=180)
+
+
+def only(spans: list[Span], name: str) -> Span:
+    found = [s for s in spans if s.name == name]
+    assert len(found) == 1, (name, [s.name for s in spans])
+    return found[0]
+
+
+def dead_port() -> int:
+    """A loopback port nothing listens on any more: connections to it are refused."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return int(port)
