@@ -69,6 +69,10 @@ def start_run_tracing(run_id: str, loop: "Loop", redactor: "Redactor", *, resume
         _log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is not installed (%s); "
                      "the run is not traced. Install it with: pip install 'loopdsl[otel]'", exc.name or exc)
         return None
-    return RunTracer(run_id, loop, redactor, trace_id=trace_id_for(run_id), resumed=resumed,
-                     flush_s=flush_seconds(env))
+    try:
+        return RunTracer(run_id, loop, redactor, trace_id=trace_id_for(run_id), resumed=resumed,
+                         flush_s=flush_seconds(env))
+    except Exception as exc:  # noqa: BLE001 - a tracing setup the SDK rejects must not stop the run
+        _log.warning("the run is not traced: OpenTelemetry could not be set up (%s: %s)", type(exc).__name__, exc)
+        return None
 

@@ -172,3 +172,23 @@ def test_a_dead_collector_costs_its_bound_once_per_process(tmp_path: Path) -> No
     # The first run waited for the collector up to OTEL_BSP_EXPORT_TIMEOUT (and imported the SDK).
     assert 1.4 < extra[0] < 1.5 + 2.0, took
     assert max(extra[1:]) < 0.2 + 0.5, took
+
+
+WITHOUT_OTEL = (
+    "import sys\n"
+    "sys.modules['opentelemetry'] = None  # as if the `otel` extra were not installed\n"
+    "sys.argv[0] = 'loopdsl'\n"
+    "from loopdsl.cli import main\n"
+    "main()\n"
+)
+
+
+def test_without_the_otel_extra_a_traced_run_warns_once_and_runs(receiver: OtlpReceiver, tmp_path: Path) -> None:
+    (tmp_path / "loop.yaml").write_text("loopdsl: 1\nname: bare\nstart: a\nstates:\n"
+                                        "  a: {shell: 'true', next: done}\n  done: {end: completed}\n")
+    done = subprocess.run([sys.executable, "-c", WITHOUT_OTEL, "run", "loop.yaml"], cwd=tmp_path,
+                          env=otel_env(receiver.endpoint), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [warning] = [line for line in done.stderr.splitlines() if "OpenTelemetry" in line]
+    assert "pip install 'loopdsl[otel]'" in warning
+    assert receiver.bodies == []
