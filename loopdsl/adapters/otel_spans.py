@@ -35,6 +35,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from ..language.model import Loop
 from ..runtime.redaction import Redactor
 
+_INT64 = 2 ** 63
 TEXT_LIMIT = 2048  # characters of one string attribute; messages can be whole command outputs
 FAILED_ENDS = ("failed", "budget_exhausted", "aborted", "escalated")
 
@@ -82,9 +83,9 @@ class _Attrs:
         for key, value in values.items():
             if value is None:
                 continue
-            if isinstance(value, (bool, int, float)):
+            if isinstance(value, (bool, float)) or (isinstance(value, int) and -_INT64 <= value < _INT64):
                 span.set_attribute(key, value)
-            else:
+            else:  # text, and integers OTLP's int64 cannot carry (a hostile provider's usage)
                 span.set_attribute(key, self.text(value))
 
     def fail(self, span: Span, kind: Any, message: Any) -> None:
@@ -136,7 +137,7 @@ class _Scope:
             values[f"loopdsl.budget.spent.{key}"] = spent
             cap = getattr(self.budget, key, None) if self.budget is not None else None
             if cap is not None:
-                values[f"loopdsl.budget.remaining.{key}"] = max(cap - spent, 0)
+                values[f"loopdsl.budget.remaining.{key}"] = max(round(cap - spent, 9), 0)
         return values
 
     def _state_kind(self, name: str) -> str | None:
