@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 from otlp_receiver import ROOT, OtlpReceiver, dead_port, only, otel_env, run_loopdsl as loopdsl
+from test_docs_shell import shell_blocks
 
 from loopdsl.adapters.otel import trace_id_for, traces_requested
 from loopdsl.adapters.store.run_store import RunStore
@@ -128,8 +129,6 @@ def test_exporter_headers_reach_the_collector_but_never_a_command(receiver: Otlp
 
 def test_the_documented_setup_traces_a_run(receiver: OtlpReceiver, tmp_path: Path) -> None:
     """docs/observability.md's tested block, run as written against the loopback receiver."""
-    from test_docs_shell import shell_blocks
-
     [block] = shell_blocks((ROOT / "docs" / "observability.md").read_text(encoding="utf-8"))
     assert "http://localhost:4318" in block
     (tmp_path / "loops").mkdir()
