@@ -10,13 +10,15 @@ a decision adds its spans to the same trace without having to find the first one
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 if TYPE_CHECKING:
     from ..language.model import Loop
+    from ..runtime.engine import Engine
     from ..runtime.redaction import Redactor
     from .otel_spans import RunTracer
 
@@ -76,3 +78,20 @@ def start_run_tracing(run_id: str, loop: "Loop", redactor: "Redactor", *, resume
         _log.warning("the run is not traced: OpenTelemetry could not be set up (%s: %s)", type(exc).__name__, exc)
         return None
 
+
+
+@contextlib.contextmanager
+def traced(engine: "Engine", *, resumed: bool = False) -> Iterator[None]:
+    """While the engine advances the run, its events also become spans when the `OTEL_*`
+    variables ask for traces; on the way out the spans are flushed (bounded). The API wraps
+    every engine it drives in this, a `resume` with resumed=True."""
+    tracer = start_run_tracing(engine.run.run_id, engine.loop, engine.redact, resumed=resumed)
+    if tracer is None:
+        yield
+        return
+    engine.ports.listeners.append(tracer.on_event)
+    try:
+        yield
+    finally:
+        engine.ports.listeners.remove(tracer.on_event)
+        tracer.close(engine.run.status, engine.run.error)

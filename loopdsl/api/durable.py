@@ -23,11 +23,11 @@ from .runs import (
     open_store,
     ready_to_call_models,
     secret_values,
-    traced,
     uses_model_client,
 )
 from ..language.compile import CompiledLoop, compile_loop
 from ..runtime.engine import Engine, utc_now
+from ..adapters.otel import traced
 from ..runtime.notify import notify_engine, notify_run
 from ..runtime.redaction import Redactor
 from ..adapters.webhook import WebhookNotifier

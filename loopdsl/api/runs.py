@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..language.compile import CompiledLoop, compile_loop
 from ..language.errors import LoopdslError
@@ -27,7 +27,7 @@ from ..language.inputs import coerce_inputs
 from ..language.model import LlmAction, Loop
 from ..language.schedules import time_zone
 from ..runtime.run_state import COMPLETED, RUNNING, WAITING, RunState
-from ..adapters.otel import start_run_tracing
+from ..adapters.otel import traced
 from ..adapters.store.run_store import RunStore, default_store_dir
 from ..runtime.errors import StoreError
 
@@ -267,22 +267,6 @@ def open_store(store: str | Path | RunStore | None, near: Path, *, create: bool 
         raise StoreError(f"no run store at {directory}",
                          "pass --store DIR (or set LOOPDSL_STORE) where `loopdsl run` kept its runs")
     return RunStore(directory)
-
-
-@contextlib.contextmanager
-def traced(engine: Engine, *, resumed: bool = False) -> Iterator[None]:
-    """While the engine advances the run, its events also become OpenTelemetry spans when
-    the `OTEL_*` variables ask for traces; on the way out the spans are flushed (bounded)."""
-    tracer = start_run_tracing(engine.run.run_id, engine.loop, engine.redact, resumed=resumed)
-    if tracer is None:
-        yield
-        return
-    engine.ports.listeners.append(tracer.on_event)
-    try:
-        yield
-    finally:
-        engine.ports.listeners.remove(tracer.on_event)
-        tracer.close(engine.run.status, engine.run.error)
 
 
 # ---------------------------------------------------------------- run
