@@ -27,6 +27,7 @@ from .runs import (
 )
 from ..language.compile import CompiledLoop, compile_loop
 from ..runtime.engine import Engine, utc_now
+from ..adapters.otel import traced
 from ..runtime.notify import notify_engine, notify_run
 from ..runtime.redaction import Redactor
 from ..adapters.webhook import WebhookNotifier
@@ -133,16 +134,17 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
                        real_waits=real_waits, tool_stubs=tool_stubs,
                        notify=notify)
     engine = Engine(compiled, state, ports)
-    for event in first or ():
-        engine.emit(event.pop("type"), **event)
-    try:
-        await engine.execute()
-    except BaseException:  # recorded as failed, or aborted (Ctrl-C): say so, then let it out
-        with contextlib.suppress(Exception):  # the run's own error matters more than a failed notice of it
-            notify_engine(engine, store.directory)
-        raise
-    _finish_workspace(state, engine)
-    notify_engine(engine, store.directory)
+    with traced(engine, resumed=bool(first) and first[0].get("type") == "resume"):
+        for event in first or ():
+            engine.emit(event.pop("type"), **event)
+        try:
+            await engine.execute()
+        except BaseException:  # recorded as failed, or aborted (Ctrl-C): say so, then let it out
+            with contextlib.suppress(Exception):  # the run's own error matters more than a failed notice of it
+                notify_engine(engine, store.directory)
+            raise
+        _finish_workspace(state, engine)
+        notify_engine(engine, store.directory)
     return RunResult(state, engine.events, store.directory)
 
 

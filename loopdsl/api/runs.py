@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,6 +27,7 @@ from ..language.inputs import coerce_inputs
 from ..language.model import LlmAction, Loop
 from ..language.schedules import time_zone
 from ..runtime.run_state import COMPLETED, RUNNING, WAITING, RunState
+from ..adapters.otel import traced
 from ..adapters.store.run_store import RunStore, default_store_dir
 from ..runtime.errors import StoreError
 
@@ -130,11 +132,17 @@ class LoopFileChildren:
         return new_run_state(loop, run_id, inputs, meta)
 
 
+# The headers of an OTLP exporter carry the tracing back end's API key (Honeycomb's, Grafana
+# Cloud's): loopdsl's exporter uses them, a loop's commands never see them.
+_OTLP_HEADERS = re.compile(r"OTEL_EXPORTER_OTLP(_[A-Z]+)?_HEADERS", re.IGNORECASE)
+
+
 def command_environment(loop: Loop, secret_values: Mapping[str, str], workdir: Path) -> dict[str, str]:
     from .credentials import CREDENTIAL_NAME
 
     # Environment variables that look like credentials reach commands only when declared as `secrets`.
-    env = {k: v for k, v in os.environ.items() if not CREDENTIAL_NAME.search(k) and not k.startswith("LOOPDSL_")}
+    env = {k: v for k, v in os.environ.items()
+           if not CREDENTIAL_NAME.search(k) and not k.startswith("LOOPDSL_") and not _OTLP_HEADERS.fullmatch(k)}
     env.update(secret_values)
     env["LOOPDSL_WORKDIR"] = str(workdir)
     return env
@@ -342,13 +350,14 @@ async def arun(
                            notify=notify)
         state = new_run_state(model, "mem-" + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
         engine = Engine(compiled, state, ports)
-        try:
-            await engine.execute()
-        except BaseException:  # recorded as failed, or aborted (Ctrl-C): say so, then let it out
-            with contextlib.suppress(Exception):  # the run's own error matters more than a failed notice of it
-                notify_engine(engine, None)
-            raise
-        notify_engine(engine, None)
+        with traced(engine):
+            try:
+                await engine.execute()
+            except BaseException:  # recorded as failed, or aborted (Ctrl-C): say so, then let it out
+                with contextlib.suppress(Exception):  # the run's own error matters more than a failed notice of it
+                    notify_engine(engine, None)
+                raise
+            notify_engine(engine, None)
         return RunResult(state, engine.events)
     from .durable import run_durable
 
