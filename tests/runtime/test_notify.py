@@ -195,7 +195,9 @@ def test_a_secret_url_never_reaches_the_store_or_the_output(tmp_path: Path, rece
     done, run_id = run_loop(tmp_path, HOOK_URL=url)
     assert done.returncode == 4, done.stderr.decode()[-2000:]
     assert [p["path"] for p in receiver.posts] == [f"/{SECRET_PATH}"] * 2
-    json_body, slack_body = receiver.bodies()
+    # Each webhook is posted from its own thread: the two can arrive in either order.
+    [json_body] = [body for body in receiver.bodies() if "message" in body]
+    [slack_body] = [body for body in receiver.bodies() if set(body) == {"text"}]
     assert json_body["message"] == "Publish see *** now?" and "see *** now" in slack_body["text"]
     shown = cli(tmp_path, "show", run_id, "--store", str(tmp_path / "store"), "--json", HOOK_URL=url)
     assert b"secret HOOK_URL" in shown.stdout
