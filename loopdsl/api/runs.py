@@ -148,10 +148,21 @@ def command_environment(loop: Loop, secret_values: Mapping[str, str], workdir: P
     return env
 
 
+MIN_SECRET_LENGTH = 4
+
+
 def secret_values(loop: Loop) -> dict[str, str]:
     from ..runtime.redaction import remember
 
     values = {name: os.environ[name] for name in loop.secrets if os.environ.get(name)}
+    short = sorted(name for name, value in values.items() if len(value) < MIN_SECRET_LENGTH)
+    if short:
+        # Hiding every occurrence of a one- to three-character value would garble every text
+        # the run writes (field names included) while protecting nothing a guess would not find.
+        raise UsageError(
+            f"secret {', '.join(short)} has fewer than {MIN_SECRET_LENGTH} characters: loopdsl cannot "
+            "keep so short a value out of its output",
+            "set the variable to the real secret value, or remove it from the loop's `secrets:`")
     remember(values.values())
     return values
 

@@ -155,3 +155,22 @@ def test_error_message_and_events_redacted(leaky_run: dict) -> None:
     assert gates and "gate saw ***" in gates[0]["message"]
     assert leaky_run["summary"]["outputs"]["reply"] == "second: still ***"
     assert leaky_run["summary"]["outputs"]["shell_said"] == "stdout ***\n"
+
+
+@pytest.mark.parametrize("value", ["x", "te", "abc"])
+def test_a_secret_too_short_to_hide_is_refused_before_the_run(tmp_path: Path, value: str) -> None:
+    """Redacting a one-letter value would rewrite the run's own field names ("text" became
+    "te***t") and crash it; the run is refused with a usage error instead, nothing started."""
+    loop = tmp_path / "loop.yaml"
+    loop.write_text(LOOP, encoding="utf-8")
+    script = tmp_path / "replies.yaml"
+    script.write_text("ask:\n  - text: hello\n", encoding="utf-8")
+    env = {**os.environ, "MY_TOKEN": value}
+    env.pop("LOOPDSL_STORE", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "loopdsl", "run", str(loop), "--script", str(script), "--store", str(tmp_path / "store")],
+        cwd=tmp_path, env=env, capture_output=True, timeout=120)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert "secret MY_TOKEN has fewer than 4 characters" in err and "Traceback" not in err
+    assert not (tmp_path / "direct.txt").exists()  # the first state never ran
