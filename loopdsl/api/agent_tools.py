@@ -39,13 +39,19 @@ async def open_mcp_tools(tools: Sequence[tuple[ToolDef, ToolUse]], env: ToolEnv)
             offered = {a.offered for a in entry.allow}
             stored = None if env.stored_definitions is None else [
                 d for d in env.stored_definitions if (d.get("function") or {}).get("name") in offered]
-            boxes.append(await McpToolBox.open(entry, redactor=env.redactor, output_limit=env.output_limit,
-                                               definitions=stored, cwd=env.workdir, environ=env.env))
+            boxes.append(await McpToolBox.open(
+                entry, redactor=env.redactor, output_limit=env.output_limit, definitions=stored, cwd=env.workdir,
+                environ=env.env, on_start=lambda ref, name=tool.name: env.command_started(ref, f"mcp {name}")))
     except BaseException:
         for box in boxes:  # the servers already started must not outlive a failed start
             await box.aclose()
         raise
-    return ToolBoxes(boxes)
+
+    def forget_servers() -> None:  # closed: the run's record of them goes (runtime/commands.py)
+        for box in boxes:
+            env.command_ended(getattr(box, "command_ref", None))
+
+    return ToolBoxes(boxes, on_close=forget_servers)
 
 
 async def run_cli(*, action: AgentAction, alias: ModelAlias | None, prompt: str, workspace: Path, redactor: Any,

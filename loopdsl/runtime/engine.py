@@ -35,6 +35,7 @@ from .run_state import (
     json_value,
 )
 from .redaction import Redactor
+from .commands import RunCommands
 from .process_tree import CommandRef, new_marker
 from .shell import CwdOutsideWorkspace, confined_cwd
 from ..language.templates import Expression, RenderError, install_globals
@@ -81,9 +82,11 @@ class Engine:
         # Commands get no declared secret unless their own `env:` passes it (`{X: "{{ secrets.X }}"}`):
         # a command that runs model-written code must not see credentials it was not given.
         self.command_env = {k: v for k, v in ports.env.items() if k not in ports.secret_values}
+        # Every command this run starts is recorded there first (commands.py), for `resume`.
+        self.commands = RunCommands(run, self.commit)
         self.gates = GateRunner(
             self.loop.gates,
-            run_shell=ports.shell,
+            run_shell=self.commands.shell(ports.shell, "gate"),
             monotonic=self._monotonic,
             base_env=self.command_env,
             cwd=ports.workdir,
@@ -210,6 +213,7 @@ class Engine:
     async def execute(self) -> RunState:
         """Run until the loop ends or has to wait; returns the (committed) run state."""
         run = self.run
+        await self.commands.stop_leftovers(self.emit)  # what a killed loopdsl left running
         if run.status == WAITING:
             if not resume_waiting(self):
                 return run
@@ -503,9 +507,10 @@ class Engine:
 
         def started(ref: CommandRef) -> None:
             # Recorded before it is waited on: after a kill -9 of loopdsl, `resume` finds it still running.
-            self._commit_pending(dict(pending, command=ref.to_json()))
+            # Committed with the run's command record, right after this (commands.py).
+            self.run.pending = dict(pending, command=ref.to_json())
 
-        res = await self.ports.shell(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=self.redact,
+        res = await self.commands.shell(self.ports.shell, "shell")(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=self.redact,
                                 marker=marker, on_start=started)
         result = res.as_result()
         if res.timed_out:
