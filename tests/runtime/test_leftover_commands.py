@@ -147,17 +147,20 @@ HEAD = "loopdsl: 1\nname: {name}\ndescription: A long command outlives kill -9.\
 RUN_SLOW = "bash -- {{ inputs.marks }}/slow.sh {{ inputs.marks }}"
 
 
-def _recorded_as(store: Path, what: str) -> bool:
-    """The run's record of running commands names one of kind `what`."""
+def _running_commands(store: Path) -> list[dict]:
+    """The run's record of the commands it has running (runtime/commands.py)."""
     if not (store / MARKER_NAME).exists():
-        return False
+        return []
     try:
         with RunStore(store) as probe:
             runs = probe.list_runs()
     except StoreError:
-        return False
-    commands = (runs[0].get("meta") or {}).get("commands") if runs else None
-    return any(entry.get("what", "").startswith(what) for entry in (commands or {}).values())
+        return []
+    return list(((runs[0].get("meta") or {}).get("commands") or {}).values()) if runs else []
+
+
+def _recorded_as(store: Path, what: str) -> bool:
+    return any(entry.get("what", "").startswith(what) for entry in _running_commands(store))
 
 
 def _kill_mid_command(tmp_path: Path, marks: Path, loop_text: str, what: str, *extra: str) -> tuple[Path, str, list[int]]:
@@ -209,3 +212,40 @@ def test_resume_stops_an_agent_tool_command_left_running_before_the_call_reruns(
     script.write_text("work:\n  - tool_calls: [{name: slow, args: {}}]\n  - Done.\n")
     store, run_id, first = _kill_mid_command(tmp_path, marks, text, "tool", "--script", str(script))
     _resume_and_check(tmp_path, marks, store, run_id, first, "--script", str(script))
+
+
+MCP_SERVER = Path(__file__).resolve().parents[1] / "adapters" / "mcp_server.py"
+
+
+def test_resume_stops_the_mcp_server_of_a_killed_agent_run(tmp_path: Path, marks: Path) -> None:
+    pytest.importorskip("mcp")
+    # A server started by a wrapper that outlives it (the server itself exits once its stdin
+    # ends): what is left after kill -9 is the wrapper's process group.
+    loop = tmp_path / "loop.yaml"
+    loop.write_text(HEAD.format(name="mcp-agent") + (
+        "models:\n  m: {model: openai/gpt-4o-mini, max_tokens: 50, price: {input_per_mtok: 1, output_per_mtok: 2}}\n"
+        f"tools:\n  srv:\n    description: A test server.\n"
+        f"    mcp: {{command: [bash, -c, \"{sys.executable} {MCP_SERVER}; sleep 300\"], env: {{MARKS: \"{marks}\"}}}}\n"
+        "    allow: [slow]\n    idempotent: true\n"
+        "budget: {steps: 20}\nstart: work\nstates:\n  work:\n"
+        "    agent: {model: m, prompt: Call slow once., tools: [srv], max_turns: 3}\n"
+        "    next: done\n  done: {end: completed}\n"))
+    script = tmp_path / "replies.yaml"
+    script.write_text("work:\n  - tool_calls: [{name: srv__slow, args: {seconds: 6}}]\n  - Done.\n")
+    store = tmp_path / "store"
+    proc = ct.launch(["run", str(loop), "--store", str(store), "--input", f"marks={marks}", "--script", str(script)],
+                     tmp_path)
+    try:
+        ct.wait_until(lambda: _recorded_as(store, "mcp srv"), proc, what="the MCP server, recorded", timeout=60)
+        time.sleep(1.0)  # in the slow call
+    finally:
+        assert ct.kill(proc)
+    [server] = [entry["pgid"] for entry in _running_commands(store) if entry["what"] == "mcp srv"]
+    time.sleep(1.0)  # the server itself has seen its stdin end
+    assert _alive(server)
+    run_id = ct.run_id_from_cli(store, tmp_path)
+    done = ct.cli(["resume", str(run_id), "--store", str(store), "--script", str(script)], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not _alive(server)
+    shown = ct.cli(["show", str(run_id), "--store", str(store), "--json"], tmp_path)
+    assert '"stopped_leftover"' in shown.stdout and '"mcp srv"' in shown.stdout
