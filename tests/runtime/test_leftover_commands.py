@@ -249,3 +249,36 @@ def test_resume_stops_the_mcp_server_of_a_killed_agent_run(tmp_path: Path, marks
     assert not _alive(server)
     shown = ct.cli(["show", str(run_id), "--store", str(store), "--json"], tmp_path)
     assert '"stopped_leftover"' in shown.stdout and '"mcp srv"' in shown.stdout
+
+
+FAKE_CLI = Path(__file__).resolve().parents[1] / "data" / "fake_cli" / "claude"
+
+
+def test_resume_stops_a_coding_agent_cli_left_running_before_it_runs_again(tmp_path: Path) -> None:
+    loop = tmp_path / "cli.yaml"
+    loop.write_text(
+        "loopdsl: 1\nname: cli-agent\n"
+        f"models:\n  claude: {{model: anthropic/claude-sonnet-4-5, max_tokens: 1000, cli_path: {FAKE_CLI},\n"
+        "           price: {input_per_mtok: 0.3, output_per_mtok: 1.5}}\n"
+        "budget: {cost_usd: 5}\nstart: review\nstates:\n"
+        "  review:\n    agent: {cli: claude-code, model: claude, prompt: 'scenario once', max_turns: 4, "
+        "max_cost_usd: 1}\n    next: done\n  done: {end: completed}\n")
+    store, pid_file = tmp_path / "store", tmp_path / "cli.pid"
+    proc = ct.launch(["run", str(loop), "--store", str(store)], tmp_path)
+    try:
+        ct.wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "" and _recorded_as(store, "cli"),
+                      proc, what="the CLI, recorded", timeout=60)
+    finally:
+        assert ct.kill(proc)
+    first = int(pid_file.read_text())
+    try:
+        assert _alive(first)
+        run_id = ct.run_id_from_cli(store, tmp_path)
+        done = ct.cli(["resume", str(run_id), "--store", str(store)], tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert not _alive(first)
+        shown = ct.cli(["show", str(run_id), "--store", str(store), "--json"], tmp_path)
+        assert '"stopped_leftover"' in shown.stdout and "All done: fixed a.py." in shown.stdout  # not "overlap"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(first, signal.SIGKILL)
