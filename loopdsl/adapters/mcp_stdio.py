@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,9 @@ class StdioServer:
     """One MCP server process. Not reusable: connect once."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path | None,
-                 redactor: Redactor) -> None:
+                 redactor: Redactor, on_start: Callable[[CommandRef], None] | None = None) -> None:
         self._argv = tuple(argv)
+        self._on_start = on_start  # told the ref as soon as the server runs (the run records it)
         self._env = dict(env)
         self._cwd = cwd
         self._redactor = redactor
@@ -82,6 +83,8 @@ class StdioServer:
             limit=MAX_MESSAGE_BYTES)
         self._proc = proc
         self.ref = CommandRef(proc.pid, self._marker, start_time(proc.pid))
+        if self._on_start is not None:
+            self._on_start(self.ref)
         to_session, from_server = anyio.create_memory_object_stream(0)
         to_server, from_session = anyio.create_memory_object_stream(0)
         try:

@@ -25,7 +25,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,12 +98,13 @@ class McpToolBox:
     """The allowed tools of one MCP server, alive for one agent attempt. Build with `open`."""
 
     def __init__(self, entry: McpEntry, *, redactor: Redactor, output_limit: int,
-                 cwd: Path | None, environ: Mapping[str, str] | None) -> None:
+                 cwd: Path | None, environ: Mapping[str, str] | None,
+                 on_start: Callable[[Any], None] | None = None) -> None:
         self.entry = entry
         self._redactor = redactor
         self._limit = output_limit
         self._server = StdioServer(entry.command, server_environment(entry.env, environ),
-                                   cwd=cwd, redactor=redactor)
+                                   cwd=cwd, redactor=redactor, on_start=on_start)
         self._specs: dict[str, ToolSpec] | None = None
         self._targets = {allowed.offered: allowed.name for allowed in entry.allow}
         self._session: Any = None
@@ -115,11 +116,13 @@ class McpToolBox:
     async def open(cls, entry: McpEntry, *, redactor: Redactor,
                    output_limit: int = DEFAULT_TOOL_OUTPUT_LIMIT,
                    definitions: Sequence[Mapping[str, Any]] | None = None,
-                   cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> McpToolBox:
+                   cwd: Path | None = None, environ: Mapping[str, str] | None = None,
+                   on_start: Callable[[Any], None] | None = None) -> McpToolBox:
         """Start the server, initialize and (unless `definitions`, stored by an earlier run
-        of this attempt, are given) list its tools once. Raises `McpStartError`; on any
+        of this attempt, are given) list its tools once; `on_start(ref)` as soon as the
+        server process runs (the engine records it for `resume`). Raises `McpStartError`; on any
         failure or cancellation the server is already stopped."""
-        box = cls(entry, redactor=redactor, output_limit=output_limit, cwd=cwd, environ=environ)
+        box = cls(entry, redactor=redactor, output_limit=output_limit, cwd=cwd, environ=environ, on_start=on_start)
         if definitions is not None:
             box._specs = check_names(specs_from_definitions(entry, definitions))
         try:

@@ -75,7 +75,8 @@ class Progress:
         elif kind == "resume":
             line = f"resuming at '{event['from_state']}'   [{self._spend()}]"
         elif kind == "stopped_leftover":
-            line = f"  stopped the command '{event['state']}' left running (process group {event['pgid']}) before running it again"
+            what = f"the {event['what']} command" if event.get("what") else "the command"  # runtime/commands.py
+            line = f"  stopped {what} of '{event['state']}' left running (process group {event['pgid']}) before going on"
         elif kind == "loading":
             line = f"loading {event.get('what', 'model client')}..."
         elif kind in ("notified", "notify_failed"):

@@ -30,6 +30,16 @@ async def open_mcp_tools(tools: Sequence[tuple[ToolDef, ToolUse]], env: ToolEnv)
     from ..adapters.mcp_tools import McpEntry, McpToolBox  # the mcp SDK loads only for loops with MCP tools
 
     boxes: list[ToolBox] = []
+    servers: list[Any] = []  # their CommandRefs, entered in the run's record as they start (runtime/commands.py)
+
+    def started(ref: Any, name: str) -> None:
+        servers.append(ref)
+        env.command_started(ref, f"mcp {name}")
+
+    def forget_servers() -> None:  # stopped: out of the run's record
+        for ref in servers:
+            env.command_ended(ref)
+
     try:
         for tool, _use in tools:
             assert tool.mcp is not None
@@ -39,13 +49,15 @@ async def open_mcp_tools(tools: Sequence[tuple[ToolDef, ToolUse]], env: ToolEnv)
             offered = {a.offered for a in entry.allow}
             stored = None if env.stored_definitions is None else [
                 d for d in env.stored_definitions if (d.get("function") or {}).get("name") in offered]
-            boxes.append(await McpToolBox.open(entry, redactor=env.redactor, output_limit=env.output_limit,
-                                               definitions=stored, cwd=env.workdir, environ=env.env))
+            boxes.append(await McpToolBox.open(
+                entry, redactor=env.redactor, output_limit=env.output_limit, definitions=stored, cwd=env.workdir,
+                environ=env.env, on_start=lambda ref, name=tool.name: started(ref, name)))
     except BaseException:
         for box in boxes:  # the servers already started must not outlive a failed start
             await box.aclose()
+        forget_servers()
         raise
-    return ToolBoxes(boxes)
+    return ToolBoxes(boxes, on_close=forget_servers)
 
 
 async def run_cli(*, action: AgentAction, alias: ModelAlias | None, prompt: str, workspace: Path, redactor: Any,

@@ -22,6 +22,7 @@ from .actions.command import run_shell_state
 from .actions.llm import LlmCaller, run_llm_state
 from .attempt import bounded_attempt, set_values
 from .budget import BudgetExceeded, Ledger
+from .commands import RunCommands
 from .context import build_context
 from .errors import ScriptError, ScriptExhausted, StepFailure
 from .gates import GateRunner
@@ -64,9 +65,11 @@ class Engine:
         # Commands get no declared secret unless their own `env:` passes it (`{X: "{{ secrets.X }}"}`):
         # a command that runs model-written code must not see credentials it was not given.
         self.command_env = {k: v for k, v in ports.env.items() if k not in ports.secret_values}
+        # Every command this run starts is recorded there first (commands.py), for `resume`.
+        self.commands = RunCommands(run, self.commit)
         self.gates = GateRunner(
             self.loop.gates,
-            run_shell=ports.shell,
+            run_shell=self.commands.shell(ports.shell, "gate"),
             monotonic=self._monotonic,
             base_env=self.command_env,
             cwd=ports.workdir,
@@ -138,6 +141,7 @@ class Engine:
     async def execute(self) -> RunState:
         """Run until the loop ends or has to wait; returns the (committed) run state."""
         run = self.run
+        await self.commands.stop_leftovers(self.emit)  # what a killed loopdsl left running
         if run.status == WAITING:
             if not resume_waiting(self):
                 return run

@@ -24,7 +24,8 @@ from ..process_tree import CommandRef, command_pids, stop_command
 from ..tools.base import ToolBox, ToolOutcome, ToolSpec, safe_output
 from ..tools.registry import ToolEnv, factory_for, group_by_kind
 from .agent_turns import TurnCaller, agent_key
-from .checkpoint import LEFTOVER_GRACE_S, wait_for_person
+from ..commands import LEFTOVER_GRACE_S
+from .checkpoint import wait_for_person
 from .llm import llm_result, render_or_fail
 
 if TYPE_CHECKING:
@@ -144,9 +145,10 @@ class AgentAttempt:
         engine = self.engine
         git = ["git", "-c", "core.fsmonitor=false", "-c", "diff.external=", "--no-pager"]
         env = {k: v for k, v in engine.ports.env.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-        status = await engine.ports.shell(argv=[*git, "status", "--porcelain=v1", "-z", "--untracked-files=all"],
+        git_shell = engine.commands.shell(engine.ports.shell, "git")
+        status = await git_shell(argv=[*git, "status", "--porcelain=v1", "-z", "--untracked-files=all"],
                                           cwd=engine.ports.workdir, env=env, timeout=30.0, redact=engine.redact or (lambda s: s))
-        stat = await engine.ports.shell(argv=[*git, "diff", "--no-ext-diff", "--no-textconv", "--stat", "HEAD"],
+        stat = await git_shell(argv=[*git, "diff", "--no-ext-diff", "--no-textconv", "--stat", "HEAD"],
                                         cwd=engine.ports.workdir, env=env, timeout=30.0, redact=engine.redact or (lambda s: s))
         files = sorted({entry[3:] for entry in status.stdout.split("\0") if len(entry) > 3}) if status.exit_code == 0 else []
         return {"changed_files": files, "diff_stat": stat.stdout.strip() if stat.exit_code == 0 else ""}
@@ -199,7 +201,8 @@ class AgentAttempt:
             workdir=engine.ports.workdir, env=engine.ports.env, secret_values=engine.ports.secret_values,
             redact=engine.redact if engine.redact else (lambda text: text),
             output_limit=self.action.tool_output_limit, action=self.action, worktree=engine.loop.workspace.worktree,
-            inputs=engine.run.inputs, run={"id": engine.run.run_id, "date": engine.run.date}, shell=engine.ports.shell,
+            inputs=engine.run.inputs, run={"id": engine.run.run_id, "date": engine.run.date},
+            shell=engine.commands.shell(engine.ports.shell, "tool"), commands=engine.commands,
             facts=input_facts(engine.loop), on_process=self._process_started, redactor=engine.redact,
             stored_definitions=stored, engine=engine, ids=self.ids)
 

@@ -38,8 +38,12 @@ async def run_cli_agent(engine: "Engine", cs: CompiledState, ctx: dict[str, Any]
         charged[0] += max(float(delta_usd), 0.0)
         return charged[0] < action.max_cost_usd  # type: ignore[operator]
 
+    refs: list[Any] = []
+
     def on_start(ref: Any) -> None:
-        engine._commit_pending(dict(pending, command=ref.to_json()))
+        refs.append(ref)
+        engine.run.pending = dict(pending, command=ref.to_json())
+        engine.commands.started(ref, "cli")  # commits both
 
     try:
         result = await runner(action=action, alias=engine.loop.models.get(action.model), prompt=prompt,
@@ -48,6 +52,8 @@ async def run_cli_agent(engine: "Engine", cs: CompiledState, ctx: dict[str, Any]
     except BaseException:
         engine.ledger.charge_reservation(reservation)  # it may have spent all of it
         raise
+    finally:
+        engine.commands.ended(refs[0] if refs else None)
     return _settle(engine, cs, attempt, reservation, result)
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ...language.compile import TIME_OUT, CompiledState
 from ..errors import StepFailure
 from .llm import render_or_fail
+from ..commands import LEFTOVER_GRACE_S
 from ..process_tree import CommandRef, command_pids, stop_command
 from ...language.model import CheckpointAction, State
 from ..run_state import FAILED, RUNNING, WAITING
@@ -56,9 +57,6 @@ def wait_for_person(engine: "Engine", state: State, *, reason: str, message: str
     engine.emit("waiting", state=state.name, message=message, choices=list(choices), reason=reason)
     engine.commit()
     raise Waiting()
-
-# How long a command left running by a killed loopdsl gets between SIGTERM and SIGKILL.
-LEFTOVER_GRACE_S = 2.0
 
 
 async def settle_interrupted_command(engine: "Engine", state: State, pending: dict[str, Any]) -> None:

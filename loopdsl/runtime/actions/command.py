@@ -40,9 +40,10 @@ async def run_shell_state(engine: "Engine", cs: CompiledState, ctx: dict[str, An
 
     def started(ref: CommandRef) -> None:
         # Recorded before it is waited on: after a kill -9 of loopdsl, `resume` finds it still running.
-        engine._commit_pending(dict(pending, command=ref.to_json()))
+        # Committed with the run's command record, right after this (runtime/commands.py).
+        engine.run.pending = dict(pending, command=ref.to_json())
 
-    res = await engine.ports.shell(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=engine.redact,
+    res = await engine.commands.shell(engine.ports.shell, "shell")(script=script, argv=argv, cwd=cwd, env=env, timeout=shell.spec.timeout, redact=engine.redact,
                             marker=marker, on_start=started)
     result = res.as_result()
     if res.timed_out:

@@ -46,6 +46,17 @@ class ToolEnv:
     stored_definitions: Sequence[Mapping[str, Any]] | None = None
     engine: Any = None  # the caller's engine, for sub-loop tools (child runs share its budget and store)
     ids: Mapping[str, Any] = field(default_factory=dict)  # run, state, visit, attempt of the agent
+    # The run's RunCommands (runtime/commands.py): a kind that starts a process of its own
+    # (an MCP server) enters it there, so that `resume` stops it after a crash.
+    commands: Any = None
+
+    def command_started(self, ref: Any, what: str) -> None:
+        if self.commands is not None:
+            self.commands.started(ref, what)
+
+    def command_ended(self, ref: Any) -> None:
+        if self.commands is not None:
+            self.commands.ended(ref)
 
     def base_env(self) -> dict[str, str]:
         return {k: self.env[k] for k in BASE_ENV_KEYS if k in self.env}
@@ -98,8 +109,9 @@ def group_by_kind(tools: Sequence[tuple[ToolDef, ToolUse]]) -> dict[str, list[tu
 class ToolBoxes:
     """Several ToolBoxes of one kind (one per MCP server) seen as one."""
 
-    def __init__(self, boxes: Sequence[ToolBox]) -> None:
+    def __init__(self, boxes: Sequence[ToolBox], on_close: Callable[[], None] = lambda: None) -> None:
         self.boxes = list(boxes)
+        self._on_close = on_close  # once every box is closed (their processes are gone)
         self._by_name = {spec.name: box for box in self.boxes for spec in box.specs()}
 
     def specs(self) -> Sequence[Any]:
@@ -111,3 +123,4 @@ class ToolBoxes:
     async def aclose(self) -> None:
         for box in self.boxes:
             await box.aclose()
+        self._on_close()

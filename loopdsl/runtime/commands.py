@@ -1,0 +1,89 @@
+"""The commands a run has running, recorded so that a resumed run stops what a killed
+loopdsl left behind.
+
+Every process the engine starts (a `shell:` state, a shell gate, an agent's shell tool,
+an MCP server, a coding-agent CLI, the git calls that describe a worktree) is entered
+here with its `CommandRef` and committed to the store before it is waited on; it leaves
+when it ends (written with the next commit). After `kill -9` of loopdsl the entries of
+the commands it was running are still in the store, and `resume` stops every one that
+is still alive before anything runs again. The one exception is a non-idempotent
+`shell:` state's command, which a person decides about (actions/checkpoint.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .process_tree import CommandRef, command_pids, new_marker, stop_command
+from .run_state import RunState
+
+# Where the entries live: run.meta, which the run store keeps with every commit.
+META_KEY = "commands"
+# How long a command left running by a killed loopdsl gets between SIGTERM and SIGKILL.
+LEFTOVER_GRACE_S = 2.0
+
+
+class RunCommands:
+    """The running commands of one run (`run.meta["commands"]`: marker -> ref and label)."""
+
+    def __init__(self, run: RunState, commit: Callable[[], None]) -> None:
+        self.run = run
+        self._commit = commit
+
+    def _entries(self) -> dict[str, Any]:
+        entries = self.run.meta.get(META_KEY)
+        return entries if isinstance(entries, dict) else {}
+
+    def started(self, ref: CommandRef, what: str) -> None:
+        """Committed at once: a crash from here on must find the command in the store."""
+        self.run.meta[META_KEY] = {**self._entries(), ref.marker: {**ref.to_json(), "what": what}}
+        self._commit()
+
+    def ended(self, ref: CommandRef | None) -> None:
+        """Not committed: the next commit writes it (a crash before that leaves an entry
+        whose processes are gone, which `stop_leftovers` just forgets)."""
+        if ref is not None:
+            self._forget(ref.marker)
+
+    def _forget(self, marker: str) -> None:
+        entries = self._entries()
+        entries.pop(marker, None)
+        if not entries:  # a run with nothing running keeps no trace of it
+            self.run.meta.pop(META_KEY, None)
+
+    def shell(self, run_shell: Callable[..., Awaitable[Any]], what: str) -> Callable[..., Awaitable[Any]]:
+        """`run_shell` (the Ports.shell contract) recording each command it runs as `what`."""
+
+        async def recorded(*, on_start: Callable[[CommandRef], None] | None = None,
+                           marker: str | None = None, **options: Any) -> Any:
+            refs: list[CommandRef] = []
+
+            def started(ref: CommandRef) -> None:
+                refs.append(ref)
+                if on_start is not None:  # first: what it records goes into the commit below
+                    on_start(ref)
+                self.started(ref, what)
+
+            try:
+                return await run_shell(marker=marker or new_marker(), on_start=started, **options)
+            finally:
+                self.ended(refs[0] if refs else None)
+
+        return recorded
+
+    async def stop_leftovers(self, emit: Callable[..., None]) -> None:
+        """Stop every recorded command still alive (left by a killed loopdsl), then forget
+        them all. An interrupted `shell:` state's own command is left to
+        `settle_interrupted_command` (a non-idempotent one waits for a person first)."""
+        pending = self.run.pending or {}
+        keep = (pending.get("command") or {}).get("marker") if pending.get("kind") == "shell" else None
+        entries = self._entries()
+        for marker, entry in list(entries.items()):
+            if marker == keep:
+                continue
+            ref = CommandRef.from_json(entry)
+            running = (command_pids(ref) or []) if ref is not None else []
+            if ref is not None and running:
+                emit("stopped_leftover", state=self.run.current, pgid=ref.pgid, pids=running, what=entry.get("what"))
+                await stop_command(ref, LEFTOVER_GRACE_S)
+            self._forget(marker)
