@@ -220,16 +220,29 @@ def test_cut_off_idempotent_command_is_run_again_without_asking(tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_prompt_reading_the_budget_is_not_paid_again_after_a_crash(tmp_path: Path,
-                                                                   counting_stub: ct.CountingStub) -> None:
+def _gate_start_committed(store: Path) -> bool:
+    """The after-gate's command is in the store (runtime/commands.py commits it as it starts),
+    so the store's ledger already holds what the call cost."""
+    try:
+        return any(ct.record(store, run["run_id"]).get("meta", {}).get("commands") for run in ct.open_clean(store))
+    except Exception:  # noqa: BLE001 - the store is still being created
+        return False
+
+
+@pytest.mark.parametrize("kill_when", ["gate started", "gate start committed"])
+def test_prompt_reading_the_budget_is_not_paid_again_after_a_crash(tmp_path: Path, counting_stub: ct.CountingStub,
+                                                                   kill_when: str) -> None:
     """Killed after the paid reply was stored but before the state committed: on resume the
     killed call's reservation is charged, so `budget.remaining` (in the prompt) renders
-    differently; the stored reply must still be reused, not bought a second time."""
+    differently; the stored reply must still be reused, not bought a second time. Also when a
+    commit made mid-state (the gate's command starting) already holds the call's real cost."""
     marks, store = tmp_path / "marks", tmp_path / "store"
     marks.mkdir()
     loop = ct.write_loop(tmp_path / "loop", counting_stub.api_base, DATA / "budget_prompt.yaml")
     proc = ct.launch(["run", str(loop), "--store", str(store), "--input", f"marks={marks}"], tmp_path)
     ct.wait_until(lambda: ct.markers(marks, "gate_after") == 1, proc, what="the after-gate started")
+    if kill_when == "gate start committed":
+        ct.wait_until(lambda: _gate_start_committed(store), proc, what="the gate's start was committed")
     assert ct.kill(proc)
     assert counting_stub.counts() == Counter({("draft", 1, 1): 1})
     run_id = ct.open_clean(store)[0]["run_id"]

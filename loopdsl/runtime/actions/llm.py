@@ -226,10 +226,9 @@ class LlmCaller:
             raise StepFailure("budget", f"refusing to call {request.model}: {exc}") from None
         reservation = self.ledger.reserve(tokens, cost, label=f"{cc.state}#{cc.visit}.{cc.attempt}")
         self.count_asked(cc.state)
-        self.commit_pending(
-            {"kind": "llm", "state": cc.state, "visit": cc.visit, "attempt": cc.attempt,
-             "key": key, "reserved": {"tokens": tokens, "cost_usd": cost}, "step_taken": True, **cc.pending_extra}
-        )
+        pending = {"kind": "llm", "state": cc.state, "visit": cc.visit, "attempt": cc.attempt,
+                   "key": key, "reserved": {"tokens": tokens, "cost_usd": cost}, "step_taken": True, **cc.pending_extra}
+        self.commit_pending(pending)
         try:
             response: LlmResponse = await provider.complete(request, state=cc.state)
         except ProviderError as exc:
@@ -256,6 +255,9 @@ class LlmCaller:
             result["usage_unknown"] = True  # charged the reservation: the reply's usage was missing or garbage
         result = self.redact(result)
         self.responses.put_response(key, result)
+        # From here the ledger holds what the call cost, not its reservation: a commit made
+        # before the state ends (a gate's command starting) must not let `resume` settle it again.
+        pending["settled"] = True
         if self.use_cache:
             self.responses.put_cached(cache_key(canonical), result)
         return result
