@@ -76,6 +76,16 @@ READ_FILE = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}
 
 
+def make_repository(folder: Path) -> None:
+    """note.txt committed in a git repository: an agent's workspace is a checkout, and the
+    built-in tools ask git what is ignored."""
+    (folder / "note.txt").write_text(NOTE, encoding="utf-8")
+    (folder / ".gitignore").write_text("store/\n*.yaml\n", encoding="utf-8")
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+    for args in (["init", "-q"], ["add", "note.txt", ".gitignore"], ["commit", "-q", "-m", "note"]):
+        subprocess.run([*git, *args], cwd=folder, check=True)
+
+
 def start_stub(turns: int) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen([sys.executable, "-c", STUB, str(ROOT / "tests"), str(turns)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -127,7 +137,10 @@ def loopdsl_side(api_base: str, folder: Path, turns: int, durable: bool) -> Call
         result = await arun(loop, workdir=folder, store=store)
         if result.status != "completed":
             raise SystemExit(f"the loopdsl run ended {result.status}: {result.state.error}")
-        return int(result.state.results["work"]["turns"])
+        work = result.state.results["work"]
+        if not all(call["ok"] and call["result"] == NOTE for call in work["tool_calls"]):
+            raise SystemExit(f"a loopdsl tool call failed: {work['tool_calls'][:1]}")
+        return int(work["turns"])
 
     return conversation
 
@@ -182,14 +195,20 @@ def profile(side: Callable[[], Awaitable[int]]) -> None:
     import cProfile
     import pstats
 
+    profiler = cProfile.Profile()
+
     async def many() -> None:
+        await side()  # warm-up outside the profile: imports, tokenizer, connection pool
+        profiler.enable()
         for _ in range(10):
             await side()
+        profiler.disable()
 
-    profiler = cProfile.Profile()
-    profiler.runcall(asyncio.run, many())
-    pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+    asyncio.run(many())
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative").print_stats(60)
+    stats.sort_stats("tottime").print_stats(30)
+    stats.print_callers("completion_cost|fork_exec|token_counter")
 
 
 def main() -> None:
@@ -204,7 +223,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="agent-overhead-") as tmp:
             folder = Path(tmp)
-            (folder / "note.txt").write_text(NOTE, encoding="utf-8")
+            make_repository(folder)
             if opts.profile:
                 profile(loopdsl_side(api_base, folder, opts.turns, durable=False))
                 return
