@@ -124,6 +124,13 @@ def ignored_at_start(root: ConfinedRoot, *, timeout: float) -> frozenset[str]:
     return frozenset() if _outside_a_repository(done) else frozenset(_names(done.stdout))
 
 
+def tracked_at_start(root: ConfinedRoot, *, timeout: float) -> frozenset[str]:
+    """The files in git's index when the tools start. git never ignores a tracked file, so
+    reading one needs no `check-ignore` process (one per read_file call otherwise)."""
+    done = _git(root.path, "ls-files", "-z", "--cached", timeout=timeout)
+    return frozenset() if _outside_a_repository(done) else frozenset(_names(done.stdout))
+
+
 def was_ignored(ignored: frozenset[str], rel: str) -> bool:
     """`rel` or one of its directories was in the ignored set at start."""
     if rel in ignored:
