@@ -356,13 +356,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ticks", type=int, default=60, help="length of the `set` stretch")
     parser.add_argument("--agent", action="store_true", help="torture an agent conversation instead "
                         "(bench/crash_torture_agent.py; --pause is each tool call's sleep, default 0.15)")
+    parser.add_argument("--http", action="store_true", help="with --agent: the real CLI and LiteLLM against the "
+                        "HTTP stub (each process pays the LiteLLM import) instead of a provider port")
     opts = parser.parse_args(argv)
     seed = opts.seed if opts.seed is not None else int(time.time())
     if opts.agent:
         from crash_torture_agent import torture
 
         with tempfile.TemporaryDirectory(prefix="crash-torture-agent-") as tmp:
-            return torture(opts.kills, seed, 0.15 if opts.pause == 0.3 else opts.pause, Path(tmp), opts.workers)
+            return torture(opts.kills, seed, 0.15 if opts.pause == 0.3 else opts.pause, Path(tmp), opts.workers, opts.http)
     started = time.monotonic()
     total = Figures()
     lock = threading.Lock()

@@ -71,10 +71,13 @@ states:
 """
 
 
-def launch(args: list[str], cwd: Path) -> subprocess.Popen[str]:
-    """The CLI through READY_LAUNCHER; returns once it printed `ready` (or ended)."""
-    proc = subprocess.Popen([sys.executable, "-c", READY_LAUNCHER, *args], cwd=cwd, env=cli_env(),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+DRIVER = Path(__file__).with_name("crash_agent_driver.py")
+
+
+def launch(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """Start a process that prints `ready` when loaded; return once it did (or ended)."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     proc.stdout.readline()
     return proc
@@ -91,15 +94,21 @@ class AgentStub(StubServer):
 
     def _answer(self, body: Any) -> StubReply:
         messages = body.get("messages", [])
-        turn = 1 + sum(1 for m in messages if m.get("role") == "assistant")
         with self._turn_lock:
-            self.turns.append(turn)
-        if turn <= TOOL_TURNS:
-            calls = [tool_call("note", {"tag": 10 * turn + 1, "pause": self.pause}, f"call_{turn}_1"),
-                     tool_call("probe", {"tag": 10 * turn + 2, "pause": self.pause}, f"call_{turn}_2")]
-            return StubReply(text=None, tool_calls=calls, prompt_tokens=30 * turn, completion_tokens=9)
-        seen = [m.get("content") for m in messages if m.get("role") == "tool"]
-        return StubReply(text=json.dumps({"seen": seen}), prompt_tokens=30 * turn, completion_tokens=20)
+            self.turns.append(1 + sum(1 for m in messages if m.get("role") == "assistant"))
+        text, calls, prompt, completion = answer(messages, self.pause)
+        return StubReply(text=text, tool_calls=calls or None, prompt_tokens=prompt, completion_tokens=completion)
+
+
+def answer(messages: list[dict[str, Any]], pause: float) -> tuple[str | None, list[dict[str, Any]], int, int]:
+    """The model's reply to the conversation so far: (text, OpenAI tool calls, usage)."""
+    turn = 1 + sum(1 for m in messages if m.get("role") == "assistant")
+    if turn <= TOOL_TURNS:
+        calls = [tool_call("note", {"tag": 10 * turn + 1, "pause": pause}, f"call_{turn}_1"),
+                 tool_call("probe", {"tag": 10 * turn + 2, "pause": pause}, f"call_{turn}_2")]
+        return None, calls, 30 * turn, 9
+    seen = [m.get("content") for m in messages if m.get("role") == "tool"]
+    return json.dumps({"seen": seen}), [], 30 * turn, 20
 
 
 @dataclass
@@ -164,10 +173,16 @@ def skipped_only(got: dict[str, Any], expected: dict[str, Any]) -> bool:
 
 
 class AgentWorker:
-    def __init__(self, base: Path, pause: float, rng: random.Random) -> None:
+    """One loop, one store per run; `http`: the real CLI with LiteLLM against AgentStub,
+    else crash_agent_driver.py's provider port (same answers, a second to start)."""
+
+    def __init__(self, base: Path, pause: float, rng: random.Random, http: bool = False) -> None:
         self.base = base
+        self.pause = pause
+        self.http = http
         self.stub = AgentStub(pause).start()
         self.rng = rng
+        self.turn_log = base / "turns.log"
         self.runs = 0
         self.loop = base / "loop.yaml"
         base.mkdir(parents=True, exist_ok=True)
@@ -175,6 +190,23 @@ class AgentWorker:
 
     def close(self) -> None:
         self.stub.stop()
+
+    def start(self, store: Path, work: Path, run_id: str | None) -> subprocess.Popen[str]:
+        if run_id is None:
+            args = ["run", str(store), str(self.loop)] if not self.http else \
+                ["run", str(self.loop), "--store", str(store), "--quiet"]
+        else:
+            args = ["resume", str(store), run_id] if not self.http else ["resume", run_id, "--store", str(store), "--quiet"]
+        if self.http:
+            return launch([sys.executable, "-c", READY_LAUNCHER, *args], work, cli_env())
+        env = cli_env({"TORTURE_TURNS": str(self.turn_log), "TORTURE_PAUSE": str(self.pause)})
+        return launch([sys.executable, str(DRIVER), *args], work, env)
+
+    def turns(self) -> list[int]:
+        """Every turn requested from the model so far, in order (the provider's log)."""
+        if self.http:
+            return list(self.stub.turns)
+        return [int(t) for t in lines(self.turn_log)]
 
     def _fresh(self, name: str) -> tuple[Path, Path]:
         work, store = self.base / f"work-{name}", self.base / f"store-{name}"
@@ -185,7 +217,7 @@ class AgentWorker:
     def baseline(self) -> tuple[dict[str, Any], float]:
         work, store = self._fresh("base")
         started = time.monotonic()
-        proc = launch(["run", str(self.loop), "--store", str(store), "--quiet"], work)
+        proc = self.start(store, work, None)
         started = time.monotonic()  # the conversation's time, from `ready`
         out, err = proc.communicate(timeout=300)
         duration = time.monotonic() - started
@@ -216,14 +248,13 @@ class AgentWorker:
         fig = AgentFigures(runs=1)
         work, store = self._fresh(str(self.runs))
         self.stub.turns.clear()
+        self.turn_log.write_text("")
         done_turns: set[int] = set()
         run_id: str | None = None
         while True:
-            args = ["run", str(self.loop), "--store", str(store), "--quiet"] if run_id is None else \
-                ["resume", run_id, "--store", str(store), "--quiet"]
             fig.resumes += run_id is not None
-            seen_before = len(self.stub.turns)
-            proc = launch(args, work)
+            seen_before = len(self.turns())
+            proc = self.start(store, work, run_id)
             deadline = time.monotonic() + self.rng.uniform(0, duration)
             while proc.poll() is None and time.monotonic() < deadline and fig.kills < kills_left:
                 time.sleep(0.002)
@@ -234,7 +265,7 @@ class AgentWorker:
                 fig.kills_landed += kill(proc)
             else:
                 _out, err = proc.communicate()
-            for turn in self.stub.turns[seen_before:]:
+            for turn in self.turns()[seen_before:]:
                 if turn in done_turns:
                     fig.duplicate_paid_turns += 1
                     fig.problems.append(f"run {self.runs}: turn {turn} requested again after its reply was stored")
@@ -249,7 +280,7 @@ class AgentWorker:
                 if run_id is None:
                     continue  # killed before the run was created: start again
             in_flight = in_flight_turn(store, run_id)
-            done_turns |= {t for t in self.stub.turns if t != in_flight}
+            done_turns |= {t for t in self.turns() if t != in_flight}
             status = record(store, run_id).get("status")
             if not killed and proc.returncode == EXIT_WAITING and status == "waiting":
                 self.decide(fig, store, run_id, work)
@@ -277,7 +308,7 @@ class AgentWorker:
             fig.problems.append(f"run {self.runs}: a note ran twice: {dict(notes)}")
         probes = Counter(lines(work / "probes.txt"))
         fig.idempotent_reruns += sum(n - 1 for n in probes.values() if n > 1)
-        turns = Counter(self.stub.turns)
+        turns = Counter(self.turns())
         fig.in_flight_turns_reasked += max(0, sum(n - 1 for n in turns.values()) - fig.duplicate_paid_turns)
         if got == expected:
             fig.identical += 1
@@ -288,15 +319,16 @@ class AgentWorker:
             fig.problems.append(f"run {self.runs}: {json.dumps(got)[:500]} != {json.dumps(expected)[:500]}")
 
 
-def torture(kills: int, seed: int, pause: float, base: Path, workers: int = 1) -> int:
+def torture(kills: int, seed: int, pause: float, base: Path, workers: int = 1, http: bool = False) -> int:
     started = time.monotonic()
-    pool = [AgentWorker(base / f"agent{i}", pause, random.Random(seed + i)) for i in range(workers)]
+    pool = [AgentWorker(base / f"agent{i}", pause, random.Random(seed + i), http) for i in range(workers)]
     total = AgentFigures()
     lock = threading.Lock()
     try:
         expected, duration = pool[0].baseline()
         print(f"seed {seed}; uninterrupted agent run: {duration:.1f}s from `ready` on, "
-              f"{TOOL_TURNS + 1} turns, {2 * TOOL_TURNS} tool calls; {workers} worker(s)", flush=True)
+              f"{TOOL_TURNS + 1} turns, {2 * TOOL_TURNS} tool calls; {workers} worker(s); "
+              f"model: {'LiteLLM over HTTP to the stub' if http else 'a provider port'}", flush=True)
 
         def work(worker: AgentWorker) -> None:
             while True:
