@@ -206,9 +206,8 @@ def profile(side: Callable[[], Awaitable[int]]) -> None:
 
     asyncio.run(many())
     stats = pstats.Stats(profiler)
-    stats.sort_stats("cumulative").print_stats(60)
+    stats.sort_stats("cumulative").print_stats("loopdsl/", 60)
     stats.sort_stats("tottime").print_stats(30)
-    stats.print_callers("completion_cost|fork_exec|token_counter")
 
 
 def main() -> None:

@@ -31,12 +31,11 @@ from .workspace_files import (
     MAX_SEARCH_MATCHES,
     candidate_files,
     confined_files,
-    ignored_at_start,
+    files_at_start,
     is_binary,
     is_ignored,
     pattern_too_big,
     search_files,
-    tracked_at_start,
     was_ignored,
 )
 
@@ -119,8 +118,7 @@ class WorkspaceTools:
         self._git_problem: GitUnusable | None = None  # reported by every call that needs git
         try:
             if not read_ignored:
-                self._ignored = ignored_at_start(self.root, timeout=30.0)
-                self._tracked = tracked_at_start(self.root, timeout=30.0)
+                self._ignored, self._tracked = files_at_start(self.root, timeout=30.0)
         except GitUnusable as exc:
             self._git_problem = exc
 
