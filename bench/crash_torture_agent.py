@@ -231,6 +231,8 @@ class AgentWorker:
     def decide(self, fig: AgentFigures, store: Path, run_id: str, work: Path) -> None:
         """Answer the cut-off `note` call as an operator who looks at notes.txt."""
         rec = record(store, run_id)
+        if rec.get("decision"):  # answered before, and the resume that would act on it was killed
+            return
         waiting = rec.get("waiting") or {}
         message = str(waiting.get("message") or "")
         call = next((w for w in message.split() if w.startswith("call_")), "")
