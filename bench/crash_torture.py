@@ -1,6 +1,7 @@
 """Crash torture: SIGKILL `loopdsl run`/`resume` at random moments, resume until done.
 
     python bench/crash_torture.py [--kills N] [--workers W] [--seed S]   (default N=200)
+    python bench/crash_torture.py --agent [--kills N] [--seed S]          (an agent conversation)
 
 The loop is tests/data/durable/crash_loop.yaml: a set state, an idempotent shell
 state, a state with slow before- and after-gates, a stretch of `set` states, one
@@ -353,8 +354,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: time)")
     parser.add_argument("--pause", type=float, default=0.3, help="seconds each slow shell step sleeps")
     parser.add_argument("--ticks", type=int, default=60, help="length of the `set` stretch")
+    parser.add_argument("--agent", action="store_true", help="torture an agent conversation instead "
+                        "(bench/crash_torture_agent.py; --pause is each tool call's sleep, default 0.15)")
+    parser.add_argument("--http", action="store_true", help="with --agent: the real CLI and LiteLLM against the "
+                        "HTTP stub (each process pays the LiteLLM import) instead of a provider port")
     opts = parser.parse_args(argv)
     seed = opts.seed if opts.seed is not None else int(time.time())
+    if opts.agent:
+        from crash_torture_agent import torture
+
+        with tempfile.TemporaryDirectory(prefix="crash-torture-agent-") as tmp:
+            return torture(opts.kills, seed, 0.15 if opts.pause == 0.3 else opts.pause, Path(tmp), opts.workers, opts.http)
     started = time.monotonic()
     total = Figures()
     lock = threading.Lock()

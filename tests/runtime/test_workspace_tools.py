@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import shutil
 import stat
 import time
 from pathlib import Path
@@ -90,6 +92,31 @@ def test_unignoring_by_editing_gitignore_does_not_open_ignored_files(ws: Path) -
     assert call(tools, "search_files", pattern="TOKEN|built").result == "(no matches)"
     (ws / "build" / "later.txt").write_text("made after the start\n")  # in an ignored folder
     refused(tools, "read_file", "read_ignored", path="build/later.txt")
+
+
+def test_tracked_files_are_read_without_asking_git_each_time(ws: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """git never ignores a tracked file: reading one needs no `git check-ignore` process (one a
+    read, the agent bench's per-turn cost); untracked paths still ask git, at the read."""
+    shims, log = tmp_path / "shims", tmp_path / "git.log"
+    shims.mkdir()
+    real = shutil.which("git")
+    assert real is not None
+    (shims / "git").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{log}"\nexec "{real}" "$@"\n')
+    (shims / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}{os.pathsep}{os.environ['PATH']}")
+    tools = tools_for(ws)
+    for _ in range(3):
+        assert call(tools, "read_file", path="README.md").result == "hello\nworld\n"
+    assert call(tools, "read_file", path="untracked.txt").result == "new\n"
+    (ws / ".env.local").write_text("TOKEN=later\n")
+    git(ws, "rm", "-q", "--cached", "README.md")
+    (ws / ".gitignore").write_text(".env*\nbuild/\nREADME.md\n")
+    refused(tools, "read_file", "read_ignored", path=".env.local")  # made and ignored after the start
+    refused(tools, "read_file", "read_ignored", path=".env")
+    checks = [line for line in log.read_text().splitlines() if "check-ignore" in line]
+    assert [c.rsplit(" ", 1)[1] for c in checks] == ["./untracked.txt", "./.env.local"]
+    assert call(tools_for(ws), "read_file", path="README.md").error.startswith("'README.md' is ignored")
 
 
 def test_read_ignored_opens_ignored_files(ws: Path) -> None:

@@ -31,7 +31,7 @@ from .workspace_files import (
     MAX_SEARCH_MATCHES,
     candidate_files,
     confined_files,
-    ignored_at_start,
+    files_at_start,
     is_binary,
     is_ignored,
     pattern_too_big,
@@ -114,9 +114,11 @@ class WorkspaceTools:
         self.names = names
         # Taken now, at the attempt's start, before any tool of it can edit a `.gitignore`.
         self._ignored: frozenset[str] = frozenset()
+        self._tracked: frozenset[str] = frozenset()  # read without asking git (a tracked file is not ignored)
         self._git_problem: GitUnusable | None = None  # reported by every call that needs git
         try:
-            self._ignored = frozenset() if read_ignored else ignored_at_start(self.root, timeout=30.0)
+            if not read_ignored:
+                self._ignored, self._tracked = files_at_start(self.root, timeout=30.0)
         except GitUnusable as exc:
             self._git_problem = exc
 
@@ -182,6 +184,8 @@ class WorkspaceTools:
             return
         if self._git_problem:
             raise self._git_problem
+        if rel in self._tracked:  # tracked at the start (before any tool of this attempt ran)
+            return
         if was_ignored(self._ignored, rel) or is_ignored(
                 self.root, rel, timeout=max(deadline - time.monotonic(), 1.0)):
             raise PathRefused(f"{rel!r} is ignored by git (it may hold credentials); "

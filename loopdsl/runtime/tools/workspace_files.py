@@ -116,12 +116,28 @@ def candidate_files(root: ConfinedRoot, *, ignored: bool, timeout: float) -> lis
                   and not any(is_dot_git(part) for part in name.split("/")))
 
 
-def ignored_at_start(root: ConfinedRoot, *, timeout: float) -> frozenset[str]:
-    """The ignored files, and ignored directories as `dir/`, when the tools start. A model
-    that can write `.gitignore` could otherwise un-ignore `.env` and then read it."""
-    done = _git(root.path, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory",
-                timeout=timeout)
-    return frozenset() if _outside_a_repository(done) else frozenset(_names(done.stdout))
+def files_at_start(root: ConfinedRoot, *, timeout: float) -> tuple[frozenset[str], frozenset[str]]:
+    """(ignored, tracked) when the tools start, from two git processes run side by side.
+
+    Ignored: files, and directories as `dir/`; a model that can write `.gitignore` could
+    otherwise un-ignore `.env` and then read it. Tracked: the index; git never ignores a
+    tracked file, so reading one needs no `check-ignore` process (one a read otherwise)."""
+    queries = (("--others", "--ignored", "--exclude-standard", "--directory"), ("--cached",))
+    procs = [subprocess.Popen(["git", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
+                               "ls-files", "-z", *query], cwd=root.path, env=_git_env(), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for query in queries]
+    sets: list[frozenset[str]] = []
+    try:
+        for proc, query in zip(procs, queries):
+            out, err = proc.communicate(timeout=min(timeout, _GIT_TIMEOUT_S))
+            done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+            sets.append(frozenset() if _outside_a_repository(done) else frozenset(_names(out)))
+    finally:
+        for proc in procs:  # a timeout or GitUnusable leaves none running
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return sets[0], sets[1]
 
 
 def was_ignored(ignored: frozenset[str], rel: str) -> bool:
