@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_in_process import cli_in_process
 
 import loopdsl
-from loopdsl.cli import cli
 from loopdsl.api.durable import abort
 from loopdsl.adapters.store.run_store import RunStore
 
@@ -26,22 +25,6 @@ def _cli(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[
     environ.update(env)
     return subprocess.run([sys.executable, "-m", "loopdsl", *args], check=False, cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)
-
-
-def _cli_in_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`loopdsl ARGS` through click's runner in this process: the same command group, exit
-    codes and streams as `_cli`, without paying a Python start per command. For the tests
-    whose point is the command's answer, not the process boundary (`_cli` keeps that)."""
-    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("LOOPDSL_")}
-    here = Path.cwd()
-    os.chdir(cwd)
-    try:
-        done = CliRunner().invoke(cli, args, env=unset)
-    finally:
-        os.chdir(here)
-    # An exception that is not an exit is what `python -m loopdsl` would print as a crash.
-    assert done.exception is None or isinstance(done.exception, SystemExit), done.exc_info
-    return subprocess.CompletedProcess(args, done.exit_code, done.stdout, done.stderr)
 
 
 def _user_error(done: subprocess.CompletedProcess[str], *fragments: str, hint: bool = True) -> None:
@@ -150,7 +133,7 @@ def test_a_record_of_the_wrong_shape_is_named_and_does_not_hide_the_others(tmp_p
         opened._cache.set(f"run/{bad.run_id}/record", shape)
     # The first shape goes through real `python -m loopdsl` processes; the others in-process
     # (7 commands per shape: the process start was most of this test's cost).
-    run = _cli if shape is WRONG_SHAPES[0] else _cli_in_process
+    run = _cli if shape is WRONG_SHAPES[0] else cli_in_process
 
     for command in (["show", bad.run_id], ["show", bad.run_id, "--json"], ["resume", bad.run_id], ["abort", bad.run_id]):
         _user_error(run([*command, "--store", str(store)], tmp_path), f"run {bad.run_id}", str(store), "damaged")

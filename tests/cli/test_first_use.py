@@ -14,11 +14,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_in_process import cli_in_process
 from stub_server import StubServer
 
 import loopdsl
-from loopdsl.cli import cli as cli_group
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "deterministic-multistep"
@@ -70,21 +69,6 @@ def bare_env(home: Path, **extra: str) -> dict[str, str]:
 def cli(code: str, *args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
-
-
-def cli_in_process(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """The same command through click's runner in this process, with exactly `env` as its
-    environment (everything else unset), where the process boundary is not what is tested."""
-    environ: dict[str, str | None] = {name: None for name in os.environ}
-    environ.update(env)
-    here = Path.cwd()
-    os.chdir(cwd)
-    try:
-        done = CliRunner().invoke(cli_group, list(args), env=environ)
-    finally:
-        os.chdir(here)
-    assert done.exception is None or isinstance(done.exception, SystemExit), done.exc_info
-    return subprocess.CompletedProcess(list(args), done.exit_code, done.stdout, done.stderr)
 
 
 @pytest.fixture(scope="module")
@@ -143,13 +127,13 @@ def test_api_key_env_and_fallbacks_are_checked_too(tmp_path: Path) -> None:
         """))
     # In-process: the subprocess form of this refusal is the test above; here the point is which
     # keys are named, and a `python -m loopdsl` start (LiteLLM's import included) cost 4 s each.
-    done = cli_in_process("run", str(loop), "--no-store", cwd=tmp_path, env=bare_env(tmp_path))
+    done = cli_in_process(["run", str(loop), "--no-store"], tmp_path, bare_env(tmp_path), only_env=True)
     assert done.returncode == 2, done.stderr
     assert f"{loop}:4:3: model 'main' (openai/gpt-4o-mini) needs MY_TEAM_KEY" in done.stderr
     assert f"{loop}:4:3: model 'main' (anthropic/claude-haiku-4-5, a fallback) needs ANTHROPIC_API_KEY" in done.stderr
     # The alias's own key given, the fallback's still missing: still refused, naming only it.
-    again = cli_in_process("run", str(loop), "--no-store", cwd=tmp_path,
-                           env=bare_env(tmp_path, MY_TEAM_KEY="sk-team"))
+    again = cli_in_process(["run", str(loop), "--no-store"], tmp_path,
+                           bare_env(tmp_path, MY_TEAM_KEY="sk-team"), only_env=True)
     assert again.returncode == 2 and "MY_TEAM_KEY" not in again.stderr and "ANTHROPIC_API_KEY" in again.stderr
 
 
