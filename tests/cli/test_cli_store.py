@@ -71,7 +71,8 @@ def test_commands_on_an_unknown_run_say_so(tmp_path: Path, command: list[str | N
     store = tmp_path / "store"
     loopdsl.run(DATA / "counter.yaml", store=store, workdir=tmp_path)
     args = [c if c is not None else "nosuch" for c in command] if None in command else [*command, "nosuch"]
-    _user_error(_cli([*args, "--store", str(store)], tmp_path), "no run matches 'nosuch'", "loopdsl runs")
+    run = _cli if command == ["show"] else cli_in_process  # one real process; the rest in-process
+    _user_error(run([*args, "--store", str(store)], tmp_path), "no run matches 'nosuch'", "loopdsl runs")
 
 
 def test_commands_that_do_not_fit_the_runs_state_are_refused(tmp_path: Path) -> None:
