@@ -1,5 +1,6 @@
 """The commands people know from other loop tools: `validate --strict`, `init --name NAME`,
-`cost --pattern NAME --cadence hourly|daily|weekly|per-pr`, run as real `loopdsl` processes."""
+`cost --pattern NAME --cadence hourly|daily|weekly|per-pr`. The `validate` cases run as real
+`loopdsl` processes; the others through the same command group in-process (tests/cli_in_process.py)."""
 from __future__ import annotations
 
 import json
@@ -9,27 +10,32 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli_in_process
 
 from loopdsl.project.init import find_pattern
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-def loopdsl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def loopdsl_process(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300, check=False, env={**os.environ, "NO_COLOR": "1"})
+
+
+def loopdsl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return cli_in_process(args, cwd, {"NO_COLOR": "1"})
 
 
 def test_validate_accepts_strict_and_is_strict_either_way() -> None:
     warning_only = str(DATA / "err" / "secret_in_prompt.yaml")
     clean = str(DATA / "ok" / "unknown_state.yaml")
     for extra in ([], ["--strict"]):
-        warned = loopdsl("validate", *extra, warning_only)
+        warned = loopdsl_process("validate", *extra, warning_only)
         assert warned.returncode == 1, warned.stderr
         assert "[secret-in-prompt]" in warned.stdout + warned.stderr
-        ok = loopdsl("validate", *extra, clean)
+        ok = loopdsl_process("validate", *extra, clean)
         assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "always strict" in loopdsl("validate", "--help").stdout
+    assert "always strict" in loopdsl_process("validate", "--help").stdout
 
 
 @pytest.mark.slow

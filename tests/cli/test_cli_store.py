@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli_in_process
 
 import loopdsl
 from loopdsl.api.durable import abort
@@ -70,7 +71,8 @@ def test_commands_on_an_unknown_run_say_so(tmp_path: Path, command: list[str | N
     store = tmp_path / "store"
     loopdsl.run(DATA / "counter.yaml", store=store, workdir=tmp_path)
     args = [c if c is not None else "nosuch" for c in command] if None in command else [*command, "nosuch"]
-    _user_error(_cli([*args, "--store", str(store)], tmp_path), "no run matches 'nosuch'", "loopdsl runs")
+    run = _cli if command == ["show"] else cli_in_process  # one real process; the rest in-process
+    _user_error(run([*args, "--store", str(store)], tmp_path), "no run matches 'nosuch'", "loopdsl runs")
 
 
 def test_commands_that_do_not_fit_the_runs_state_are_refused(tmp_path: Path) -> None:
@@ -130,18 +132,21 @@ def test_a_record_of_the_wrong_shape_is_named_and_does_not_hide_the_others(tmp_p
     bad = loopdsl.run(DATA / "counter.yaml", store=store, workdir=tmp_path)
     with RunStore(store) as opened:  # valid JSON, written the way another tool would
         opened._cache.set(f"run/{bad.run_id}/record", shape)
+    # The first shape goes through real `python -m loopdsl` processes; the others in-process
+    # (7 commands per shape: the process start was most of this test's cost).
+    run = _cli if shape is WRONG_SHAPES[0] else cli_in_process
 
     for command in (["show", bad.run_id], ["show", bad.run_id, "--json"], ["resume", bad.run_id], ["abort", bad.run_id]):
-        _user_error(_cli([*command, "--store", str(store)], tmp_path), f"run {bad.run_id}", str(store), "damaged")
+        _user_error(run([*command, "--store", str(store)], tmp_path), f"run {bad.run_id}", str(store), "damaged")
 
-    table = _cli(["runs", "--store", str(store)], tmp_path)
+    table = run(["runs", "--store", str(store)], tmp_path)
     assert table.returncode == 0, table.stderr
     rows = {row.split()[0]: row.split()[2] for row in table.stdout.splitlines()[1:]}
     assert rows == {good.run_id: "completed", bad.run_id: "damaged"}
     assert f"run {bad.run_id} in {store} is damaged" in table.stderr
-    listed = json.loads(_cli(["runs", "--store", str(store), "--json"], tmp_path).stdout)
+    listed = json.loads(run(["runs", "--store", str(store), "--json"], tmp_path).stdout)
     assert [(r["run_id"], r["status"]) for r in listed] == [(bad.run_id, "damaged"), (good.run_id, "completed")]
-    assert _cli(["show", good.run_id, "--store", str(store)], tmp_path).returncode == 0
+    assert run(["show", good.run_id, "--store", str(store)], tmp_path).returncode == 0
 
 
 def test_a_set_value_that_is_not_json_fails_the_state_and_ends_the_run(tmp_path: Path) -> None:

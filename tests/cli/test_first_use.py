@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli_in_process
 from stub_server import StubServer
 
 import loopdsl
@@ -124,13 +125,15 @@ def test_api_key_env_and_fallbacks_are_checked_too(tmp_path: Path) -> None:
           ask: {llm: {model: main, prompt: hi}, next: done}
           done: {end: completed}
         """))
-    done = cli(REPORTING_CLI, "run", str(loop), "--no-store", cwd=tmp_path, env=bare_env(tmp_path))
+    # In-process: the subprocess form of this refusal is the test above; here the point is which
+    # keys are named, and a `python -m loopdsl` start (LiteLLM's import included) cost 4 s each.
+    done = cli_in_process(["run", str(loop), "--no-store"], tmp_path, bare_env(tmp_path), only_env=True)
     assert done.returncode == 2, done.stderr
     assert f"{loop}:4:3: model 'main' (openai/gpt-4o-mini) needs MY_TEAM_KEY" in done.stderr
     assert f"{loop}:4:3: model 'main' (anthropic/claude-haiku-4-5, a fallback) needs ANTHROPIC_API_KEY" in done.stderr
     # The alias's own key given, the fallback's still missing: still refused, naming only it.
-    again = cli(REPORTING_CLI, "run", str(loop), "--no-store", cwd=tmp_path,
-                env=bare_env(tmp_path, MY_TEAM_KEY="sk-team"))
+    again = cli_in_process(["run", str(loop), "--no-store"], tmp_path,
+                           bare_env(tmp_path, MY_TEAM_KEY="sk-team"), only_env=True)
     assert again.returncode == 2 and "MY_TEAM_KEY" not in again.stderr and "ANTHROPIC_API_KEY" in again.stderr
 
 

@@ -18,6 +18,9 @@ from loopdsl.runtime.model_port import LlmRequest
 sys.path.insert(0, str(Path(__file__).parent))
 from test_agent import Conversation  # noqa: E402  (the conversation-driven provider port)
 
+# The nested pytest runs load no third-party plugins (the runner's xdist, hypothesis ...): a
+# plain test_calc.py needs none, and their imports were most of each run's CPU.
+PYTEST = f"env PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -q -x -p no:cacheprovider test_calc.py"
 LOOP = f"""\
 loopdsl: 1
 name: fixer
@@ -27,7 +30,7 @@ models:
 tools:
   run_tests:
     description: Run the tests; returns the exit code and output.
-    shell: {sys.executable} -m pytest -q -x -p no:cacheprovider test_calc.py
+    shell: {PYTEST}
     idempotent: true
     timeout: 60s
 start: fix
@@ -39,7 +42,7 @@ states:
       tools: [read_file, search_files, edit_file, run_tests]
       max_turns: 6
       schema: {{type: object, required: [summary]}}
-    gates: {{after: [{{shell: "{sys.executable} -m pytest -q -x -p no:cacheprovider test_calc.py"}}]}}
+    gates: {{after: [{{shell: "{PYTEST}"}}]}}
     next: done
   done: {{end: completed}}
 """
