@@ -186,6 +186,7 @@ def _shared_child_ports(parent: "Engine", child: ChildLoop) -> Ports:
         keep_events=False,
         tool_kinds=mine.tool_kinds,
         coding_cli=mine.coding_cli,
+        git=mine.git,  # a child runs in its caller's workspace, so its agents are guarded alike
     )
 
 
