@@ -152,3 +152,56 @@ def test_reset_workspace_restores_the_visit_start_on_a_new_attempt(repo: Path, r
         assert len(work["changed_files"]) == 2 and "good.txt" in work["changed_files"]
         assert SECRET not in json.dumps(work) and SECRET not in work["diff_stat"]  # redacted before stored
     assert "prep.txt" not in work["changed_files"]  # measured from the visit start, not the branch base
+
+
+CHILD = """\
+loopdsl: 1
+name: writer
+workspace: {worktree: true}
+unattended: true
+inputs:
+  name: {type: string}
+models:
+  m: {model: openai/gpt-4o-mini, max_tokens: 200, price: {input_per_mtok: 1, output_per_mtok: 2}}
+start: work
+states:
+  work:
+    agent: {model: m, prompt: "Write {{ inputs.name }}.", tools: [write_file], max_turns: 3}
+    next: done
+  done: {end: completed}
+"""
+
+
+def parent_loop(worktree: bool, fan_out: str) -> str:
+    return (f"loopdsl: 1\nname: caller\n{'workspace: {worktree: true}' if worktree else ''}\nstart: each\n"
+            f"states:\n  each:\n    loop: child.yaml\n{fan_out}    with: {{name: \"{{{{ item | default('one') }}}}\"}}\n"
+            "    retry: {max_attempts: 3, backoff: {initial: 0s}}\n    next: done\n  done: {end: completed}\n")
+
+
+def writer(turn: int, request: LlmRequest) -> Any:
+    name = request.messages[-1]["content"].split()[-1].rstrip(".") if turn == 1 else ""
+    return [("write_file", {"path": f"{name}.txt", "content": "x\n"})] if turn == 1 else "written"
+
+
+@pytest.mark.parametrize("worktree, fan_out, expected", [
+    (False, "", "declares `workspace: {worktree: true}` but loop 'caller' runs without a worktree"),
+    (True, "    for_each: \"['a', 'b']\"\n    concurrency: 2\n", "set `concurrency: 1`"),
+])
+def test_a_writing_child_is_refused_where_it_would_share_a_checkout(repo: Path, worktree: bool, fan_out: str,
+                                                                   expected: str) -> None:
+    (repo / "child.yaml").write_text(CHILD)
+    provider = Conversation(writer)
+    result = run_loop(repo, parent_loop(worktree, fan_out), provider)
+    assert result.status == "failed"
+    assert expected in result.state.error["message"], result.state.error
+    assert provider.requests == []  # refused before any child ran (and not retried)
+    assert not any(repo.glob("*.txt"))  # nothing written into the person's checkout
+
+
+def test_a_writing_fan_out_runs_one_child_at_a_time_in_the_worktree(repo: Path) -> None:
+    (repo / "child.yaml").write_text(CHILD)
+    result = run_loop(repo, parent_loop(True, "    for_each: \"['a', 'b']\"\n    concurrency: 1\n"), Conversation(writer))
+    assert result.status == "completed", result.state.error
+    branch = f"loopdsl/{result.run_id}"
+    assert _git(repo, "show", f"{branch}:a.txt") == "x\n" and _git(repo, "show", f"{branch}:b.txt") == "x\n"
+    assert not any(repo.glob("*.txt"))
