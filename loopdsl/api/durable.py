@@ -34,6 +34,7 @@ from ..adapters.webhook import WebhookNotifier
 from ..runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events
 from ..adapters.store.ports import StoreResponses, StoreRunLog
 from ..adapters.store.run_store import RunChanged, RunLock, RunStore
+from ..adapters.git_workspace import GitWorkspace
 from ..adapters.git_worktree import (
     SecretInCommit,
     WorkspaceError,
@@ -133,6 +134,9 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
                        responses=StoreResponses(store, lock), use_cache=cache, asked=state.meta.get("asked"),
                        real_waits=real_waits, tool_stubs=tool_stubs,
                        notify=notify)
+    info = state.meta.get("worktree")
+    if info and info.get("kept"):
+        ports.git = GitWorkspace(Path(info["repo"]), Path(info["path"]), info["branch"])
     engine = Engine(compiled, state, ports)
     with traced(engine, resumed=bool(first) and first[0].get("type") == "resume"):
         for event in first or ():

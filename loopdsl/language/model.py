@@ -127,6 +127,8 @@ class RetryPolicy:
     max_attempts: int = 1
     backoff: Backoff = field(default_factory=Backoff)
     on: frozenset[str] = DEFAULT_RETRY_ON
+    # An agent in a worktree: a new attempt restores the files the visit began with.
+    reset_workspace: bool = False
 
 
 @dataclass(frozen=True)

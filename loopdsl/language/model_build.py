@@ -101,7 +101,8 @@ def _retry(raw: Any) -> RetryPolicy:
         jitter=bool(b.get("jitter", True)),
     )
     on = frozenset(raw["on"]) if "on" in raw else DEFAULT_RETRY_ON
-    return RetryPolicy(max_attempts=int(raw.get("max_attempts", 1)), backoff=backoff, on=on)
+    return RetryPolicy(max_attempts=int(raw.get("max_attempts", 1)), backoff=backoff, on=on,
+                       reset_workspace=bool(raw.get("reset_workspace", False)))
 
 
 def _action(kind: str, raw: Mapping[str, Any], path: YamlPath) -> Action:

@@ -232,6 +232,9 @@ class Engine:
                 self._account(state.name, started, spent_before)
                 if self.redact:  # a template or command error may quote a secret, whole or cut short
                     failure.message = self.redact.error(failure.message)
+                if failure.fatal:
+                    self._fail_state(state, failure, recoverable=False)
+                    return
                 retried = failure.kind in state.retry.on and failure.kind not in NEVER_RETRIED
                 if retried and attempt < state.retry.max_attempts:
                     run.feedback = self.redact(failure.message) if self.redact else failure.message

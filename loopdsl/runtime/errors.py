@@ -8,8 +8,11 @@ from ..language.errors import LoopdslError
 class StepFailure(Exception):
     """An attempt failed with one of the DSL's error kinds."""
 
-    def __init__(self, kind: str, message: str, retry_after: float | None = None, result: dict | None = None):
+    def __init__(self, kind: str, message: str, retry_after: float | None = None, result: dict | None = None,
+                 fatal: bool = False):
         super().__init__(message)
+        # The run ends `failed`: neither retried nor routed by `on_failure` (a broken safety rule).
+        self.fatal = fatal
         self.kind = kind
         self.message = message
         self.retry_after = retry_after

@@ -83,6 +83,19 @@ class ChildRuns(Protocol):
     def new_state(self, loop: "Loop", run_id: str, inputs: Mapping[str, Any], meta: Mapping[str, Any]) -> RunState: ...
 
 
+class WorkspaceGit(Protocol):
+    """The run's git worktree, for agent states (adapters/git_workspace.py is the real one):
+    commits and diffs through git plumbing, so no hook, filter or fsmonitor runs. Blocking
+    calls: the engine runs them in a thread."""
+
+    def visit_start(self) -> str: ...  # the commit to restore: HEAD, or a commit of uncommitted files
+    def changes(self, since: str) -> tuple[list[str], str]: ...  # (changed_files, diff_stat)
+    def reset(self, since: str) -> None: ...  # the files and branch as at `since`
+    # Takes the repository's git setup now; the returned check says what changed since
+    # (a message for the run's failure), or None.
+    def guard(self) -> Callable[[], str | None]: ...
+
+
 class Human(Protocol):
     async def decide(self, state: str, message: str, choices: tuple[str, ...]) -> dict[str, Any] | None: ...
 
@@ -199,3 +212,5 @@ class Ports:
     # Sends `notify:` webhooks (adapters/webhook.py) when the API commits a run's status
     # (runtime/notify.py); None: the loop has none.
     notifier: Notifier | None = None
+    # The run's git worktree (api/durable.py); None: the run has none.
+    git: WorkspaceGit | None = None

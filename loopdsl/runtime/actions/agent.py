@@ -25,6 +25,7 @@ from ..tools.base import ToolBox, ToolOutcome, ToolSpec, safe_output
 from ..tools.registry import ToolEnv, factory_for, group_by_kind
 from .agent_turns import TurnCaller, agent_key
 from ..commands import LEFTOVER_GRACE_S
+from .agent_workspace import AttemptWorkspace
 from .checkpoint import wait_for_person
 from .llm import llm_result, render_or_fail
 
@@ -63,15 +64,7 @@ class AgentAttempt:
             stored = self.store.get_response(agent_key("start", **self.ids))
             await self._open_tools(opened, None if stored is None else stored["tools"])
             self._first_request(stored)
-            try:
-                result = await self._conversation()
-            except StepFailure as failure:
-                if failure.result is not None and self.engine.loop.workspace.worktree:
-                    failure.result.update(await self._changes())
-                raise
-            if self.engine.loop.workspace.worktree:
-                result.update(await self._changes())
-            return result
+            return await self._conversation()
         finally:
             for box in opened:
                 try:
@@ -138,20 +131,6 @@ class AgentAttempt:
                 "model": self.models[-1] if self.models else self.turns.chain[self.turns.start],
                 "models": list(dict.fromkeys(self.models)), "usage": dict(self.usage),
                 "cost_usd": round(self.cost, 12), "tool_calls": list(self.calls)}
-
-    async def _changes(self) -> dict[str, Any]:
-        """`changed_files` and `diff_stat` of the worktree, through the shell port with git's
-        external diff, text conversion and fsmonitor off (the repository's config runs nothing)."""
-        engine = self.engine
-        git = ["git", "-c", "core.fsmonitor=false", "-c", "diff.external=", "--no-pager"]
-        env = {k: v for k, v in engine.ports.env.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-        git_shell = engine.commands.shell(engine.ports.shell, "git")
-        status = await git_shell(argv=[*git, "status", "--porcelain=v1", "-z", "--untracked-files=all"],
-                                          cwd=engine.ports.workdir, env=env, timeout=30.0, redact=engine.redact or (lambda s: s))
-        stat = await git_shell(argv=[*git, "diff", "--no-ext-diff", "--no-textconv", "--stat", "HEAD"],
-                                        cwd=engine.ports.workdir, env=env, timeout=30.0, redact=engine.redact or (lambda s: s))
-        files = sorted({entry[3:] for entry in status.stdout.split("\0") if len(entry) > 3}) if status.exit_code == 0 else []
-        return {"changed_files": files, "diff_stat": stat.stdout.strip() if stat.exit_code == 0 else ""}
 
     # ------------------------------------------------------------ first request
     def _first_request(self, stored: dict[str, Any] | None) -> None:
@@ -241,18 +220,27 @@ class AgentAttempt:
             problem = f"unknown tool {name!r}; the tools are: {', '.join(self.specs)}"
         if problem is not None:
             return self._finish_call(key, call, args, ToolOutcome.failure(problem))
-        if stored is not None and await self._cut_off(stored, name, call) == "skip":
-            return self._finish_call(key, call, args, ToolOutcome.failure("interrupted"))
+        if stored is not None:
+            settled = await self._cut_off(stored, name, call)
+            if settled == "skip":
+                return self._finish_call(key, call, args, ToolOutcome.failure("interrupted"))
+            if settled == "done":  # an edit_file the crash cut off after it wrote the file
+                done = {"path": str((args or {}).get("path")), "sha256": stored["edit_sha256"]}
+                return self._finish_call(key, call, args, ToolOutcome(ok=True, result=done))
         if stored is None and self._needs_approval(name):
             refused = await self._approval(name, call, args)
             if refused is not None:
                 return self._finish_call(key, call, args, ToolOutcome.failure(refused))
         started = {"status": "started", "args_hash": hashlib.sha256(str(call.get("arguments")).encode()).hexdigest()}
+        planned = getattr(box, "planned_edit", None) if name == "edit_file" else None
+        if planned is not None:  # the file's hash once this edit is done: a resume can tell it happened
+            started["edit_sha256"] = planned(args)
         self.store.put_response(key, started)
         self.engine.run.pending = {"kind": "agent_tool", "state": self.state.name, "visit": self.ids["visit"],
                                    "attempt": self.ids["attempt"], "step_taken": True, "call": call["id"]}
         self.engine.emit("tool_started", state=self.state.name, attempt=self.ids["attempt"], turn=self.turn,
-                         id=call["id"], name=name, args_hash=started["args_hash"])
+                         id=call["id"], name=name, args_hash=started["args_hash"],
+                         **({"edit_sha256": started["edit_sha256"]} if started.get("edit_sha256") else {}))
         self.engine.commit()
         assert args is not None and box is not None
         owner = self.owners.get(name)
@@ -312,13 +300,18 @@ class AgentAttempt:
 
     async def _cut_off(self, stored: dict[str, Any], name: str, call: dict[str, Any]) -> str:
         """A call started before a crash and never finished: stop what is left of it, then
-        "rerun" it (idempotent, or a person said so) or "skip" it."""
+        "rerun" it (idempotent, or a person said so), "skip" it, or take it as "done" (an
+        edit_file whose file already has the hash recorded when it started)."""
         ref = CommandRef.from_json(stored.get("process"))
         if ref is not None and command_pids(ref):
             self.engine.emit("stopped_leftover", state=self.state.name, pgid=ref.pgid)
             await stop_command(ref, LEFTOVER_GRACE_S)
         if self.specs[name].idempotent:
             return "rerun"
+        edit_done = getattr(self.boxes[name], "edit_done", None) if stored.get("edit_sha256") else None
+        path = call_path(call)
+        if edit_done is not None and path is not None and edit_done(path, stored["edit_sha256"]):
+            return "done"
         engine = self.engine
         decision = engine.run.decision
         if decision is not None and decision.get("decision") in INTERRUPTED_CHOICES:
@@ -334,6 +327,12 @@ class AgentAttempt:
         wait_for_person(engine, self.state, reason="tool_interrupted", message=message,
                         choices=INTERRUPTED_CHOICES, timeout=None)
         raise AssertionError("unreachable")  # wait_for_person raises Waiting
+
+
+def call_path(call: dict[str, Any]) -> str | None:
+    args, _ = _parse_args(call.get("arguments"))
+    path = (args or {}).get("path")
+    return path if isinstance(path, str) else None
 
 
 def _offered_names(tool: ToolDef) -> list[str]:
@@ -386,8 +385,11 @@ def _assistant_message(reply: dict[str, Any]) -> dict[str, Any]:
 
 
 async def run_agent(engine: "Engine", cs: CompiledState, ctx: dict[str, Any], visit: int, attempt: int) -> dict[str, Any]:
+    ids = {"run": engine.run.run_id, "state": cs.state.name, "visit": visit, "attempt": attempt}
+    workspace = AttemptWorkspace(engine, ids, cs.state.retry.reset_workspace)
+    await workspace.begin()
     if cs.state.action.cli is not None:  # type: ignore[union-attr]
         from .agent_cli import run_cli_agent
 
-        return await run_cli_agent(engine, cs, ctx, visit, attempt)
-    return await AgentAttempt(engine, cs, ctx, visit, attempt).run()
+        return await workspace.around(run_cli_agent(engine, cs, ctx, visit, attempt))
+    return await workspace.around(AgentAttempt(engine, cs, ctx, visit, attempt).run())

@@ -18,6 +18,7 @@ from ...language.model import ERROR_KINDS, LoopAction
 from ..run_state import BUDGET_EXHAUSTED, COMPLETED, WAITING, RunState, history_from_events
 from ...language.templates import Expression, RenderError
 from ..ports import ChildLoop, Ports
+from ...language.agent_model import AgentAction, WRITING_BUILTINS
 from .checkpoint import wait_for_person
 
 if TYPE_CHECKING:
@@ -87,6 +88,10 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         raise RuntimeError("this engine has no child-run port (Ports.children): the API provides one")
     child = children.open(parent.loop, action.path)
     items = _items(cs, ctx)
+    concurrent = cs.for_each is not None and action.concurrency > 1 and len(items) > 1
+    problem = child_workspace_problem(parent, child, action.path, concurrent=concurrent)
+    if problem is not None:  # the loops' setup is wrong: retrying or routing cannot help
+        raise StepFailure("parse", problem, fatal=True)
     limit = asyncio.Semaphore(max(1, action.concurrency))
     visit = parent.run.visits.get(cs.state.name, 1)
     # Display ids nest under the parent (`<parent>/<state>[/<index>]`); store keys use '.'.
@@ -105,6 +110,29 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
     if cs.for_each is None:
         return _one_child_result(action, results[0])
     return _fan_out_result(cs, action, results)
+
+
+def child_workspace_problem(parent: "Engine", child: ChildLoop, ref: str, *, concurrent: bool) -> str | None:
+    """Why a child loop may not run in its caller's workspace, or None.
+
+    A child runs in its caller's workspace. One that declares `workspace: {worktree: true}`
+    expects a run branch to write on: under a caller without a worktree that would be a
+    person's checkout, so it is refused. Children of a `for_each` running concurrently
+    would write into the same worktree at once, so those whose agents hold writing tools
+    or coding-agent CLIs are refused too: run them with `concurrency: 1`."""
+    loop = child.compiled.loop
+    if loop.workspace.worktree and not (parent.loop.workspace.worktree or parent.ports.git is not None):
+        return (f"the sub-loop {ref} declares `workspace: {{worktree: true}}` but loop '{parent.loop.name}' runs "
+                "without a worktree, so the child would write into a person's checkout; set "
+                "`workspace: {worktree: true}` on the calling loop")
+    if concurrent:
+        writers = [s.name for s in loop.states.values() if isinstance(s.action, AgentAction)
+                   and (s.action.cli is not None or any(u.name in WRITING_BUILTINS for u in s.action.tools))]
+        if writers:
+            return (f"the sub-loop {ref} has agent '{writers[0]}' with writing tools or a coding-agent CLI, and "
+                    "for_each runs its children concurrently in one workspace, where they would overwrite each "
+                    "other; set `concurrency: 1`")
+    return None
 
 
 def _items(cs: "CompiledState", ctx: Mapping[str, Any]) -> list[Any]:
@@ -186,6 +214,7 @@ def _shared_child_ports(parent: "Engine", child: ChildLoop) -> Ports:
         keep_events=False,
         tool_kinds=mine.tool_kinds,
         coding_cli=mine.coding_cli,
+        git=mine.git,  # a child runs in its caller's workspace, so its agents are guarded alike
     )
 
 

@@ -60,7 +60,7 @@ class SubLoopToolBox:
                            truncated=cut, duration_s=time.monotonic() - started)
 
     async def _run(self, tool: ToolDef, args: Mapping[str, Any], call_id: str) -> RunState:
-        from ..actions.subloop import ChildRunLog, _forward_to, _shared_child_ports
+        from ..actions.subloop import ChildRunLog, _forward_to, _shared_child_ports, child_workspace_problem
         from ..engine import Engine
         from ..run_keys import child_run_id
 
@@ -72,6 +72,9 @@ class SubLoopToolBox:
         loop = child.compiled.loop
         if not loop.unattended:
             raise _Refused(f"the sub-loop {tool.loop} is not `unattended: true`; nobody could answer it inside a tool call")
+        problem = child_workspace_problem(parent, child, tool.loop, concurrent=False)
+        if problem is not None:
+            raise _Refused(problem)
         ids = self.env.ids
         run_id = f"{parent.run.run_id}/{ids.get('state')}@{ids.get('visit')}.{ids.get('attempt')}/{call_id}"
         run_log = ChildRunLog(parent.ports.run_log, child_run_id(run_id), parent.run.run_id, parent.commit,
