@@ -40,6 +40,9 @@ class McpServer:
     command: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     startup_timeout: float = DEFAULT_MCP_STARTUP_S
+    # Declared size of the allowed tools' definitions: what dry runs and `cost` count for
+    # them, since those never start the server to list them.
+    schema_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,8 @@ def build_tool(name: str, raw: Mapping[str, Any], path: YamlPath | None = None) 
         shell=_shell_spec(raw["shell"], path + ("shell",)) if "shell" in raw else None,
         mcp=McpServer(command=_str_tuple(mcp.get("command")),
                       env={str(k): str(v) for k, v in (mcp.get("env") or {}).items()},
-                      startup_timeout=parse_duration(mcp.get("startup_timeout")) or DEFAULT_MCP_STARTUP_S)
+                      startup_timeout=parse_duration(mcp.get("startup_timeout")) or DEFAULT_MCP_STARTUP_S,
+                      schema_tokens=int(mcp.get("schema_tokens") or 0))
         if isinstance(mcp, Mapping) else None,
         allow=tuple(_allow(a) for a in raw.get("allow") or ()),
         loop=str(raw["loop"]) if "loop" in raw else None,
