@@ -6,7 +6,7 @@ a loop that passed the schema always builds. Every object keeps its YAML `path` 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping
 
 from .model import ShellSpec, YamlPath, parse_duration
@@ -199,8 +199,18 @@ def builtin_tool(name: str) -> ToolDef:
 
 def resolve_tool(tools: Mapping[str, ToolDef], name: str) -> ToolDef | None:
     """The definition a listed name refers to: a loop's own tool shadows nothing (lint
-    reports a shadowing name), so a built-in name always means the built-in."""
+    reports a shadowing name), so a built-in name always means the built-in; an MCP
+    tool's offered name means its entry narrowed to that tool (DSL.md: "one MCP tool")."""
     if name in BUILTIN_TOOLS:
         return builtin_tool(name)
-    return tools.get(name)
+    if name in tools:
+        return tools[name]
+    # One tool of an MCP entry, by the name it is offered as (`<entry>__<tool>` or its `as`):
+    # the entry narrowed to that one tool.
+    for tool in tools.values():
+        if tool.kind == "mcp":
+            for allowed in tool.allow:
+                if (allowed.as_ or f"{tool.name}__{allowed.name}") == name:
+                    return replace(tool, allow=(allowed,))
+    return None
 

@@ -115,3 +115,23 @@ def test_write_file_listed_with_approve_asks_and_writable_opens_a_protected_path
     assert "protected" in contents[3]
     assert sorted(result.state.results["work"]["changed_files"]) == [".github/ci.yml", "a.txt"]
     assert (repo / "a.txt").read_text() == "one\n" and not (repo / ".github").exists()  # the checkout is untouched
+
+
+def test_an_agent_may_list_one_tool_of_an_mcp_server(tmp_path: Path) -> None:
+    import sys
+
+    from loopdsl.lint.pipeline import lint_file
+    from test_agent import MCP_SERVER
+
+    tools = (f"  srv:\n    description: A test server.\n    mcp: {{command: [{sys.executable}, {MCP_SERVER}]}}\n"
+             "    allow: [echo, {name: add, as: plus}]\n")
+    provider = Conversation(lambda turn, r: [("srv__echo", {"text": "hi"}), ("plus", {"a": 1, "b": 2})]
+                            if turn == 1 else "ok")
+    result = run(tmp_path, loop_text("tools: [plus]\nmax_turns: 2", tools), provider)
+    assert result.status == "completed", result.state.error
+    assert [t["function"]["name"] for t in provider.requests[0].tools] == ["plus"]
+    assert [c["ok"] for c in result.state.results["work"]["tool_calls"]] == [False, True]  # echo was not listed
+    assert "3" in tool_messages(provider.requests[1])[1]["content"]
+    (tmp_path / "loop.yaml").write_text(loop_text("tools: [srv__echo, srv__nope]\nmax_turns: 2", tools))
+    unknown = [d.message for d in lint_file(tmp_path / "loop.yaml") if d.rule == "unknown-tool"]
+    assert len(unknown) == 1 and "srv__nope" in unknown[0]

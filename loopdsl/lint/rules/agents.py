@@ -61,7 +61,7 @@ def unknown_tool(ctx: LintContext) -> Iterator[Diagnostic]:
     known = list(ctx.loop.tools) + list(BUILTIN_TOOLS)
     for state, action in _agents(ctx):
         for use in action.tools:
-            if use.name in known:
+            if use.name in known or resolve_tool(ctx.loop.tools, use.name) is not None:
                 continue
             yield ctx.diag(
                 "unknown-tool", f'agent "{state.name}" lists unknown tool "{use.name}"{did_you_mean(use.name, known)}',
