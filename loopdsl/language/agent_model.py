@@ -6,7 +6,7 @@ a loop that passed the schema always builds. Every object keeps its YAML `path` 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping
 
 from .model import ShellSpec, YamlPath, parse_duration
@@ -40,6 +40,9 @@ class McpServer:
     command: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     startup_timeout: float = DEFAULT_MCP_STARTUP_S
+    # Declared size of the allowed tools' definitions: what dry runs and `cost` count for
+    # them, since those never start the server to list them.
+    schema_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,8 @@ def build_tool(name: str, raw: Mapping[str, Any], path: YamlPath | None = None) 
         shell=_shell_spec(raw["shell"], path + ("shell",)) if "shell" in raw else None,
         mcp=McpServer(command=_str_tuple(mcp.get("command")),
                       env={str(k): str(v) for k, v in (mcp.get("env") or {}).items()},
-                      startup_timeout=parse_duration(mcp.get("startup_timeout")) or DEFAULT_MCP_STARTUP_S)
+                      startup_timeout=parse_duration(mcp.get("startup_timeout")) or DEFAULT_MCP_STARTUP_S,
+                      schema_tokens=int(mcp.get("schema_tokens") or 0))
         if isinstance(mcp, Mapping) else None,
         allow=tuple(_allow(a) for a in raw.get("allow") or ()),
         loop=str(raw["loop"]) if "loop" in raw else None,
@@ -195,8 +199,18 @@ def builtin_tool(name: str) -> ToolDef:
 
 def resolve_tool(tools: Mapping[str, ToolDef], name: str) -> ToolDef | None:
     """The definition a listed name refers to: a loop's own tool shadows nothing (lint
-    reports a shadowing name), so a built-in name always means the built-in."""
+    reports a shadowing name), so a built-in name always means the built-in; an MCP
+    tool's offered name means its entry narrowed to that tool (DSL.md: "one MCP tool")."""
     if name in BUILTIN_TOOLS:
         return builtin_tool(name)
-    return tools.get(name)
+    if name in tools:
+        return tools[name]
+    # One tool of an MCP entry, by the name it is offered as (`<entry>__<tool>` or its `as`):
+    # the entry narrowed to that one tool.
+    for tool in tools.values():
+        if tool.kind == "mcp":
+            for allowed in tool.allow:
+                if (allowed.as_ or f"{tool.name}__{allowed.name}") == name:
+                    return replace(tool, allow=(allowed,))
+    return None
 

@@ -19,6 +19,8 @@ KEYWORD = "loopdsl_by_kind"
 # satisfied by any mapping, and the rest are annotations.
 _DISPATCHER_KEYS = {"type", "title", "description", "oneOf", "allOf"}
 _REQUIRED_KEYS = {"type", "oneOf", "allOf"}
+# A gated dispatcher (replies): one kind tested first by `if`, the others under `else`.
+_GATE_KEYS = {"if", "then", "else"}
 
 
 def with_kind_shortcuts(schema: Any) -> Any:
@@ -34,20 +36,47 @@ def with_kind_shortcuts(schema: Any) -> Any:
     # The wrapper keeps `type` and the annotations where they were (an enclosing `oneOf` looks
     # at its branches' types, hints read the description); the dispatcher itself moves under
     # KEYWORD, without the `type` the wrapper already checks.
-    wrapper = {key: value for key, value in copied.items() if key not in ("oneOf", "allOf")}
+    wrapper = {key: value for key, value in copied.items() if key not in ("oneOf", "allOf", *_GATE_KEYS)}
     wrapper[KEYWORD] = {"kinds": kinds, "whole": {key: value for key, value in copied.items() if key != "type"}}
     return wrapper
 
 
 def _kinds(node: dict[str, Any]) -> dict[str, Any] | None:
-    """{kind key: its definition} when `node` is a dispatcher of exactly the expected shape:
-    `oneOf: [{required: [k]} ...]` and `allOf: [{if: {required: [k]}, then: ...} ...]`, plus at
-    most one entry for "none of the keys" (which is false whenever one key is present)."""
-    if set(node) - _DISPATCHER_KEYS or _REQUIRED_KEYS - set(node) or node.get("type") != "object":
+    """{kind key: its definition} when `node` is a dispatcher of one of the expected shapes,
+    else None."""
+    if node.get("type") != "object" or set(node) - _DISPATCHER_KEYS - _GATE_KEYS:
         return None
     order = list(node)
-    if order.index("type") > min(order.index("oneOf"), order.index("allOf")):
+    rest = [order.index(key) for key in ("oneOf", "allOf", "if") if key in node]
+    if rest and order.index("type") > min(rest):
         return None  # the wrapper checks `type` first, as the node itself must
+    if "if" in node:
+        return _gated_kinds(node)
+    if _REQUIRED_KEYS - set(node) or set(node) & _GATE_KEYS:
+        return None
+    return _plain_kinds(node, ())
+
+
+def _gated_kinds(node: dict[str, Any]) -> dict[str, Any] | None:
+    """`if: {required: [g]}, then: G, else: <dispatcher without type>`: the replies' form,
+    where a tool turn (`tool_calls`, which may carry `text`) is checked before the one-of-
+    the-others dispatcher. With exactly one kind key present the `if` decides alone: `g`
+    present -> G's errors; absent -> `else`, whose `oneOf` passes, so only that kind's `if`."""
+    if set(node) & {"oneOf", "allOf"} or _GATE_KEYS - set(node):
+        return None
+    gate, inner = _single_required(node["if"]), node["else"]
+    if gate is None or not isinstance(inner, dict) or set(inner) != {"oneOf", "allOf"}:
+        return None
+    kinds = _plain_kinds(inner, (gate,))
+    if kinds is None or gate in kinds:
+        return None
+    return {gate: node["then"], **kinds}
+
+
+def _plain_kinds(node: dict[str, Any], outer: tuple[str, ...]) -> dict[str, Any] | None:
+    """`oneOf: [{required: [k]} ...]` and `allOf: [{if: {required: [k]}, then: ...} ...]`,
+    plus at most one entry for "none of the keys" (false whenever one key is present; under a
+    gate it may also name the gate's key, which is absent there anyway)."""
     one_of, all_of = node.get("oneOf"), node.get("allOf")
     if not (isinstance(one_of, list) and isinstance(all_of, list)):
         return None
@@ -55,14 +84,15 @@ def _kinds(node: dict[str, Any]) -> dict[str, Any] | None:
     if any(key is None for key in keys) or len(set(keys)) != len(keys):
         return None
     kinds: dict[str, Any] = {}
-    none_of = {"allOf": [{"not": {"required": [key]}} for key in keys]}
+    none_of = [{"allOf": [{"not": {"required": [key]}} for key in keys + list(extra)]}
+               for extra in {(), outer}]
     for entry in all_of:
         if not (isinstance(entry, dict) and set(entry) == {"if", "then"}):
             return None
         key = _single_required(entry["if"])
         if key in keys and key not in kinds:
             kinds[key] = entry["then"]
-        elif not _same_conditions(entry["if"], none_of):
+        elif not any(_same_conditions(entry["if"], expected) for expected in none_of):
             return None
     return kinds if set(kinds) == set(keys) else None
 

@@ -94,6 +94,10 @@ def _explain_additional(error: ValidationError, path: YamlPath) -> list[Finding]
         guess = closest(str(key), allowed)
         where = node_name(path)
         message = f"unknown key `{key}` in {where}"
+        later = _not_in_v11(path, str(key))
+        if later is not None:
+            findings.append(Finding(path + (key,), False, RULE_UNKNOWN_KEY, f"{message}: {later[0]}", later[1]))
+            continue
         if guess:
             message += f"; did you mean `{guess}`?"
             hint = f"rename `{key}` to `{guess}`"
@@ -101,6 +105,27 @@ def _explain_additional(error: ValidationError, path: YamlPath) -> list[Finding]
             hint = f"remove `{key}`; keys allowed here: {word_list(allowed)}"
         findings.append(Finding(path + (key,), False, RULE_UNKNOWN_KEY, message, hint, guess))
     return findings
+
+
+# Keys users of other agent frameworks reach for that v1.1 leaves out on purpose (DSL.md,
+# "Not in v1.1"): (where, key) -> (what is missing, what to do instead).
+_LATER = {
+    ("mcp", "url"): ("remote (HTTP) MCP servers are not in v1.1", "run the server over stdio with `command:`"),
+    ("mcp", "transport"): ("only stdio MCP servers are in v1.1", "remove `transport` and give `command:`"),
+    ("agent", "handoffs"): ("handoffs between agents are not in v1.1",
+                            "make each agent a state and route between them with `next`/`transitions`"),
+    ("agent", "handoff"): ("handoffs between agents are not in v1.1",
+                           "make each agent a state and route between them with `next`/`transitions`"),
+    ("agent", "images"): ("images to the model are not in v1.1", "describe what the model needs in the prompt"),
+    ("agent", "compaction"): ("conversation compaction is not in v1.1",
+                              "lower `max_turns` or `tool_output_limit`, or split the work into states"),
+}
+
+
+def _not_in_v11(path: YamlPath, key: str) -> tuple[str, str] | None:
+    where = "mcp" if path[-1:] == ("mcp",) and path[:1] == ("tools",) else \
+        "agent" if path[-1:] == ("agent",) and path[:1] == ("states",) else None
+    return _LATER.get((where, key)) if where else None
 
 
 def _misplaced_state_key(path: YamlPath, key: str, state: dict[str, Any]) -> Finding | None:

@@ -227,19 +227,24 @@ def _suggest_name(name: str) -> str:
 def cwd_outside_workspace(ctx: LintContext) -> Iterator[Diagnostic]:
     """A literal `cwd` that the engine would refuse (shell.confined_cwd) is refused now."""
     for site in ctx.template_sites:
-        if site.path[-1] != "cwd" or "{" in site.source:
-            continue  # a template is checked when it is rendered
-        parts = Path(site.source).parts
-        if Path(site.source).is_absolute() or ".." in parts:
-            yield ctx.diag(
-                "cwd-outside-workspace",
-                f'cwd "{site.source}" is outside the workspace'
-                + (" (an absolute path)" if Path(site.source).is_absolute() else " (a '..' part)"),
-                site.path,
-                value=True,
-                hint="name a folder relative to the workspace, e.g. `cwd: src`; commands never run "
-                "outside it",
-            )
+        if site.path[-1] == "cwd":
+            yield from literal_cwd_problem(ctx, site.source, site.path)
+
+
+def literal_cwd_problem(ctx: LintContext, source: str, path: Any) -> Iterator[Diagnostic]:
+    """`cwd-outside-workspace` for a literal cwd (shell states, gates, shell tools)."""
+    if "{" in source:
+        return  # a template is checked when it is rendered
+    if Path(source).is_absolute() or ".." in Path(source).parts:
+        yield ctx.diag(
+            "cwd-outside-workspace",
+            f'cwd "{source}" is outside the workspace'
+            + (" (an absolute path)" if Path(source).is_absolute() else " (a '..' part)"),
+            path,
+            value=True,
+            hint="name a folder relative to the workspace, e.g. `cwd: src`; commands never run "
+            "outside it",
+        )
 
 
 # ================================================================ references

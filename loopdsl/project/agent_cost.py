@@ -22,12 +22,19 @@ BUILTIN_DEFINITION_TOKENS = 200
 
 
 def definition_tokens(loop: Loop, action: AgentAction) -> int:
-    """Tokens of the tool definitions sent with every turn (MCP tools count 0: their
-    definitions are only known once the server runs)."""
+    """Tokens of the tool definitions sent with every turn. An MCP server's definitions are
+    only known once it runs, so they count as its declared `schema_tokens`, once per server
+    entry however many of its tools the agent lists."""
     total = 0
+    servers: set[str] = set()
     for use in action.tools:
         tool = resolve_tool(loop.tools, use.name)
-        if tool is None or tool.kind == "mcp":
+        if tool is None:
+            continue
+        if tool.kind == "mcp":
+            if tool.mcp is not None and tool.name not in servers:
+                servers.add(tool.name)
+                total += tool.mcp.schema_tokens
             continue
         if tool.kind == "builtin":
             total += _builtin_tokens(use.name)

@@ -79,7 +79,7 @@ def test_random_states_get_the_same_findings(states: dict[str, Any]) -> None:
     same("loop", {"loopdsl": 1, "name": "x", "start": "s0", "states": states})
 
 
-_REPLY_KEYS = ["text", "error", "decision", "json", "usage", "comment", "cost_usd", "model", "x"]
+_REPLY_KEYS = ["text", "error", "decision", "json", "usage", "comment", "cost_usd", "model", "tool_calls", "x"]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
@@ -88,3 +88,25 @@ _REPLY_KEYS = ["text", "error", "decision", "json", "usage", "comment", "cost_us
                                                                    max_size=3), max_size=3))))
 def test_random_replies_get_the_same_findings(replies: dict[str, Any]) -> None:
     same("replies", replies)
+
+
+_TOOL_CALLS = st.one_of(
+    _VALUES,
+    st.lists(st.dictionaries(st.sampled_from(["name", "args", "id", "x"]),
+                             st.sampled_from(["read_file", "Bad Name", 1, None, {"path": "a"}, "{not json", []]),
+                             max_size=3), max_size=3),
+)
+_TOOL_REPLY = st.dictionaries(st.sampled_from(["tool_calls", "text", "usage", "error", "decision", "x"]),
+                              st.one_of(_TOOL_CALLS, st.sampled_from([{"prompt_tokens": 1, "completion_tokens": 2}])),
+                              max_size=4)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.dictionaries(st.sampled_from(["draft", "fix"]), st.lists(_TOOL_REPLY, max_size=3), max_size=2))
+def test_random_tool_call_replies_get_the_same_findings(replies: dict[str, Any]) -> None:
+    same("replies", replies)
+
+
+def test_the_replies_shortcut_covers_tool_turns_and_the_other_kinds() -> None:
+    spec = schema.validator("replies").schema["definitions"]["entry_object"][KEYWORD]
+    assert sorted(spec["kinds"]) == ["decision", "error", "text", "tool_calls"]

@@ -177,7 +177,7 @@ def test_a_key_of_another_kind_of_state_says_which_kind_takes_it() -> None:
     )
     messages = [d.message for d in found]
     assert messages == [
-        "`idempotent` is not allowed in state `a`: only allowed on `shell` states",
+        "`idempotent` is not allowed in state `a`: only allowed on `shell` or `agent` states",
         "`with` is not allowed in state `a`: only allowed on `loop` states",
         "`retry` is not allowed in state `b`: an `end` state is terminal: it has no action to retry, gate or route from",
     ]

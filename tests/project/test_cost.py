@@ -160,3 +160,23 @@ def test_an_agent_worst_case_sums_its_growing_turns_and_a_cli_counts_its_cap() -
     assert calls["fix"]["worst_cost_per_attempt"] == pytest.approx(per_attempt, rel=1e-9)
     assert calls["review"]["worst_cost_per_attempt"] == 0.5
     assert data["per_run"]["worst"]["cost_usd"] == pytest.approx(2 * per_attempt + 0.5, rel=1e-9)
+
+
+def test_an_mcp_server_counts_its_declared_schema_tokens_without_starting(tmp_path: Path) -> None:
+    loop = tmp_path / "mcp.yaml"
+    loop.write_text(
+        "loopdsl: 1\nname: mcp-cost\n"
+        "models:\n  coder: {model: openai/gpt-4o-mini, max_tokens: 100, price: {input_per_mtok: 1, output_per_mtok: 2}}\n"
+        "tools:\n  issues:\n    description: Issues.\n"
+        "    mcp: {command: [/nonexistent/never-started], schema_tokens: 750}\n"
+        "    allow: [get_issue, list_issues]\n"
+        "start: ask\nstates:\n  ask:\n    agent: {model: coder, prompt: Triage the issues now., tools: [issues], max_turns: 2,\n"
+        "            max_tool_calls_per_turn: 1, tool_output_limit: 300}\n    next: done\n"
+        "  done: {end: completed}\n")
+    ask = {c["state"]: c for c in cost_json(str(loop))["calls"]}["ask"]
+    # By hand: prompt 22 bytes / 3 -> 8 tokens, plus the declared 750 for the server's tools.
+    p0 = 8 + 750
+    assert ask["prompt_tokens_worst"] == p0
+    # Turn 2 adds 100 (max_tokens) + 1 call x 300 bytes / 3 = 200: prompts 758 and 958.
+    assert ask["worst_tokens_per_attempt"] == 758 + 958 + 2 * 100
+    assert ask["worst_cost_per_attempt"] == pytest.approx((758 + 958) * 1e-6 + 200 * 2e-6, rel=1e-9)

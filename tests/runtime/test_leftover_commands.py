@@ -262,7 +262,7 @@ def test_resume_stops_a_coding_agent_cli_left_running_before_it_runs_again(tmp_p
         "           price: {input_per_mtok: 0.3, output_per_mtok: 1.5}}\n"
         "budget: {cost_usd: 5}\nstart: review\nstates:\n"
         "  review:\n    agent: {cli: claude-code, model: claude, prompt: 'scenario once', max_turns: 4, "
-        "max_cost_usd: 1}\n    next: done\n  done: {end: completed}\n")
+        "max_cost_usd: 1}\n    idempotent: true\n    next: done\n  done: {end: completed}\n")
     store, pid_file = tmp_path / "store", tmp_path / "cli.pid"
     proc = ct.launch(["run", str(loop), "--store", str(store)], tmp_path)
     try:

@@ -29,7 +29,7 @@ from ...language.tool_check import (
     schema_problem,
     tool_facts,
 )
-from ..registry import LintContext, did_you_mean, quoted_list, rule
+from ..registry import LintContext, did_you_mean, literal_cwd_problem, quoted_list, rule
 
 
 def _agents(ctx: LintContext) -> Iterator[tuple[State, AgentAction]]:
@@ -61,7 +61,7 @@ def unknown_tool(ctx: LintContext) -> Iterator[Diagnostic]:
     known = list(ctx.loop.tools) + list(BUILTIN_TOOLS)
     for state, action in _agents(ctx):
         for use in action.tools:
-            if use.name in known:
+            if use.name in known or resolve_tool(ctx.loop.tools, use.name) is not None:
                 continue
             yield ctx.diag(
                 "unknown-tool", f'agent "{state.name}" lists unknown tool "{use.name}"{did_you_mean(use.name, known)}',
@@ -115,6 +115,27 @@ def tool_commands(ctx: LintContext) -> Iterator[Diagnostic]:
             if is_command:
                 yield from _shell_problems(ctx, tool, path, source, tool_facts(facts, tool))
             yield from _name_problems(ctx, tool, path, source)
+        yield from _env_and_cwd(ctx, tool)
+
+
+def _env_and_cwd(ctx: LintContext, tool: ToolDef) -> Iterator[Diagnostic]:
+    """A shell tool's `env:` and `cwd:` (as for shell states): a whole `{{ secrets.X }}` env
+    value must name a declared secret; every other value and `cwd` see only the tool's roots."""
+    spec = tool.shell
+    if spec is None or isinstance(_raw(ctx, spec.path), str):
+        return
+    passed = spec.secrets_passed
+    for key, value in spec.env.items():
+        if key in passed:
+            if passed[key] not in ctx.loop.secrets:
+                yield ctx.diag("unknown-secret", f'tool "{tool.name}": env {key} reads secret "{passed[key]}", which is '
+                               f"not declared{did_you_mean(passed[key], ctx.loop.secrets)}",
+                               spec.path + ("env", key), value=True, hint="declare it under `secrets:`")
+            continue
+        yield from _name_problems(ctx, tool, spec.path + ("env", key), value)
+    if spec.cwd is not None:
+        yield from _name_problems(ctx, tool, spec.path + ("cwd",), str(spec.cwd))
+        yield from literal_cwd_problem(ctx, str(spec.cwd), spec.path + ("cwd",))
 
 
 def _shell_problems(ctx: LintContext, tool: ToolDef, path: tuple[Any, ...], source: str, facts: Any) -> Iterator[Diagnostic]:

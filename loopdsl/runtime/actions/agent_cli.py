@@ -6,6 +6,13 @@ The CLI spends on its own key before it reports, so the cap is kept by reservati
 its events arrive, and reaching the reservation kills its process group. Spend reported
 past the reservation is recorded as `overspend_usd` and ends the run `budget_exhausted`.
 The CLI itself runs through the `coding_cli` port (adapters/coding_cli.py, given by the API).
+
+A CLI cut off by a crash is never resumed mid-way (its session is not ours to continue):
+its spend stands (the reservation left open in the saved ledger is charged in full on
+reload, which covers every usage event committed before the kill), what is left of its
+process group is killed, and it runs again only when the state is `idempotent: true`;
+otherwise a person chooses `rerun`, `skip` (the state completes with no answer, `stop:
+interrupted`) or `fail`, and an `unattended` loop fails the attempt with kind `interrupted`.
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from ...language.agent_model import AgentAction
 from ...language.compile import CompiledState
 from ..budget import BudgetExceeded
 from ..errors import StepFailure
+from .checkpoint import wait_for_person
 from .llm import render_or_fail
 
 if TYPE_CHECKING:
@@ -27,6 +35,9 @@ async def run_cli_agent(engine: "Engine", cs: CompiledState, ctx: dict[str, Any]
     runner = engine.ports.coding_cli
     if runner is None or action.max_cost_usd is None:
         raise StepFailure("parse", f"agent '{cs.state.name}': a `cli:` agent needs `max_cost_usd` and a CLI runner")
+    cut_off = await _settle_cut_off(engine, cs, visit, attempt)
+    if cut_off is not None:
+        return cut_off
     prompt = render_or_fail(cs.prompt, ctx, f"rendering the prompt of '{cs.state.name}'")
     reservation = engine.ledger.reserve(0, action.max_cost_usd, label=f"{cs.state.name}#{visit}.{attempt} {action.cli}")
     pending = {"kind": "cli", "state": cs.state.name, "visit": visit, "attempt": attempt, "step_taken": True,
@@ -35,14 +46,19 @@ async def run_cli_agent(engine: "Engine", cs: CompiledState, ctx: dict[str, Any]
     charged = [0.0]
 
     def charge(delta_usd: float) -> bool:
-        charged[0] += max(float(delta_usd), 0.0)
+        delta = max(float(delta_usd), 0.0)
+        charged[0] += delta
+        if delta > 0:  # committed as it arrives: a crash cannot make a reported charge vanish
+            pending["charged_usd"] = round(charged[0], 12)
+            engine._commit_pending(dict(pending))
         return charged[0] < action.max_cost_usd  # type: ignore[operator]
 
     refs: list[Any] = []
 
     def on_start(ref: Any) -> None:
         refs.append(ref)
-        engine.run.pending = dict(pending, command=ref.to_json())
+        pending["command"] = ref.to_json()
+        engine.run.pending = dict(pending)
         engine.commands.started(ref, "cli")  # commits both
 
     try:
@@ -78,3 +94,35 @@ def _settle(engine: "Engine", cs: CompiledState, attempt: int, reservation: Any,
     if result.get("kind"):
         raise StepFailure(str(result["kind"]), str(result.get("error") or result["kind"]), result=shaped)
     return shaped
+
+
+CUT_OFF_CHOICES = ("rerun", "skip", "fail")
+
+
+async def _settle_cut_off(engine: "Engine", cs: CompiledState, visit: int, attempt: int) -> dict[str, Any] | None:
+    """Before a CLI attempt that a crash cut off runs again (its leftover process group is
+    already stopped: RunCommands.stop_leftovers, when the resumed run starts): rerun (None),
+    or a person's `skip` (the result to complete with) or `fail` (raises)."""
+    prior = engine.run.pending
+    if not (prior and prior.get("kind") == "cli" and prior.get("state") == cs.state.name
+            and prior.get("visit") == visit and prior.get("attempt") == attempt):
+        return None
+    if cs.state.idempotent:
+        return None
+    action = cs.state.action
+    message = (f"agent '{cs.state.name}': its {getattr(action, 'cli', 'CLI')} run was cut off by a crash "
+               f"(${float(prior.get('charged_usd') or 0.0):.6f} reported before it; its reservation stays spent) "
+               "and the state is not idempotent; rerun it, skip it (the state completes with no answer) or fail")
+    decision = engine.run.decision
+    if decision is None or decision.get("decision") not in CUT_OFF_CHOICES:
+        if engine.loop.unattended:
+            raise StepFailure("interrupted", message)
+        wait_for_person(engine, cs.state, reason="cli_interrupted", message=message, choices=CUT_OFF_CHOICES, timeout=None)
+    engine.run.decision = None
+    assert decision is not None
+    if decision["decision"] == "fail":
+        raise StepFailure("interrupted", f"agent '{cs.state.name}': a person chose to fail after its CLI run was cut off")
+    if decision["decision"] == "rerun":
+        return None
+    return {"text": "", "json": None, "stop": "interrupted", "turns": 0, "model": None, "usage": {},
+            "cost_usd": None, "overspend_usd": 0.0, "tool_calls": []}

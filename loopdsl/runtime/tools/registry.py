@@ -72,10 +72,16 @@ async def open_workspace_tools(tools: Sequence[tuple[ToolDef, ToolUse]], env: To
     """The built-in tools an agent lists; the writing ones only in a worktree."""
     from .workspace import WorkspaceTools  # its own module: confinement code most runs never load
 
-    paths = tuple(p for _tool, use in tools for p in use.paths)
-    return WorkspaceTools(env.workdir, writable=env.worktree, writable_globs=env.action.writable,
-                          read_ignored=env.action.read_ignored, paths=paths, output_limit=env.output_limit,
-                          redactor=env.redact, tools=[tool.name for tool, _use in tools])
+    # `paths:` narrows the one listing it is written on: tools listed with the same globs
+    # (or none) share a box, so `{name: read_file, paths: [src/**]}` leaves list_files whole.
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for tool, use in tools:
+        groups.setdefault(tuple(use.paths), []).append(tool.name)
+    boxes = [WorkspaceTools(env.workdir, writable=env.worktree, writable_globs=env.action.writable,
+                            read_ignored=env.action.read_ignored, paths=paths, output_limit=env.output_limit,
+                            redactor=env.redact, tools=names)
+             for paths, names in groups.items()]
+    return boxes[0] if len(boxes) == 1 else ToolBoxes(boxes)
 
 
 # kind -> "module:attribute" of its factory, imported when an agent first uses that kind.

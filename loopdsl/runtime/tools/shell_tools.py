@@ -4,8 +4,11 @@ A call's arguments are model-written, so they are checked before anything runs: 
 params' defaults are filled in, then the whole object is validated against the params
 (extra arguments refused). `{{ args.X }}` reaches bash the way every placeholder does, as
 a quoted environment variable (language/shell_command.py), through the one shell runner
-(runtime/shell.py), in its own session, with only PATH HOME LANG TERM TMPDIR and the
-secrets the tool lists. Output is redacted for every secret of the run, then capped.
+(runtime/shell.py), in its own session, with only PATH HOME LANG TERM TMPDIR, the
+secrets the tool lists and its `env:` (as for shell states: a value is a literal, a template
+over args/inputs/run, or exactly `{{ secrets.X }}` of a declared secret). `cwd:` renders the
+same way and is confined to the workspace. Output is redacted for every secret of the run,
+then capped.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from ...language.agent_model import ToolDef, ToolUse
 from ...language.templates import RenderError, ShellCommand, TemplateError, compile_shell, compile_template
 from ...language.tool_check import tool_facts
 from ..process_tree import CommandRef, new_marker
+from ..shell import CwdOutsideWorkspace, confined_cwd
 from .base import ToolOutcome, ToolSpec, check_names, safe_output
 from .registry import ToolEnv
 
@@ -107,16 +111,15 @@ class ShellToolBox:
             return ToolOutcome.failure(problem)
         try:
             script, argv, placeholders = self._prepare(tool, full)
-        except (RenderError, TemplateError) as exc:
+            env, cwd = self._environment(tool, full)
+        except (RenderError, TemplateError, CwdOutsideWorkspace) as exc:
             return ToolOutcome.failure(f"the arguments cannot be used in the command: {exc}")
-        env = self.env.base_env()
-        env.update({k: self.env.secret_values.get(k, "") for k in tool.secrets})
         env.update(placeholders)
 
         def started_process(ref: CommandRef) -> None:
             self.env.on_process(call_id, ref.to_json())
 
-        res = await self.env.shell(script=script, argv=argv, cwd=self.env.workdir, env=env,
+        res = await self.env.shell(script=script, argv=argv, cwd=cwd, env=env,
                                    timeout=min(timeout, tool.timeout), redact=self.env.redact,
                                    marker=new_marker(), on_start=started_process)
         return self._outcome(res, tool, started)
@@ -130,6 +133,29 @@ class ShellToolBox:
         spec = tool.shell
         assert spec is not None and spec.argv is not None
         return None, [compile_template(a).render(context) for a in spec.argv], {}
+
+    def _environment(self, tool: ToolDef, args: Mapping[str, Any]) -> tuple[dict[str, str], Any]:
+        """The command's environment and working folder: the base keys, the listed secrets,
+        then `env:` (a whole `{{ secrets.X }}` passes that declared secret; anything else is
+        rendered over args/inputs/run, so a secret cannot be derived into a value); `cwd:`
+        rendered likewise and confined to the workspace (a model-written part cannot lead out)."""
+        spec = tool.shell
+        assert spec is not None
+        env = self.env.base_env()
+        env.update({k: self.env.secret_values.get(k, "") for k in tool.secrets})
+        passed = spec.secrets_passed
+        context = {"args": dict(args), "inputs": dict(self.env.inputs), "run": dict(self.env.run)}
+        for key, value in spec.env.items():
+            if key in passed:
+                if passed[key] not in self.env.secret_values:
+                    raise RenderError(f"env {key} names secret {passed[key]!r}, which is not declared")
+                env[key] = self.env.secret_values[passed[key]]
+            else:
+                env[key] = compile_template(value).render(context)
+        cwd = self.env.workdir
+        if spec.cwd is not None:
+            cwd = confined_cwd(cwd, compile_template(str(spec.cwd)).render(context))
+        return env, cwd
 
     def _outcome(self, res: Any, tool: ToolDef, started: float) -> ToolOutcome:
         """Each stream redacted on its whole text, then cut: stdout keeps three quarters of
