@@ -126,3 +126,52 @@ def test_a_response_stored_before_prompts_were_kept_still_shows(tmp_path: Path) 
     assert "--- prompt: not stored" in shown.stdout and "looks fine" in shown.stdout
     as_json = json.loads(loopdsl("show", run_id, "--store", str(store), "--transcript", "--json", cwd=base).stdout)
     assert as_json["transcript"][0]["messages"] is None
+
+
+AGENT_LOOP = """loopdsl: 1
+name: agent-transcript
+models:
+  m: {model: anthropic/claude-haiku-4-5, max_tokens: 100}
+secrets: [MY_TOKEN]
+budget: {cost_usd: 1, tokens: 100000}
+tools:
+  shout:
+    description: Echo a word back.
+    params: {word: {type: string}}
+    required: [word]
+    shell: echo "heard {{ args.word }} $MY_TOKEN"
+    secrets: [MY_TOKEN]
+start: work
+states:
+  work:
+    agent: {model: m, prompt: "Shout <i>loud</i>, token {{ secrets.MY_TOKEN }}", tools: [shout], max_turns: 3}
+    next: done
+  done: {end: completed}
+"""
+AGENT_REPLIES = """work:
+  - tool_calls: [{name: shout, args: {word: hello}}]
+    text: "calling"
+  - "all done"
+"""
+
+
+def test_an_agents_transcript_has_its_prompt_turns_and_tool_results(tmp_path: Path) -> None:
+    (tmp_path / "loop.yaml").write_text(AGENT_LOOP, encoding="utf-8")
+    (tmp_path / "replies.yaml").write_text(AGENT_REPLIES, encoding="utf-8")
+    store = str(tmp_path / "store")
+    run = loopdsl("run", "loop.yaml", "--script", "replies.yaml", "--store", store, "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    run_id = json.loads(run.stdout.splitlines()[-1])["run_id"]
+    shown = loopdsl("show", run_id, "--store", store, "--transcript", "--json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert SECRET not in shown.stdout
+    first, second = json.loads(shown.stdout)["transcript"]
+    assert (first["kind"], first["turn"], second["turn"]) == ("agent turn", 1, 2)
+    assert "Shout <i>loud</i>, token ***" in first["messages"][-1]["content"]
+    assert first["reply"] == "calling" and [t["name"] for t in first["tool_calls"]] == ["shout"]
+    (result,) = first["tool_results"]
+    assert result["ok"] and "heard hello ***" in result["content"]
+    assert second["messages"] is None and second["reply"] == "all done"
+    text = loopdsl("show", run_id, "--store", store, "--transcript", cwd=tmp_path).stdout
+    assert "--- tool call shout (call_1_1)" in text and "--- tool result shout (call_1_1, ok)" in text
+    assert "prompt: not stored" not in text  # a later turn's prompt is the conversation above it
