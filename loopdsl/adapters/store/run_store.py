@@ -19,7 +19,9 @@ Key layout (all keys are strings):
   lock/<name>                the holder of a run lock (expires unless refreshed)
   owner/<name>               the token of the last process that took the lock (a fencing
                              token: every commit under a lock checks it in its transaction)
-  response/<sha256>          paid LLM responses of runs (never evicted)
+  response/<sha256>          paid LLM responses of runs (never evicted); an llm/evaluate one
+                             also holds its request's redacted `messages` (older ones do not),
+                             an `llm` event names its row in `key` (show --transcript)
   cache/<sha256>             optional cross-run response cache
 """
 from __future__ import annotations
