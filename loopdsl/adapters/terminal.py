@@ -235,3 +235,32 @@ def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunS
             lines.append(f"  {child.run_id}: {child.status}  path {' -> '.join(child.path)}  "
                          f"{ledger.get('tokens', 0)} tokens {_money(ledger.get('cost_usd'))}")
     return "\n".join(lines)
+
+
+def transcript_text(calls: list[dict[str, Any]]) -> str:
+    """`loopdsl show RUN --transcript`: each model call (from `api.transcript.model_calls`)
+    with its prompt messages, reply and tool calls; the caller makes it terminal-safe."""
+    if not calls:
+        return "no model calls in this run"
+    lines: list[str] = []
+    for n, call in enumerate(calls, 1):
+        where = f"{call['state']} attempt {call['attempt']}" + (f" turn {call['turn']}" if call["turn"] is not None else "")
+        failed = f" (failed: {call['failed']})" if call["failed"] else ""
+        lines.append(f"=== call {n}: {where}, {call['kind']}, model {call['model']}{failed}")
+        if call["messages"] is None:
+            if call["turn"] in (None, 1):
+                lines.append("--- prompt: not stored (recorded before prompts were kept)")
+        else:
+            for message in call["messages"]:
+                lines.append(f"--- {message['role']}")
+                lines.append(message["content"])
+        lines.append("--- reply" if call["stored"] else "--- reply: not stored")
+        if call["reply"]:
+            lines.append(call["reply"])
+        for tool in call["tool_calls"]:
+            lines.append(f"--- tool call {tool['name']} ({tool['id']}): {tool['arguments']}")
+        for result in call["tool_results"]:
+            lines.append(f"--- tool result {result['name']} ({result['id']}, {'ok' if result['ok'] else 'error'})")
+            lines.append(result["content"])
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")

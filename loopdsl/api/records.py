@@ -11,6 +11,7 @@ from ..adapters.store.listing import RunSummary, child_ids, run_count, spend_his
 from ..adapters.store.run_store import default_store_dir
 from ..runtime.errors import StoreError
 from .runs import UsageError, open_store
+from .transcript import model_calls
 
 
 @dataclass
@@ -39,10 +40,13 @@ class RunView:
     record: dict[str, Any]
     events: list[dict[str, Any]]
     children: list[dict[str, Any]]
+    transcript: list[dict[str, Any]] = field(default_factory=list)  # see `transcript.model_calls`
 
 
-def show_run(run_id: str, store: str | Path | None = None, cwd: Path | None = None) -> RunView:
-    """One run's record, its event log and its (undamaged) child runs."""
+def show_run(run_id: str, store: str | Path | None = None, cwd: Path | None = None, *,
+             transcript: bool = False) -> RunView:
+    """One run's record, its event log and its (undamaged) child runs; with `transcript`,
+    its model calls' prompts and replies too (read from the response store)."""
     st = open_store(store, cwd or Path.cwd(), create=False)
     try:
         full = st.resolve(run_id)
@@ -56,7 +60,9 @@ def show_run(run_id: str, store: str | Path | None = None, cwd: Path | None = No
                 continue
             if record.get("parent") == full:
                 children.append({**record, "run_id": record.get("run_id", child)})
-        return RunView(st.load_run(full), st.events(full), children)
+        events = st.events(full)
+        calls = model_calls(st, full, events) if transcript else []
+        return RunView(st.load_run(full), events, children, calls)
     finally:
         st.close()
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..adapters.terminal import runs_table, show_text
+from ..adapters.terminal import runs_table, show_text, transcript_text
 from ..adapters.terminal_safe import visible, visible_json
 from ..adapters.store.run_store import default_store_dir
 from ..api.records import clean as clean_worktrees, list_runs, show_run
@@ -38,9 +38,11 @@ def runs(store: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The whole record and event log as JSON.")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False),
               help="Write the run's page (as `loopdsl ui` shows it) to this file, one static HTML file.")
-def show(run_id: str, store: str | None, as_json: bool, html_file: str | None) -> None:
+@click.option("--transcript", is_flag=True,
+              help="Each model call's prompt messages and reply (an agent's tool calls and results too), redacted.")
+def show(run_id: str, store: str | None, as_json: bool, html_file: str | None, transcript: bool) -> None:
     """Show a run: path, per-state results, gates, usage and cost, files."""
-    view = show_run(run_id, store)
+    view = show_run(run_id, store, transcript=transcript or bool(html_file))
     if html_file:
         from ..ui.pages import run_page  # Jinja only; the web server's extra is not needed
 
@@ -48,8 +50,12 @@ def show(run_id: str, store: str | None, as_json: bool, html_file: str | None) -
         write_text(run_page(view, store=where), html_file)
         click.echo(f"wrote the page of run {view.record.get('run_id')} to {html_file}", err=True)
     elif as_json:
-        click.echo(visible_json(json.dumps({"run": view.record, "events": view.events, "children": view.children},
-                                           indent=2, ensure_ascii=False, default=str)))
+        shown = {"run": view.record, "events": view.events, "children": view.children}
+        if transcript:
+            shown["transcript"] = view.transcript
+        click.echo(visible_json(json.dumps(shown, indent=2, ensure_ascii=False, default=str)))
+    elif transcript:
+        click.echo(visible(transcript_text(view.transcript)))
     else:
         click.echo(visible(show_text(RunState.from_json(view.record), view.events,
                                      [RunState.from_json(c) for c in view.children])))

@@ -42,7 +42,7 @@ def run_page(view: RunView, *, store: Any = None, csrf: str | None = None, notic
     diff = run_diff(record)
     return views.environment().get_template("run.html").render(
         csp=CSP, run=_record_fields(record), timeline=views.timeline(view.events), per_state=views.per_state(record),
-        llm_calls=views.llm_calls(view.events), tool_calls=views.tool_calls(view.events),
+        llm_calls=views.llm_calls(view.events), tool_calls=views.tool_calls(view.events), transcript=view.transcript,
         gates=views.gates(view.events), decisions=views.decisions(view.events),
         waiting=views.waiting(record), csrf=csrf, notice=views.shown(notice, 2000), error=views.shown(error, 4000),
         diff=views.shown(diff, 200_000) if diff is not None else None,

@@ -122,7 +122,7 @@ def _list(settings: UiSettings) -> Callable[[Request], Awaitable[Response]]:
 
 def _render_run(settings: UiSettings, run_id: str, notice: str = "", error: str = "", status: int = 200) -> Response:
     try:
-        view = show_run(run_id, settings.store)
+        view = show_run(run_id, settings.store, transcript=True)
     except LoopdslError as exc:
         return _refuse(f"404: {exc.message}", 404)
     return _html(pages.run_page(view, store=settings.store, csrf=settings.csrf, notice=notice, error=error), status)

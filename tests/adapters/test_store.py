@@ -484,3 +484,44 @@ def test_active_runs(store: RunStore) -> None:
         assert store.active_runs("h") == ["other"]
     assert store.active_runs("g") == ["paused"]
     assert store.active_runs("none") == []
+
+
+# ------------------------------------------------------------------ events read in one scan
+
+
+def test_events_read_in_one_scan_keep_order_and_skip_other_runs(store: RunStore) -> None:
+    store.create_run("r1", {"status": "running"})
+    store.create_run("r10", {"status": "running"})  # its keys sort right after r1's
+    for i in range(120):
+        store.commit("r1", {"status": "running"}, [{"seq": 2 * i}, {"seq": 2 * i + 1}])
+        store.commit("r10", {"status": "running"}, [{"seq": -i}])
+    assert [e["seq"] for e in store.events("r1")] == list(range(240))
+    assert [e["seq"] for e in store.events("r10")] == [-i for i in range(120)]
+
+
+def test_a_planted_pickle_among_events_is_refused_not_unpickled(store: RunStore, store_dir: Path, tmp_path: Path) -> None:
+    store.create_run("victim", {"status": "running"})
+    for i in range(3):
+        store.commit("victim", {"status": "running"}, [{"seq": i}])
+    canary = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self):  # unpickling this would create the canary file
+            return (Path.touch, (canary,))
+
+    with sqlite3.connect(store_dir / "cache.db") as con:
+        con.execute("UPDATE Cache SET mode = 4, value = ? WHERE key = ?",
+                    (pickle.dumps(Exploit()), "run/victim/event/0000000001"))
+    with pytest.raises(StoreError, match="not JSON"):
+        store.events("victim")
+    assert not canary.exists()
+
+
+def test_a_missing_event_batch_is_a_damaged_run(store: RunStore, store_dir: Path) -> None:
+    store.create_run("holed", {"status": "running"})
+    for i in range(3):
+        store.commit("holed", {"status": "running"}, [{"seq": i}])
+    with sqlite3.connect(store_dir / "cache.db") as con:
+        con.execute("DELETE FROM Cache WHERE key = 'run/holed/event/0000000001'")
+    with pytest.raises(StoreError, match="counts 3 event batches but 2 are stored"):
+        store.events("holed")

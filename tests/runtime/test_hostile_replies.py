@@ -58,6 +58,11 @@ def test_only_hostile_replies_fail_the_run_cleanly(tmp_path: Path) -> None:
 def test_bounded_loads_limits() -> None:
     assert bounded_json.loads('{"a": [1, 2.5, "[[[["]}') == {"a": [1, 2.5, "[[[["]}
     assert bounded_json.loads("[" * 100 + "]" * 100) is not None
+    # many brackets (past the count that skips the scan), but shallow: read
+    assert len(bounded_json.loads("[" + "[1]," * 500 + "1]")) == 501
+    # 101 deep, its brackets hidden among strings full of brackets: still refused
+    with pytest.raises(bounded_json.JsonLimitError):
+        bounded_json.loads("[" * 101 + '"{{{{"' + "]" * 101)
     for text in ("[" * 101 + "]" * 101, "9" * 1001, "-" + "9" * 1001, "NaN", "[-Infinity]", "1e400"):
         with pytest.raises(bounded_json.JsonLimitError):
             bounded_json.loads(text)

@@ -86,6 +86,7 @@ def test_a_hostile_reply_is_shown_as_text_and_never_runs(waiting_run: WaitingRun
     page.goto(f"{base}/runs/{waiting_run.run_id}")
     page.wait_for_timeout(300)  # time for an image error handler to fire, were there one
     assert page.locator("pre.reply").inner_text() == HOSTILE
+    assert page.locator("details.call pre.call-reply").text_content() == HOSTILE  # the transcript, collapsed
     assert page.locator("#waiting-message").inner_text() == f"Ship {HOSTILE}?"
     assert page.locator("script").count() == 0 and page.locator("img").count() == 0
     assert page.dialogs == []

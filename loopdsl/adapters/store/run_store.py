@@ -19,7 +19,9 @@ Key layout (all keys are strings):
   lock/<name>                the holder of a run lock (expires unless refreshed)
   owner/<name>               the token of the last process that took the lock (a fencing
                              token: every commit under a lock checks it in its transaction)
-  response/<sha256>          paid LLM responses of runs (never evicted)
+  response/<sha256>          paid LLM responses of runs (never evicted); an llm/evaluate one
+                             also holds its request's redacted `messages` (older ones do not),
+                             an `llm` event names its row in `key` (show --transcript)
   cache/<sha256>             optional cross-run response cache
 """
 from __future__ import annotations
@@ -38,7 +40,7 @@ import diskcache
 
 # The on-disk layer and the run lock live in their own modules; their public names are
 # re-exported (see `__all__`) so `from loopdsl.adapters.store.run_store import ...` keeps working.
-from .disk import DB_NAME, FORMAT_VERSION, MARKER_NAME, JsonOnlyDisk, _guarded, _prepare_directory, put_rows
+from .disk import DB_NAME, FORMAT_VERSION, MARKER_NAME, JsonOnlyDisk, _guarded, _prepare_directory, put_rows, read_range
 from ...runtime.errors import StoreError
 from ...runtime.run_state import events_problem, record_problem
 from ...runtime.run_keys import (
@@ -239,9 +241,11 @@ class RunStore:
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise self._damaged(run_id, "its event count is not a number")
         # Batches are append-only, so every index below the count read above exists.
+        batches = read_range(cache, _event_key(run_id, 0), _event_key(run_id, count))
+        if len(batches) != count:
+            raise self._damaged(run_id, f"it counts {count} event batches but {len(batches)} are stored")
         events: list[dict[str, Any]] = []
-        for i in range(count):
-            batch = cache.get(_event_key(run_id, i))
+        for batch in batches:
             events.extend(batch if isinstance(batch, list) else [batch])
         problem = events_problem(events)
         if problem is not None:

@@ -123,7 +123,8 @@ class AgentAttempt:
         self.text = str(reply.get("text") or "")
         engine.emit("llm", state=self.state.name, attempt=self.ids["attempt"], turn=self.turn, model=model,
                     usage=reply.get("usage"), cost_usd=reply.get("cost_usd"), replayed=bool(reply.get("replayed")),
-                    cached=False, tool_calls=len(reply.get("tool_calls") or []), spent=engine.ledger.spent())
+                    cached=False, tool_calls=len(reply.get("tool_calls") or []), spent=engine.ledger.spent(),
+                    key=self.turns.key(self.turn, int(reply.get("fallback", self.turns.start))))
         return reply
 
     def result(self, stop: str) -> dict[str, Any]:

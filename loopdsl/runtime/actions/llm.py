@@ -173,17 +173,15 @@ class LlmCaller:
             key = request_key(cc.run_id, cc.state, cc.visit, cc.attempt, index, model)
             stored = self.responses.get_response(key)
             if stored is not None:  # paid before a crash: reuse, never pay twice
-                stored = dict(stored)
-                stored["replayed"] = True
-                return stored
+                return dict(stored, replayed=True, response_key=key)
             if self.use_cache:
                 cached = self.responses.get_cached(cache_key(canonical))
                 if cached is not None:
                     hit = dict(cached, cost_usd=0.0, cached=True)
                     self.responses.put_response(key, hit)
-                    return hit
+                    return dict(hit, response_key=key)
             try:
-                return await self._paid_call(request, priced, key, canonical, cc)
+                return dict(await self._paid_call(request, priced, key, canonical, cc), response_key=key)
             except ProviderError as exc:
                 last = exc
                 continue  # the next model of the fallback chain, within this attempt
@@ -210,9 +208,11 @@ class LlmCaller:
         return {"prompt_tokens": response.prompt_tokens, "completion_tokens": response.completion_tokens}, cost_usd
 
     async def _paid_call(self, request: LlmRequest, priced: list[tuple[str, Price | None]], key: str, canonical: dict,
-                         cc: CallContext, reserve_from: int = 0) -> dict[str, Any]:
+                         cc: CallContext, reserve_from: int = 0, keep_messages: bool = True) -> dict[str, Any]:
         """`reserve_from`: the first chain entry still in play (an agent's sticky fallback);
-        the call is reserved at the dearest price from there on."""
+        the call is reserved at the dearest price from there on. `keep_messages`: store the
+        request's messages beside the reply, for `show --transcript` (an agent's turns keep
+        only their first request, the rest follows from the replies and tool results)."""
         provider = self.provider()
         prompt_tokens = prompt_tokens_for(provider, request, cc.state)
         if request.tools:  # an agent's turn grows each turn: past the model's window it is not sent
@@ -253,14 +253,14 @@ class LlmCaller:
         }
         if not response.usage_known:
             result["usage_unknown"] = True  # charged the reservation: the reply's usage was missing or garbage
-        result = self.redact(result)
-        self.responses.put_response(key, result)
+        kept = self.redact({**result, "messages": list(request.messages)} if keep_messages else result)
+        self.responses.put_response(key, kept)
         # From here the ledger holds what the call cost, not its reservation: a commit made
         # before the state ends (a gate's command starting) must not let `resume` settle it again.
         pending["settled"] = True
         if self.use_cache:
-            self.responses.put_cached(cache_key(canonical), result)
-        return result
+            self.responses.put_cached(cache_key(canonical), kept)
+        return {k: v for k, v in kept.items() if k != "messages"}
 
 
 def prompt_tokens_for(provider: Provider, request: LlmRequest, state: str) -> int:
@@ -344,7 +344,7 @@ async def run_llm_state(engine: "Engine", cs: CompiledState, ctx: dict[str, Any]
         raise
     engine.emit("llm", state=cs.state.name, attempt=attempt, model=reply.get("model"), usage=reply.get("usage"),
               cost_usd=reply.get("cost_usd"), replayed=bool(reply.get("replayed")), cached=bool(reply.get("cached")),
-              spent=engine.ledger.spent())
+              spent=engine.ledger.spent(), key=reply.get("response_key"))
     if isinstance(action, EvaluateAction):
         return evaluate_result(reply)
     return llm_result(action, reply)
