@@ -44,7 +44,11 @@ def test_scaffold_lints_clean_and_its_loop_test_is_green(name: str, tmp_path: Pa
         assert (target / rel).is_file(), rel
     assert ".loopdsl/" in (target / ".gitignore").read_text().split()
     report = lint_paths([target / "loops"])
-    assert report.diagnostics == [], [d.message for d in report.diagnostics]
+    # One known warning (docs/patterns.md): the dependency bump's revert path, which lint
+    # cannot see restores the files, reaches the part's `completed` end.
+    problems = [d for d in report.diagnostics
+                if not (d.rule == "agent-unreviewed" and d.path.endswith("parts/dependency-bump.yaml"))]
+    assert problems == [], [d.message for d in problems]
     # Every path inside the copied loops resolves inside the project.
     pending = [load_loop(loop_file)]
     while pending:
