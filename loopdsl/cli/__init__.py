@@ -31,6 +31,7 @@ _COMMANDS = {
     "cost": "loopdsl.cli.cost_command:cost",
     "schedule": "loopdsl.cli.schedule_command:schedule",
     "init": "loopdsl.cli.init_command:init",
+    "worker": "loopdsl.cli.temporal_commands:worker",
 }
 
 

@@ -10,6 +10,8 @@ from ..adapters.terminal_safe import visible, visible_json
 from ..api.records import clean as clean_worktrees, list_runs, show_run
 from ..runtime.run_state import RunState
 from .output import store_option
+from .temporal_commands import namespace_option, temporal_option
+from . import temporal_commands as on_temporal
 
 LISTED = ("run_id", "loop", "status", "started_at", "ended_at", "ledger")
 
@@ -17,8 +19,13 @@ LISTED = ("run_id", "loop", "status", "started_at", "ended_at", "ledger")
 @click.command()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
-def runs(store: str | None, as_json: bool) -> None:
+@temporal_option
+@namespace_option
+def runs(store: str | None, as_json: bool, temporal: str | None, namespace: str) -> None:
     """List the runs in the store, newest first."""
+    if temporal:
+        on_temporal.list_runs(temporal, namespace, as_json)
+        return
     listing = list_runs(store)
     if as_json:
         click.echo(visible_json(json.dumps([{**{k: r.get(k) for k in LISTED}, "interrupted": bool(r.get("interrupted")),
@@ -34,8 +41,13 @@ def runs(store: str | None, as_json: bool) -> None:
 @click.argument("run_id")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="The whole record and event log as JSON.")
-def show(run_id: str, store: str | None, as_json: bool) -> None:
+@temporal_option
+@namespace_option
+def show(run_id: str, store: str | None, as_json: bool, temporal: str | None, namespace: str) -> None:
     """Show a run: path, per-state results, gates, usage and cost, files."""
+    if temporal:
+        on_temporal.show_run(run_id, temporal, namespace, as_json)
+        return
     view = show_run(run_id, store)
     if as_json:
         click.echo(visible_json(json.dumps({"run": view.record, "events": view.events, "children": view.children},

@@ -43,6 +43,9 @@ def build_worker(client: Client, task_queue: str, root: Path, base_env: Callable
 async def serve(client: Client, task_queue: str, root: Path, base_env: Callable[[], Mapping[str, str]],
                 *, identity: str | None = None, sticky_timeout_s: float = 10.0,
                 ready: Callable[[], None] | None = None) -> None:
+    from ..litellm_loading import start_loading
+
+    start_loading()  # in the background: the first model call should not wait seconds for the import
     worker = build_worker(client, task_queue, root, base_env, identity=identity, sticky_timeout_s=sticky_timeout_s)
     async with worker:
         if ready is not None:
