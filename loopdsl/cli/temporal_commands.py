@@ -136,9 +136,6 @@ def start_run(loop_ref: str, values: dict[str, Any], script: str | None, *, addr
     root = repo_root(Path.cwd())
     loop_path = loops.relative(model.source, root) if model.source else loop_ref
     script_path = loops.relative(script, root) if script else None
-    if Path(loop_path).is_absolute() or (script_path and Path(script_path).is_absolute()):
-        raise LoopdslError(f"{loop_ref} is outside the repository {root}",
-                           "workers load loop files from their own checkout: name a loop file inside it")
     loops.set_root(root)
     files = dict(loops.load(loop_path, script_path).files)
     request = {"loop_path": loop_path, "script": script_path, "inputs": values, "files": files,

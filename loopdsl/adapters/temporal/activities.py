@@ -11,14 +11,17 @@ import asyncio
 import contextlib
 import os
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Mapping
 
 from temporalio import activity
 
 from ...runtime.model_port import LlmRequest, ProviderError
+from ...runtime.run_keys import default_store_dir
+from ..git_worktree import WorkspaceError
 from ...runtime.shell import confined_cwd, run_command
 from . import loops
-from .wire import LLM, PREPARE, SHELL
+from .wire import FINISH, LLM, PREPARE, SHELL
 
 
 @contextlib.asynccontextmanager
@@ -57,7 +60,41 @@ class LoopActivities:
             return {"error": str(exc), "kind": "changed_files"}
         except Exception as exc:  # a lint error, a missing file: the run ends with the message
             return {"error": f"{type(exc).__name__}: {exc}", "kind": "load"}
-        return {"files": dict(loaded.files), "host": loops.worker_host()}
+        out: dict[str, Any] = {"files": dict(loaded.files), "host": loops.worker_host()}
+        loop = loaded.compiled.loop
+        if loop.workspace.worktree:
+            try:
+                out["worktree"] = self._new_worktree(req["run_id"], loop.workspace.base)
+            except WorkspaceError as exc:
+                return {"error": f"{exc.message}; {exc.hint}", "kind": "workspace"}
+        return out
+
+    def _new_worktree(self, run_id: str, base: str) -> dict[str, Any]:
+        from ..git_worktree import create_worktree, find_repo_root
+
+        root = loops.root()
+        repo = find_repo_root(root)
+        if repo is None:
+            raise WorkspaceError(f"the loop runs in a git worktree but the worker's folder {root} is not a git repository",
+                                 "start the worker inside the repository the loop works on")
+        wt = create_worktree(repo, default_store_dir(root) / "worktrees", run_id, base)
+        # Relative to the worker's root: the engine's workdir is `root / path` on whichever worker replays.
+        return {"path": loops.relative(wt.path, root), "branch": wt.branch, "repo": str(wt.repo),
+                "base_commit": wt.base_commit, "kept": True}
+
+    @activity.defn(name=FINISH)
+    async def finish(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Commits a completed run's worktree onto its branch (as the local backend does)."""
+        from ..git_worktree import SecretInCommit, Worktree, finish_worktree
+
+        info = req["worktree"]
+        root = loops.root()
+        wt = Worktree(repo=Path(info["repo"]), path=root / info["path"], branch=info["branch"],
+                      base_commit=info["base_commit"])
+        try:
+            return {"commit": await asyncio.to_thread(finish_worktree, wt, req["message"], ())}
+        except SecretInCommit as exc:
+            return {"error": f"{exc.message}; {exc.hint}"}
 
     def _model(self) -> Any:
         if self._provider is None:
@@ -85,7 +122,7 @@ class LoopActivities:
         """One command in this worker's copy of the repository (`cwd` is relative to it)."""
         base = loops.root()
         cwd = confined_cwd(base, req["cwd"]) if req["cwd"] not in ("", ".") else base
-        env = {**self.base_env(), "LOOPDSL_WORKDIR": str(base), **req["env"]}
+        env = {**self.base_env(), "LOOPDSL_WORKDIR": str(base / req.get("workdir", ".")), **req["env"]}
         started: list[Any] = []
         async with _heartbeating(_beat_interval()):
             result = await run_command(script=req.get("script"), argv=req.get("argv"), cwd=cwd, env=env,
@@ -97,4 +134,4 @@ class LoopActivities:
         return out
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.prepare, self.llm, self.shell]
+        return [self.prepare, self.llm, self.shell, self.finish]

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 WORKFLOW = "loopdsl.run"
-PREPARE, LLM, SHELL = "loopdsl.prepare", "loopdsl.llm", "loopdsl.shell"
+PREPARE, LLM, SHELL, FINISH = "loopdsl.prepare", "loopdsl.llm", "loopdsl.shell", "loopdsl.finish"
 PROGRESS_QUERY = "progress"
 DECIDE_UPDATE = "decide"
 DEFAULT_TASK_QUEUE = "loopdsl"

@@ -20,7 +20,8 @@ from .workflow import LoopWorkflow
 # threading.Lock, which the sandbox refuses. What they may do there is bounded by the ports
 # (every clock reading and wait goes through WorkflowClock, every effect is an activity).
 PASSED_THROUGH = ("loopdsl", "jinja2", "markupsafe", "transitions", "yaml", "ruamel", "jsonschema",
-                  "referencing", "rpds", "attrs", "diskcache", "litellm")
+                  "jsonschema_specifications", "referencing", "rpds", "attrs", "regex", "croniter", "dateutil",
+                  "tree_sitter", "tree_sitter_bash", "diskcache", "litellm")
 
 
 def sandbox_runner(pass_loopdsl: bool = True) -> SandboxedWorkflowRunner:

@@ -14,7 +14,7 @@ from typing import Any
 from temporalio import workflow
 
 from ...runtime.engine import Engine, MemoryResponses, Ports
-from ...runtime.run_state import ABORTED, FAILED, RUNNING, WAITING, RunState
+from ...runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState
 from . import loops
 from .wf_ports import (
     WorkflowClock,
@@ -25,7 +25,7 @@ from .wf_ports import (
     activity_options,
     waiting_left,
 )
-from .wire import DECIDE_UPDATE, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, PREPARE, PROGRESS_QUERY, WORKFLOW
+from .wire import DECIDE_UPDATE, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, FINISH, PREPARE, PROGRESS_QUERY, WORKFLOW
 
 # A timer ends a fraction after the checkpoint's timeout, so the decision window has closed.
 TIMEOUT_SLACK_S = 0.05
@@ -44,7 +44,7 @@ class LoopWorkflow:
     async def run_loop(self, req: dict[str, Any]) -> dict[str, Any]:
         heartbeat_s = float(req.get("heartbeat_s") or DEFAULT_HEARTBEAT_S)
         prep = await workflow.execute_activity(
-            PREPARE, {"loop_path": req["loop_path"], "script": req.get("script"),
+            PREPARE, {"loop_path": req["loop_path"], "script": req.get("script"), "run_id": workflow.info().workflow_id,
                       "files": None if req.get("force") else req.get("files")},
             **activity_options(heartbeat_s, 120))
         if "error" in prep:
@@ -54,6 +54,8 @@ class LoopWorkflow:
             return self.summary()
         loaded = loops.load(req["loop_path"], req.get("script"), prep["files"])
         run = self.run = self._new_state(req, prep, loaded.compiled.loop.name, loaded.compiled.loop.start)
+        if prep.get("worktree"):
+            run.meta["worktree"] = prep["worktree"]
         ports = self._ports(loaded, heartbeat_s)
         first = {"loop": loaded.compiled.loop.name, "run_id": run.run_id, "inputs": dict(run.inputs),
                  "workdir": prep.get("host", ""), "caps": _caps(loaded.compiled.loop)}
@@ -67,6 +69,7 @@ class LoopWorkflow:
             except asyncio.CancelledError:
                 break  # the engine recorded `aborted`
             except Exception:  # the engine recorded `failed` with the message
+                workflow.logger.exception("run %s stopped", run.run_id)
                 break
             if run.status != WAITING:
                 break
@@ -75,7 +78,20 @@ class LoopWorkflow:
             except asyncio.CancelledError:
                 self._abort("aborted while waiting for a decision")
                 break
+        if run.status == COMPLETED and run.meta.get("worktree"):
+            await self._commit_worktree(run, heartbeat_s)
         return self.summary()
+
+    async def _commit_worktree(self, run: RunState, heartbeat_s: float) -> None:
+        info = run.meta["worktree"]
+        out = await workflow.execute_activity(
+            FINISH, {"worktree": info, "message": f"loopdsl: {run.loop} run {run.run_id}\n\nPath: {' -> '.join(run.path)}"},
+            **activity_options(heartbeat_s, 600))
+        if "error" in out:
+            run.status, run.error = FAILED, {"state": run.current, "kind": "workspace", "message": out["error"]}
+            self.events.append({"seq": run.seq + 1, "t": self.clock.utc_now(), "type": "failed", **run.error})
+            return
+        info.update(kept=False, commit=out["commit"])
 
     def _new_state(self, req: dict[str, Any], prep: dict[str, Any], name: str, start: str) -> RunState:
         info = workflow.info()
@@ -92,11 +108,13 @@ class LoopWorkflow:
 
             scripted = ScriptedProvider.from_data(loaded.script)
         model = scripted if scripted is not None else WorkflowModel(loaded.compiled.loop, heartbeat_s)
-        workdir = loops.root()
+        root = loops.root()
+        worktree = (self.run.meta.get("worktree") or {}) if self.run else {}
+        workdir = root / worktree["path"] if worktree else root
         return Ports(provider=lambda: model, run_log=WorkflowRunLog(lambda run: None), responses=MemoryResponses(),
                      human=WorkflowHuman(scripted, self.clock), workdir=workdir, env={}, skills=loaded.skills,
                      listeners=[self.events.append], clock=self.clock,
-                     shell=WorkflowShell(self, workdir, heartbeat_s), keep_events=False)
+                     shell=WorkflowShell(self, root, workdir, heartbeat_s), keep_events=False)
 
     async def _wait_for_decision(self) -> None:
         run = self.run
