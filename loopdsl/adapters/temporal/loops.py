@@ -99,5 +99,26 @@ def load(loop_path: str, script: str | None, expect: Mapping[str, str] | None = 
         return loaded
 
 
+_CHILDREN: dict[str, tuple[CompiledLoop, dict[str, str]]] = {}
+
+
+def child(parent: Loop, ref: str) -> tuple[CompiledLoop, dict[str, str]]:
+    """A `loop:` state's loop, compiled, with its skills. Its file is among the hashes the
+    run recorded at its start (the lock file's dependencies include sub-loops)."""
+    from ...language.packaged_loops import child_loop_path
+    from ...language.skills import read_skill
+    from ...lint.pipeline import load_loop
+
+    path = str(child_loop_path(parent.base_dir, ref))
+    with _LOCK:
+        hit = _CHILDREN.get(path)
+        if hit is None:
+            loop = load_loop(path)
+            skills = {a.skill: read_skill(loop.base_dir / a.skill) for a in
+                      (s.action for s in loop.states.values()) if isinstance(a, LlmAction) and a.skill}
+            hit = _CHILDREN[path] = (compile_loop(loop), skills)
+        return hit
+
+
 def worker_host() -> str:
     return os.uname().nodename

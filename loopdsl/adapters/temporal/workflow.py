@@ -17,6 +17,7 @@ from ...runtime.engine import Engine, MemoryResponses, Ports
 from ...runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState
 from . import loops
 from .wf_ports import (
+    WorkflowChildren,
     WorkflowClock,
     WorkflowHuman,
     WorkflowModel,
@@ -114,7 +115,8 @@ class LoopWorkflow:
         return Ports(provider=lambda: model, run_log=WorkflowRunLog(lambda run: None), responses=MemoryResponses(),
                      human=WorkflowHuman(scripted, self.clock), workdir=workdir, env={}, skills=loaded.skills,
                      listeners=[self.events.append], clock=self.clock,
-                     shell=WorkflowShell(self, root, workdir, heartbeat_s), keep_events=False)
+                     shell=WorkflowShell(self, root, workdir, heartbeat_s), keep_events=False,
+                     children=WorkflowChildren(self.clock))
 
     async def _wait_for_decision(self) -> None:
         run = self.run
