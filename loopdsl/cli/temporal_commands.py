@@ -126,21 +126,34 @@ def finish(record: dict[str, Any], as_json: bool, address: str) -> None:
     leave(EXIT_CODES.get(state.status, 1))
 
 
-def start_run(loop_ref: str, values: dict[str, Any], script: str | None, *, address: str, namespace: str,
-              task_queue: str, detach: bool, as_json: bool, quiet: bool, force: bool = False) -> None:
-    from ..api.durable import budget_caps
-    from ..api.runs import resolve_loop, _run_date
+def _resolve(loop_ref: str) -> Any:
+    from ..api.runs import resolve_loop
 
-    client_mod, loops = _adapter("client"), _adapter("loops")
-    model = resolve_loop(loop_ref)
-    root = repo_root(Path.cwd())
+    return resolve_loop(loop_ref)
+
+
+def _request(model: Any, loop_ref: str, script: str | None, values: dict[str, Any], root: Path, *,
+             force: bool) -> dict[str, Any]:
+    """What a worker needs to start the run: paths relative to the repository, the file hashes."""
+    from ..api.runs import _run_date
+
+    loops = _adapter("loops")
     loop_path = loops.relative(model.source, root) if model.source else loop_ref
     script_path = loops.relative(script, root) if script else None
     loops.set_root(root)
     files = dict(loops.load(loop_path, script_path).files)
-    request = {"loop_path": loop_path, "script": script_path, "inputs": values, "files": files,
-               "date": _run_date(model), "force": force,
-               "heartbeat_s": float(os.environ.get("LOOPDSL_TEMPORAL_HEARTBEAT_S", "30"))}
+    return {"loop_path": loop_path, "script": script_path, "inputs": values, "files": files,
+            "date": _run_date(model), "force": force,
+            "heartbeat_s": float(os.environ.get("LOOPDSL_TEMPORAL_HEARTBEAT_S", "30"))}
+
+
+def start_run(loop_ref: str, values: dict[str, Any], script: str | None, *, address: str, namespace: str,
+              task_queue: str, detach: bool, as_json: bool, quiet: bool, force: bool = False) -> None:
+    from ..api.durable import budget_caps
+
+    client_mod = _adapter("client")
+    model = _resolve(loop_ref)
+    request = _request(model, loop_ref, script, values, repo_root(Path.cwd()), force=force)
 
     async def main() -> dict[str, Any] | None:
         client = await _connect(address, namespace)
@@ -155,6 +168,26 @@ def start_run(loop_ref: str, values: dict[str, Any], script: str | None, *, addr
     record = _run(main())
     if record is not None:
         finish(record, as_json, address)
+    leave(0)
+
+
+def export_schedule(loop_ref: str, *, address: str, namespace: str, task_queue: str) -> None:
+    from ..project.schedule import require_schedule
+
+    schedules = _adapter("schedules")
+    model = _resolve(loop_ref)
+    require_schedule(model)
+    root = repo_root(Path.cwd())
+    request = _request(model, loop_ref, None, {}, root, force=False)
+    request.pop("date")  # each scheduled run takes its own date, in the schedule's time zone
+    request["timezone"] = model.schedule.timezone
+
+    async def main() -> tuple[str, bool]:
+        return await schedules.export(await _connect(address, namespace), model, request, task_queue, root.name)
+
+    sid, created = _run(main())
+    click.echo(f"{'created' if created else 'updated'} Temporal schedule {sid}: {model.schedule.cron!r} in "
+               f"{model.schedule.timezone}, task queue '{task_queue}'")
     leave(0)
 
 

@@ -61,6 +61,12 @@ class LoopActivities:
         except Exception as exc:  # a lint error, a missing file: the run ends with the message
             return {"error": f"{type(exc).__name__}: {exc}", "kind": "load"}
         out: dict[str, Any] = {"files": dict(loaded.files), "host": loops.worker_host()}
+        if req.get("timezone"):
+            from datetime import datetime
+
+            from ...language.schedules import time_zone
+
+            out["date"] = datetime.now(time_zone(req["timezone"])).date().isoformat()
         loop = loaded.compiled.loop
         if loop.workspace.worktree:
             try:

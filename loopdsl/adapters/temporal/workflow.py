@@ -46,6 +46,7 @@ class LoopWorkflow:
         heartbeat_s = float(req.get("heartbeat_s") or DEFAULT_HEARTBEAT_S)
         prep = await workflow.execute_activity(
             PREPARE, {"loop_path": req["loop_path"], "script": req.get("script"), "run_id": workflow.info().workflow_id,
+                      "timezone": req.get("timezone"),
                       "files": None if req.get("force") else req.get("files")},
             **activity_options(heartbeat_s, 120))
         if "error" in prep:
@@ -98,7 +99,7 @@ class LoopWorkflow:
         info = workflow.info()
         return RunState(run_id=info.workflow_id, loop=name, start=start, current=start, path=[start], visits={start: 1},
                         inputs=dict(req.get("inputs") or {}), started_at=self.clock.utc_now(),
-                        date=req.get("date") or workflow.now().date().isoformat(),
+                        date=_run_date(req, prep),
                         meta={"loop_path": req["loop_path"], "files": prep.get("files", {}), "backend": "temporal",
                               "task_queue": info.task_queue, "script": req.get("script")})
 
@@ -194,6 +195,12 @@ class LoopWorkflow:
         if left is not None and left < 0:
             raise ValueError(f"checkpoint '{run.waiting['state']}' timed out (timeout {run.waiting['timeout_s']:g}s); "
                              "the decision is refused and its on_timeout route is taken")
+
+
+def _run_date(req: dict[str, Any], prep: dict[str, Any]) -> str:
+    """`run.date`: given by the client, or (a scheduled start) the worker's today in the
+    schedule's time zone, read by the `prepare` activity (zone data is not workflow code's)."""
+    return str(req.get("date") or prep.get("date") or workflow.now().date().isoformat())
 
 
 def _caps(loop: Any) -> dict[str, Any]:
