@@ -144,3 +144,36 @@ def test_an_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
     out = loopdsl("runs", "--temporal", f"127.0.0.1:{free_port()}", cwd=tmp_path, timeout=60)
     assert out.returncode == 3
     assert "cannot reach the Temporal server" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_abort_cancels_a_waiting_run(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    with StubServer() as stub:
+        stub.reply_text("notes")
+        write_loop(repo, stub.api_base)
+        workers.start(repo)
+        started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, cwd=repo)
+        assert started.returncode == 4, started.stderr
+        run_id = run_id_of(started.stderr)
+        stopped = loopdsl("abort", run_id, "--temporal", workers.address, cwd=repo)
+        assert stopped.returncode == 0, stopped.stderr
+        deadline = time.monotonic() + 30
+        while True:
+            run = json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"]
+            if run["status"] != "waiting" or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert run["status"] == "aborted" and run["path"] == ["ask", "make", "approve"], run
+
+
+def test_without_the_extra_the_cli_says_how_to_install_it(tmp_path: Path) -> None:
+    # A `temporalio` that cannot be imported, first on the path: as if the extra were missing.
+    shadow = tmp_path / "shadow" / "temporalio"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'temporalio'\")\n")
+    from .conftest import ROOT
+
+    out = loopdsl("runs", "--temporal", "127.0.0.1:1", cwd=tmp_path,
+                  PYTHONPATH=f"{tmp_path / 'shadow'}:{ROOT}")
+    assert out.returncode == 2, out.stderr
+    assert "pip install 'loopdsl[temporal]'" in out.stderr and "Traceback" not in out.stderr
