@@ -106,7 +106,7 @@ def _normal(value: Any, swaps: dict[str, str]) -> Any:
 def test_both_backends_take_the_same_path_with_the_same_spend(case: str, tmp_path: Path, workers: Workers) -> None:
     setup = CASES[case]
     local_repo, local_inputs = setup(tmp_path, tmp_path / "local")
-    remote_repo, remote_inputs = setup(tmp_path, tmp_path / "temporal")
+    remote_repo, remote_inputs = setup(tmp_path, tmp_path / "tmprl")  # as long as "local": paths reach prompts
     loop, script = _loop_files(case, local_repo)
     local = loopdsl.run(loop, local_inputs, script=script, store=tmp_path / "store", workdir=local_repo)
 
@@ -121,7 +121,7 @@ def test_both_backends_take_the_same_path_with_the_same_spend(case: str, tmp_pat
     summary = json.loads(out.stdout.splitlines()[-1])
 
     swaps = {local.run_id: "RUN", summary["run_id"]: "RUN", str(tmp_path / "local"): "SIDE",
-             str(tmp_path / "temporal"): "SIDE"}
+             str(tmp_path / "tmprl"): "SIDE"}
     assert summary["status"] == local.status, (out.stdout[-3000:].splitlines()[-6:], local.state.error)
     assert summary["path"] == local.path
     assert _normal(summary["outputs"], swaps) == _normal(local.outputs, swaps)

@@ -38,7 +38,7 @@ states:
 """
 
 
-async def _worker_of_running_activity(address: str, run_id: str, limit_s: float = 60) -> int:
+async def _worker_of_running_activity(address: str, run_id: str, limit_s: float = 180) -> int:
     from temporalio.client import Client
 
     client = await Client.connect(address)
