@@ -31,7 +31,7 @@ states:
     llm: {{model: m, prompt: "say something"}}
     next: slow
   slow:
-    shell: "echo started >> starts.txt; sleep 3; echo {{{{ ask.text }}}}"
+    shell: "echo started >> starts.txt; sleep 10; echo {{{{ ask.text }}}}"
     idempotent: {idempotent}
     next: done
   done: {{end: completed, output: {{said: "{{{{ slow.stdout }}}}"}}}}
@@ -46,6 +46,7 @@ async def _worker_of_running_activity(address: str, run_id: str, limit_s: float 
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         desc = await handle.describe()
+        assert desc.status is not None and desc.status.name == "RUNNING", f"the run ended first: {desc.status}"
         for pending in desc.raw_description.pending_activities:
             if pending.activity_type.name == "loopdsl.shell" and pending.last_worker_identity:
                 return int(pending.last_worker_identity.split("@", 1)[0])  # the SDK's identity: pid@host
@@ -60,7 +61,7 @@ def _run_until_the_command_runs(tmp_path: Path, workers: Workers, stub: StubServ
     workers.start(repo)
     workers.start(repo)
     started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--detach",
-                      cwd=repo, LOOPDSL_TEMPORAL_HEARTBEAT_S="2")
+                      cwd=repo, LOOPDSL_TEMPORAL_HEARTBEAT_S="4")
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.strip()
     pid = asyncio.run(_worker_of_running_activity(workers.address, run_id))
