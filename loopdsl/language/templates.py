@@ -169,17 +169,37 @@ def _compile_tree(tree: nodes.Template, source: str) -> JinjaTemplate:
         raise _syntax_error(exc, source) from None
 
 
-def _check_tree(tree: nodes.Template, source: str) -> None:
+def _check_tree(tree: nodes.Template, source: str, *, expression: bool = False) -> None:
     """What _compile_tree would raise, without building the Python code object: Jinja's
     code generator finds every remaining problem (unknown filters and tests ...), and
     lint, which never renders, spares the bytecode compile (a third of the cost)."""
     env = _environment()
+    if (expression or not _has_generator_checked_statements(tree)) and _known_filters_and_tests(tree, env):
+        return
     tree = _BoundLoops().visit(tree)
     tree.set_environment(env)
     try:
         env.compile(tree, raw=True)
     except TemplateSyntaxError as exc:
         raise _syntax_error(exc, source) from None
+
+
+# The statements whose misuse only Jinja's code generator reports (a loop variable named
+# `loop`, a `caller` argument, a block defined twice, a misplaced `extends`).
+_GENERATOR_CHECKED = (nodes.For, nodes.Macro, nodes.CallBlock, nodes.Block, nodes.Extends)
+
+
+def _has_generator_checked_statements(tree: nodes.Template) -> bool:
+    return any(True for _ in tree.find_all(_GENERATOR_CHECKED))
+
+
+def _known_filters_and_tests(tree: nodes.Template, env: Any) -> bool:
+    """Whether every filter and test the tree names exists. Without the statements of
+    `_GENERATOR_CHECKED` that is the only thing Jinja's code generator can reject
+    (jinja2/compiler.py, 3.1), so lint need not generate the code; any other tree is
+    generated, which gives Jinja's own message."""
+    return (all(node.name in env.filters for node in tree.find_all(nodes.Filter))
+            and all(node.name in env.tests for node in tree.find_all(nodes.Test)))
 
 
 def _expression_tree(expr: nodes.Expr) -> nodes.Template:
@@ -276,7 +296,8 @@ def compile_template(source: str) -> Template:
 
 def check_expression(source: str, parsed: nodes.Expr | None = None) -> None:
     """Raise the TemplateError compile_expression would, without compiling (for lint)."""
-    _check_tree(_expression_tree(parsed if parsed is not None else _parse_expression(source)), source)
+    _check_tree(_expression_tree(parsed if parsed is not None else _parse_expression(source)), source,
+                expression=True)
 
 
 def check_template(source: str) -> None:
