@@ -19,8 +19,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_agent import Conversation  # noqa: E402  (the conversation-driven provider port)
 
 # The nested pytest runs load no third-party plugins (the runner's xdist, hypothesis ...): a
-# plain test_calc.py needs none, and their imports were most of each run's CPU.
-PYTEST = f"env PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -q -x -p no:cacheprovider test_calc.py"
+# plain test_calc.py needs none, and their imports were most of each run's CPU. No bytecode
+# is written: the agent's one-character fix keeps calc.py's size, and within the same second
+# as the first test run Python would take the stale calc.pyc as current.
+PYTEST = f"env PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONDONTWRITEBYTECODE=1 {sys.executable} -m pytest -q -x -p no:cacheprovider test_calc.py"
 LOOP = f"""\
 loopdsl: 1
 name: fixer
