@@ -135,3 +135,24 @@ def test_an_agent_may_list_one_tool_of_an_mcp_server(tmp_path: Path) -> None:
     (tmp_path / "loop.yaml").write_text(loop_text("tools: [srv__echo, srv__nope]\nmax_turns: 2", tools))
     unknown = [d.message for d in lint_file(tmp_path / "loop.yaml") if d.rule == "unknown-tool"]
     assert len(unknown) == 1 and "srv__nope" in unknown[0]
+
+
+def test_an_mcp_tools_own_timeout_bounds_its_calls(tmp_path: Path) -> None:
+    """The entry's `timeout:` applies to its tools as offered (`<entry>__<tool>`), not the
+    2-minute default: a call that takes longer comes back to the model as a tool error."""
+    import sys
+    import time
+
+    from test_agent import MCP_SERVER
+
+    tools = (f"  srv:\n    description: The test MCP server.\n"
+             f"    mcp: {{command: [{sys.executable}, {MCP_SERVER}]}}\n"
+             "    allow: [slow]\n    timeout: 1s\n")
+    provider = Conversation(lambda turn, r: [("srv__slow", {"seconds": 30})] if turn == 1 else "ok")
+    started = time.monotonic()
+    result = run(tmp_path, loop_text("tools: [srv]\nmax_turns: 2", tools), provider)
+    elapsed = time.monotonic() - started
+    assert result.status == "completed", result.state.error
+    [call] = result.state.results["work"]["tool_calls"]
+    assert call["name"] == "srv__slow" and call["ok"] is False and "timed out" in call["error"], call
+    assert elapsed < 25  # not the 30 s the tool asked for, nor the 120 s default
