@@ -292,6 +292,8 @@ RULE_DOCS: dict[str, tuple[str, str]] = {
     "unknown-tool": ("error", "An agent lists a tool that is neither under `tools:` (or imported) nor built in (with a did-you-mean)."),
     "tool-description": ("warning", "A tool without `description`: the model picks tools by their description."),
     "tool-params": ("error", "A tool's `params` are not a valid JSON Schema, a `default` does not match its param, or `required` names no param."),
+    "tool-loop-attended": ("error", "A sub-loop tool's loop is not `unattended: true`: it runs while the model waits for its result, so it may not stop for a person."),
+    "tool-loop-recursion": ("error", "A sub-loop tool's loop runs the loop that calls it (directly or through its own sub-loops)."),
     "tool-unknown-arg": ("error", "A tool's command reads `args.X` for an X that is not a param, or an optional param without a default."),
     "tool-template": ("error", "A tool's command reads something other than `args`, `inputs`, `run.id` and `run.date`."),
     "tool-shadows-builtin": ("error", "A tool named like a built-in tool or `args`."),

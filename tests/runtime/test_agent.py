@@ -287,15 +287,22 @@ def test_a_sub_loop_tool_runs_a_child_with_the_arguments_as_inputs(tmp_path: Pat
         "loopdsl: 1\nname: double\nunattended: true\ninputs: {n: {type: integer}}\n"
         "start: calc\nstates:\n  calc: {set: {v: 'inputs.n * 2'}, next: done}\n"
         "  done: {end: completed, output: {doubled: '{{ calc.v }}'}}\n")
-    (tmp_path / "asks.yaml").write_text(
-        "loopdsl: 1\nname: asks\ninputs: {n: {type: integer}}\n"
-        "start: done\nstates:\n  done: {end: completed}\n")
+    asks = "loopdsl: 1\nname: asks\n{unattended}inputs: {{n: {{type: integer}}}}\nstart: done\nstates:\n  done: {{end: completed}}\n"
+    # Unattended when the loop is loaded (lint refuses an attended sub-loop tool: tool-loop-attended);
+    # changed on disk while the run goes, so the engine's own check must refuse it too.
+    (tmp_path / "asks.yaml").write_text(asks.format(unattended="unattended: true\n"))
+
+    def replies(turn: int, request: Any) -> Any:
+        if turn != 1:
+            return "ok"
+        (tmp_path / "asks.yaml").write_text(asks.format(unattended=""))
+        return [("double", {"n": 21}), ("double", {"n": "x"}), ("attended", {"n": 1})]
+
     tools = ("  double:\n    description: Double n.\n    params: {n: {type: integer}}\n    required: [n]\n"
              "    loop: double.yaml\n"
              "  attended:\n    description: Not unattended.\n    params: {n: {type: integer}}\n    required: [n]\n"
              "    loop: asks.yaml\n")
-    provider = Conversation(lambda turn, request: [("double", {"n": 21}), ("double", {"n": "x"}),
-                                                   ("attended", {"n": 1})] if turn == 1 else "ok")
+    provider = Conversation(replies)
     result = run(tmp_path, loop_text("tools: [double, attended]\nmax_turns: 3", tools), provider)
     assert result.status == "completed", result.state.error
     ok, bad, attended = result.state.results["work"]["tool_calls"]

@@ -87,6 +87,8 @@ def tool_definitions(ctx: LintContext) -> Iterator[Diagnostic]:
         if tool.kind == "loop" and tool.loop and not (ctx.source.parent / tool.loop).is_file():
             yield ctx.diag("missing-file", f'the sub-loop "{tool.loop}" of tool "{tool.name}" does not exist',
                            tool.path + ("loop",), value=True, hint="the path is relative to this loop file's folder")
+        elif tool.kind == "loop" and tool.loop:
+            yield from _sub_loop_tool(ctx, tool)
         problem = schema_problem(tool)
         if problem is not None:
             yield ctx.diag("tool-params", f'the params of tool "{tool.name}" are not a valid JSON Schema: {problem}',
@@ -291,3 +293,22 @@ def mcp_env(ctx: LintContext) -> Iterator[Diagnostic]:
                                f"declared secret{did_you_mean(named, ctx.loop.secrets)}",
                                tool.path + ("mcp", "env", key), value=True,
                                hint="declare it under `secrets:`, or give a literal value")
+
+
+def _sub_loop_tool(ctx: LintContext, tool: Any) -> Iterator[Diagnostic]:
+    """A sub-loop tool runs while the model waits for its result (DSL.md v1.1): it may not
+    stop for a person, nor run the loop that calls it."""
+    if ctx.analyze_child is None:
+        return
+    where = tool.path + ("loop",)
+    child = ctx.analyze_child(ctx.source.parent / tool.loop, ctx.child_display(tool.loop))
+    if child is None:  # already being linted higher up: it reaches its caller
+        yield ctx.diag("tool-loop-recursion", f'the sub-loop "{tool.loop}" of tool "{tool.name}" runs a loop '
+                       "that is already running it", where, value=True,
+                       hint="a sub-loop tool may not reach the loop that calls it: give the tool a loop of its own")
+    elif child.loop is not None and not child.loop.unattended:
+        yield ctx.diag("tool-loop-attended", f'the sub-loop "{tool.loop}" of tool "{tool.name}" is not '
+                       "`unattended: true`", where, value=True,
+                       hint="a tool's loop runs while the model waits: set `unattended: true` in it "
+                       "(and give it no checkpoint)")
+
