@@ -30,6 +30,7 @@ from ...language.tool_check import (
     tool_facts,
 )
 from ..registry import LintContext, did_you_mean, literal_cwd_problem, quoted_list, rule
+from ..template_sites import raw_at
 
 
 def _agents(ctx: LintContext) -> Iterator[tuple[State, AgentAction]]:
@@ -46,14 +47,6 @@ def _local_tools(ctx: LintContext) -> Iterator[ToolDef]:
             yield tool
 
 
-def _raw(ctx: LintContext, path: tuple[Any, ...]) -> Any:
-    node: Any = ctx.doc.data
-    for key in path:
-        try:
-            node = node[key]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return node
 
 
 @rule
@@ -108,7 +101,7 @@ def tool_commands(ctx: LintContext) -> Iterator[Diagnostic]:
         spec = tool.shell
         if spec is None:
             continue
-        string_form = isinstance(_raw(ctx, spec.path), str)
+        string_form = isinstance(raw_at(ctx, spec.path), str)
         sources: list[tuple[tuple[Any, ...], str, bool]] = []
         if spec.cmd is not None:
             sources.append((spec.path if string_form else spec.path + ("cmd",), spec.cmd, True))
@@ -124,7 +117,7 @@ def _env_and_cwd(ctx: LintContext, tool: ToolDef) -> Iterator[Diagnostic]:
     """A shell tool's `env:` and `cwd:` (as for shell states): a whole `{{ secrets.X }}` env
     value must name a declared secret; every other value and `cwd` see only the tool's roots."""
     spec = tool.shell
-    if spec is None or isinstance(_raw(ctx, spec.path), str):
+    if spec is None or isinstance(raw_at(ctx, spec.path), str):
         return
     passed = spec.secrets_passed
     for key, value in spec.env.items():
