@@ -38,7 +38,7 @@ def test_a_layer_violation_is_caught(tmp_path: Path) -> None:
 # Prints, at exit, the heavy stacks the command imported (the CLI's main() ends in sys.exit).
 WATCH_IMPORTS = (
     "import atexit, sys\n"
-    "HEAVY = {'litellm', 'opentelemetry', 'starlette', 'uvicorn'}\n"
+    "HEAVY = {'litellm', 'opentelemetry', 'starlette', 'uvicorn', 'githubkit'}\n"
     "atexit.register(lambda: print('IMPORTED', sorted({m.split('.')[0] for m in sys.modules} & HEAVY), file=sys.stderr))\n"
     "sys.argv[0] = 'loopdsl'\n"
     "from loopdsl.cli import main\n"
