@@ -17,7 +17,8 @@ from typing import Any
 from ..runtime.process_tree import CommandRef, kill_now, new_marker, spawn_in_session, start_time, stop_command
 from ..runtime.redaction import Redactor
 from ..runtime.tools.base import safe_output
-from .coding_cli_events import Meter, StreamState, TokenPrices, parse_line, reader_for
+from .coding_cli_events import CodexReader, Meter, StreamState, TokenPrices, parse_line, reader_for
+from .coding_cli_rollout import POLL_S, RolloutTail
 from .coding_cli_stream import LineSplitter, TailBuffer
 
 EVENT_LIMIT = 8 * 1024  # bytes of one event passed whole to on_event; larger ones are cut
@@ -38,6 +39,7 @@ class CliRun:
         self.budget_hit = asyncio.Event()
         self.events = 0
         self.skipped = 0
+        self.live: RolloutTail | None = None  # codex: its session log, for spend between events
 
     @property
     def state(self) -> StreamState:
@@ -50,14 +52,30 @@ class CliRun:
             return
         self.events += 1
         self.reader.feed(event)
-        delta = self.meter.take_delta(self.state)
         # Money first: the charge is recorded even if logging the event then fails.
+        await self._charge_new()
+        if self.on_event is not None:
+            await _maybe_await(self.on_event(self._for_log(event, raw)))
+
+    async def _charge_new(self) -> None:
+        delta = self.meter.take_delta(self.state)
         if delta > 0:
             allowed = await _maybe_await(self.charge(delta))
             if allowed is False or self.meter.charged_usd >= self.reservation_usd:
                 self.budget_hit.set()
-        if self.on_event is not None:
-            await _maybe_await(self.on_event(self._for_log(event, raw)))
+
+    async def poll_live(self) -> None:
+        """Charge what codex's session log says was used since the last look."""
+        if self.live is None or not isinstance(self.reader, CodexReader):
+            return
+        for total in self.live.totals():
+            self.reader.live_total(total)
+        await self._charge_new()
+
+    async def watch_live(self) -> None:
+        while self.live is not None:
+            await self.poll_live()
+            await asyncio.sleep(POLL_S)
 
     def _for_log(self, event: dict[str, Any], raw: bytes) -> dict[str, Any]:
         if len(raw) <= EVENT_LIMIT:
@@ -115,6 +133,7 @@ async def supervise(argv: Sequence[str], env: dict[str, str], workspace: Path, p
         # Events already written before the kill are spend too: read what the pipe still holds.
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(reader), 1.0)
+        await run.poll_live()  # and what the session log holds
     except BaseException:
         try:
             await asyncio.shield(stop_command(ref, grace, exited=exited))
@@ -150,6 +169,7 @@ async def _watch(proc: asyncio.subprocess.Process, run: CliRun, reader: asyncio.
     feeder = asyncio.ensure_future(_feed(proc, prompt))
     budget = asyncio.ensure_future(run.budget_hit.wait())
     exited = asyncio.ensure_future(_until_exited(proc, math.inf))
+    live = asyncio.ensure_future(run.watch_live())
     outcome = Outcome(None, "")
     try:
         done, _ = await asyncio.wait({reader, budget, exited}, timeout=timeout,
@@ -164,8 +184,10 @@ async def _watch(proc: asyncio.subprocess.Process, run: CliRun, reader: asyncio.
         outcome.budget_killed = run.budget_hit.is_set()
         outcome.timed_out = not done and not outcome.budget_killed
     finally:
-        for task in (feeder, budget, exited):
+        for task in (feeder, budget, exited, live):
             task.cancel()
+    if live.done() and not live.cancelled() and live.exception() is not None:
+        raise live.exception()  # type: ignore[misc]  # a raising charge callback, as for stdout
     return outcome
 
 
