@@ -11,6 +11,7 @@ ANTHROPIC_BASE_URL / OPENAI_BASE_URL) would send the CLI: it must receive nothin
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import re
@@ -45,13 +46,16 @@ def clis(pytestconfig: pytest.Config) -> dict[str, Path]:
     cache = getattr(pytestconfig, "cache", None)  # absent under -p no:cacheprovider
     name = f"coding-cli-npm-{hashlib.sha256(lock).hexdigest()[:12]}"
     prefix = Path(cache.mkdir(name)) if cache is not None else Path(tempfile.gettempdir()) / f"loopdsl-{name}"
+    prefix.mkdir(parents=True, exist_ok=True)
     bins = {cli: prefix / "node_modules" / ".bin" / cli for cli in VERSIONS}
-    if not all(path.exists() for path in bins.values()):
-        for file in ("package.json", "package-lock.json"):
-            shutil.copy(PACKAGE / file, prefix / file)
-        done = subprocess.run(["npm", "ci", "--prefix", str(prefix), "--no-audit", "--no-fund"],
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-4000:]
+    with (prefix / "install.lock").open("w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)  # pytest-xdist workers: one installs, the others wait
+        if not all(path.exists() for path in bins.values()):
+            for file in ("package.json", "package-lock.json"):
+                shutil.copy(PACKAGE / file, prefix / file)
+            done = subprocess.run(["npm", "ci", "--prefix", str(prefix), "--no-audit", "--no-fund"],
+                                  capture_output=True, text=True, timeout=900)
+            assert done.returncode == 0, done.stderr[-4000:]
     for cli, path in bins.items():
         shown = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60)
         assert shown.stdout.strip() == VERSIONS[cli], shown.stdout + shown.stderr
