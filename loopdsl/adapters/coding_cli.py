@@ -301,6 +301,9 @@ def _classify(run: CliRun, outcome: Outcome, redact: Redactor) -> tuple[str | No
                                     "reserved; the CLI's process group was killed")
     if state.subtype == "error_max_budget_usd":
         return "budget_exhausted", f"the CLI stopped at its own cap after spending ${run.meter.charged_usd:.4f}"
+    if outcome.gave_up and state.hopeless is not None:
+        return "auth", redact.error(f"the CLI could not authenticate (check {run.key_env}): {state.hopeless}; "
+                                    "its process group was killed")
     if outcome.timed_out:
         return "timeout", "the CLI did not finish in time; its process group was killed"
     if state.subtype == "error_max_turns":

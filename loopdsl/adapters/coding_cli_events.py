@@ -135,6 +135,7 @@ class StreamState:
     subtype: str | None = None  # claude's result subtype
     is_error: bool = False
     errors: list[str] = field(default_factory=list)
+    hopeless: str | None = None  # why the run can only fail (the key was refused): stop it now
 
 
 class ClaudeReader:
@@ -152,6 +153,14 @@ class ClaudeReader:
             self._assistant(_obj(event.get("message")))
         elif kind == "result":
             self._result(event)
+        elif kind == "system" and event.get("subtype") == "api_retry":
+            # Claude Code 2.1 retries a refused key (401/403) ten times with backoff, minutes
+            # in all: the first refusal is the answer.
+            status = event.get("error_status")
+            if event.get("error") == "authentication_failed" or status in (401, 403):
+                reason = f"the provider refused the API key (HTTP {status if isinstance(status, int) else '401'})"
+                self.state.hopeless = reason
+                self.state.errors.append(reason)
 
     def _assistant(self, message: Mapping[str, Any]) -> None:
         usage = _claude_usage(_obj(message.get("usage")))

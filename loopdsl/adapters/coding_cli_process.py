@@ -37,6 +37,7 @@ class CliRun:
         self.meter = Meter(prices)
         self.redactor, self.charge, self.on_event = redactor, charge, on_event
         self.budget_hit = asyncio.Event()
+        self.hopeless = asyncio.Event()  # the events say the CLI can only fail (a refused key)
         self.events = 0
         self.skipped = 0
         self.live: RolloutTail | None = None  # codex: its session log, for spend between events
@@ -54,6 +55,8 @@ class CliRun:
         self.reader.feed(event)
         # Money first: the charge is recorded even if logging the event then fails.
         await self._charge_new()
+        if self.state.hopeless is not None:
+            self.hopeless.set()
         if self.on_event is not None:
             await _maybe_await(self.on_event(self._for_log(event, raw)))
 
@@ -99,6 +102,7 @@ class Outcome:
     stderr: str
     timed_out: bool = False
     budget_killed: bool = False
+    gave_up: bool = False  # stopped early: its events said it could only fail
     start_error: str | None = None
 
 
@@ -168,13 +172,14 @@ async def _watch(proc: asyncio.subprocess.Process, run: CliRun, reader: asyncio.
     deadline = None if timeout is None else time.monotonic() + timeout
     feeder = asyncio.ensure_future(_feed(proc, prompt))
     budget = asyncio.ensure_future(run.budget_hit.wait())
+    hopeless = asyncio.ensure_future(run.hopeless.wait())
     exited = asyncio.ensure_future(_until_exited(proc, math.inf))
     live = asyncio.ensure_future(run.watch_live())
     outcome = Outcome(None, "")
     try:
-        done, _ = await asyncio.wait({reader, budget, exited}, timeout=timeout,
+        done, _ = await asyncio.wait({reader, budget, exited, hopeless}, timeout=timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
-        if done and not run.budget_hit.is_set():
+        if done and not run.budget_hit.is_set() and not run.hopeless.is_set():
             # One of them finished: wait (briefly) for the other, stdout or the exit.
             other = exited if reader in done else reader
             await asyncio.wait({other, budget}, timeout=_left(grace, deadline),
@@ -182,9 +187,10 @@ async def _watch(proc: asyncio.subprocess.Process, run: CliRun, reader: asyncio.
         if reader.done():
             reader.result()  # a raising callback propagates from here
         outcome.budget_killed = run.budget_hit.is_set()
+        outcome.gave_up = run.hopeless.is_set() and not outcome.budget_killed
         outcome.timed_out = not done and not outcome.budget_killed
     finally:
-        for task in (feeder, budget, exited, live):
+        for task in (feeder, budget, exited, live, hopeless):
             task.cancel()
     if live.done() and not live.cancelled() and live.exception() is not None:
         raise live.exception()  # type: ignore[misc]  # a raising charge callback, as for stdout

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -258,3 +259,38 @@ def test_real_codex_that_keeps_spending_is_killed_from_its_session_log(
     assert spent == pytest.approx(1.5)  # three answered calls; the fourth was cut off in flight
     assert len(stub.requests) in (3, 4)
     assert result.state.meta["overspend_usd"] == pytest.approx(0.3)
+
+
+def read_call(tokens: int) -> StubReply:
+    return StubReply(text=None, tool_calls=[tool_call("Read", {"file_path": "a.txt"})], prompt_tokens=tokens,
+                     completion_tokens=10)
+
+
+@pytest.mark.parametrize("scenario", ["own_cap", "max_turns", "refused_key"])
+def test_real_claude_ends_by_its_cap_its_turns_or_a_refused_key(
+        clis: dict[str, Path], world: dict[str, Path], stubs: tuple[StubServer, StubServer], scenario: str) -> None:
+    stub, _ = stubs
+    if scenario == "own_cap":
+        # $2.50 reserved, less one worst-case call ($1.71): claude is given --max-budget-usd 0.79
+        # and stops itself after a $0.90 call, under the reservation.
+        stub.enqueue(read_call(300_000), read_call(100))
+    elif scenario == "max_turns":
+        stub.enqueue(read_call(100), read_call(100), read_call(100))
+    else:  # Claude Code retries a 401 ten times over minutes; the first one ends the attempt.
+        stub.responder = lambda body: StubReply(status=401, error_message="invalid x-api-key")
+    loop = loop_file(world, "claude-code", clis["claude"], stub.anthropic_api_base, max_cost=2.5,
+                     max_turns=1 if scenario == "max_turns" else 6)
+    started = time.monotonic()
+    result = loopdsl.run(loop, workdir=world["repo"])
+    assert time.monotonic() - started < 30
+    spent = result.state.ledger["cost_usd"]
+    assert spent == pytest.approx(priced(stub.billed, SONNET))
+    if scenario == "own_cap":
+        assert result.status == "budget_exhausted" and len(stub.requests) == 1
+        assert spent == pytest.approx(0.90015) and not result.state.meta.get("overspend_usd")
+        return
+    assert result.status == "failed"
+    kind = result.state.error["kind"]
+    assert kind == ("max_turns" if scenario == "max_turns" else "auth"), result.state.error
+    if scenario == "refused_key":
+        assert spent == 0 and len(stub.requests) <= 2 and "ANTHROPIC_API_KEY" in result.state.error["message"]
