@@ -17,12 +17,13 @@ What it guarantees:
 - The CLI runs in `workspace` in its own session, with the prompt on stdin, a fresh config
   home for this attempt only (a temp dir as HOME and CLAUDE_CONFIG_DIR / CODEX_HOME, removed
   afterwards), no user or project settings (`--setting-sources ""`, `--strict-mcp-config`) and
-  exactly PATH, LANG, TERM, TMPDIR (taken from `base_env`) plus its own API key and the
-  alias's `api_base` (claude: ANTHROPIC_BASE_URL; codex: a `-c` model provider speaking the
+  exactly PATH, LANG, TERM, TMPDIR (from `base_env`; codex: a TMPDIR in the home) plus its
+  own API key and the alias's `api_base` (claude: ANTHROPIC_BASE_URL; codex: a `-c` model provider speaking the
   Responses API). Nothing here reads `os.environ`.
 - Permissions: claude gets only the built-in tools of its level (`--tools`) and a permission
   mode that confines them to the workspace (`dontAsk` for read, `acceptEdits` for edit);
-  codex gets `--sandbox read-only|workspace-write`. Flags verified against Claude Code
+  codex gets `--sandbox read-only|workspace-write` (with /tmp excluded; its TMPDIR is a
+  directory of the fresh home). Flags verified against Claude Code
   2.1.332 and codex-cli 0.171.0 (tests/adapters/test_coding_cli_real.py).
 - The CLI's own cap is the reservation minus one worst-case call (`--max-budget-usd`; codex
   takes none), so it stops itself before loopdsl has to. A reservation that cannot cover one
@@ -177,8 +178,11 @@ def build_argv(spec: CliSpec, cap_usd: float | None) -> list[str]:
     model = ["--model", spec.model] if spec.model else []
     if spec.kind == CODEX:
         # `-` makes codex read the prompt from stdin.
+        # workspace-write also lets commands write anywhere in /tmp (other runs' files
+        # included): only the workspace and the attempt's own TMPDIR (build_env) stay writable.
+        tmp = ["-c", "sandbox_workspace_write.exclude_slash_tmp=true"] if spec.permissions == "edit" else []
         return [spec.binary, "exec", *spec.extra_args, "--json", "--sandbox", _CODEX_SANDBOX[spec.permissions],
-                "--skip-git-repo-check", *_codex_provider(spec), *model, "-"]
+                *tmp, "--skip-git-repo-check", *_codex_provider(spec), *model, "-"]
     argv = [spec.binary, *spec.extra_args, "-p", "--output-format", "stream-json", "--verbose"]
     if spec.max_turns is not None:
         argv += ["--max-turns", str(int(spec.max_turns))]
@@ -212,6 +216,11 @@ def build_env(spec: CliSpec, base_env: Mapping[str, str], home: Path, api_key: s
     env["HOME"] = str(home)
     env.setdefault("TMPDIR", str(home))
     env[_CONFIG_DIR_VAR[spec.kind]] = str(home / "config")
+    if spec.kind == CODEX:
+        # Its own temp dir, removed with the home: the one writable place outside the workspace
+        # (see build_argv); and codex sets up its helper commands only when its config home is
+        # not inside TMPDIR.
+        env["TMPDIR"] = str(home / "tmp")
     if spec.api_base and spec.kind == CLAUDE:  # codex gets its endpoint as config (build_argv)
         env["ANTHROPIC_BASE_URL"] = spec.api_base
     if api_key:
@@ -253,6 +262,7 @@ async def run_coding_cli(
     home = Path(tempfile.mkdtemp(prefix="loopdsl-cli-"))
     try:
         (home / "config").mkdir(mode=0o700)
+        (home / "tmp").mkdir(mode=0o700)
         env = build_env(spec, base_env, home, api_key)
         if spec.kind == CODEX:  # its stream reports usage only at the end: watch its session log
             run.live = RolloutTail(home / "config")
