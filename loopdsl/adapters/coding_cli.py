@@ -18,8 +18,8 @@ What it guarantees:
   home for this attempt only (a temp dir as HOME and CLAUDE_CONFIG_DIR / CODEX_HOME, removed
   afterwards), no user or project settings (`--setting-sources ""`, `--strict-mcp-config`) and
   exactly PATH, LANG, TERM, TMPDIR (from `base_env`; codex: a TMPDIR in the home) plus its
-  own API key and the alias's `api_base` (claude: ANTHROPIC_BASE_URL; codex: a `-c` model provider speaking the
-  Responses API). Nothing here reads `os.environ`.
+  own API key and the alias's `api_base` (claude: ANTHROPIC_BASE_URL; codex: a `-c` model
+  provider speaking the Responses API). Nothing here reads `os.environ`.
 - Permissions: claude gets only the built-in tools of its level (`--tools`) and a permission
   mode that confines them to the workspace (`dontAsk` for read, `acceptEdits` for edit);
   codex gets `--sandbox read-only|workspace-write` (with /tmp excluded; its TMPDIR is a
