@@ -262,7 +262,8 @@ def _make_handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
             elif reply.status != 200:
                 payload = (anthropic_error_body if anthropic else openai_error_body)(reply)
             elif path in RESPONSES_PATHS:
-                payload = responses_stream(reply, model) if stream else json.dumps(responses_body(reply, model)).encode()
+                payload = (responses_stream(reply, model) if stream
+                           else json.dumps(responses_body(reply, model)).encode())
             elif anthropic and stream:
                 payload = anthropic_stream(reply, model)
             else:
@@ -271,7 +272,8 @@ def _make_handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
                 content_type = "text/event-stream"
             self._send(reply.status, payload, reply.headers, content_type)
 
-        def _send(self, status: int, payload: bytes, headers: dict[str, str], content_type: str = "application/json") -> None:
+        def _send(self, status: int, payload: bytes, headers: dict[str, str],
+                  content_type: str = "application/json") -> None:
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)

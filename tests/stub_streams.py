@@ -35,7 +35,8 @@ def anthropic_stream(reply: Any, model: str) -> bytes:
         else:
             start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-        out.append(_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}))
+        out.append(_sse("content_block_start",
+                        {"type": "content_block_start", "index": index, "content_block": start}))
         out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
     finish = _finish_reason(reply)
@@ -51,8 +52,9 @@ def anthropic_stream(reply: Any, model: str) -> bytes:
 def _response_items(reply: Any) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     if reply.text:
+        text = {"type": "output_text", "text": reply.text, "annotations": []}
         items.append({"type": "message", "id": f"msg_stub_{time.monotonic_ns()}", "role": "assistant",
-                      "status": "completed", "content": [{"type": "output_text", "text": reply.text, "annotations": []}]})
+                      "status": "completed", "content": [text]})
     for call in reply.tool_calls or ():
         function = call.get("function") or {}
         items.append({"type": "function_call", "id": f"fc_{call.get('id')}", "call_id": call.get("id"),

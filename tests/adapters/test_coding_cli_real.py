@@ -156,7 +156,8 @@ def test_real_claude_answers_read_only_and_is_charged_what_the_stub_billed(
     stub, canary = stubs
     home_before = tree(world["home"])
     stub.enqueue(
-        StubReply(text=None, tool_calls=[tool_call("Read", {"file_path": "a.txt"}, "c1")], prompt_tokens=1200, completion_tokens=40),
+        StubReply(text=None, tool_calls=[tool_call("Read", {"file_path": "a.txt"}, "c1")],
+                  prompt_tokens=1200, completion_tokens=40),
         StubReply(text=None, tool_calls=[tool_call("Read", {"file_path": str(world["outside"])}, "c2")],
                   prompt_tokens=1300, completion_tokens=30),
         StubReply(text=None, tool_calls=[tool_call("Write", {"file_path": "b.txt", "content": "x"}, "c3")],
@@ -185,7 +186,8 @@ def test_real_claude_edits_in_its_worktree_only(clis: dict[str, Path], world: di
     outside_before = world["outside"].read_text()
     stub.enqueue(
         StubReply(text=None, tool_calls=[tool_call("Write", {"file_path": "notes.md", "content": "noted\n"}, "c1")]),
-        StubReply(text=None, tool_calls=[tool_call("Write", {"file_path": str(world["outside"]), "content": "x"}, "c2")]),
+        StubReply(text=None,
+                  tool_calls=[tool_call("Write", {"file_path": str(world["outside"]), "content": "x"}, "c2")]),
         StubReply(text=None, tool_calls=[tool_call("Bash", {"command": "touch shell.txt"}, "c3")]),
         StubReply(text="edited"))
     result = loopdsl.run(loop_file(world, "claude-code", clis["claude"], stub.anthropic_api_base, max_cost=2.5,
