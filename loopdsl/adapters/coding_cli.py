@@ -68,8 +68,10 @@ __all__ = ["CliSpec", "CliResult", "TokenPrices", "run_coding_cli", "build_argv"
            "cli_cap_usd", "prices_for", "worst_call_usd", "PERMISSIONS", "DEFAULT_KEY_ENV"]
 
 PERMISSIONS = ("read", "edit", "full")
-# `codex exec` reads its key from CODEX_API_KEY (OPENAI_API_KEY needs a stored login, and
-# each attempt's config home starts empty).
+# The variable each CLI reads its key from, and so where loopdsl puts it, whatever variable
+# the alias's `api_key_env` took it from: `codex exec` reads CODEX_API_KEY (OPENAI_API_KEY
+# only after a stored login, and each attempt's config home starts empty), claude reads
+# ANTHROPIC_API_KEY (both checked against codex-cli 0.171.0 and Claude Code 2.1.332).
 DEFAULT_KEY_ENV = {CLAUDE: "ANTHROPIC_API_KEY", CODEX: "CODEX_API_KEY"}
 _ENV_PASSED = ("PATH", "LANG", "TERM", "TMPDIR")
 _CONFIG_DIR_VAR = {CLAUDE: "CLAUDE_CONFIG_DIR", CODEX: "CODEX_HOME"}
@@ -99,7 +101,7 @@ class CliSpec:
     model: str | None = None
     max_turns: int | None = None  # claude only; codex has no turn cap
     permissions: str = "read"
-    api_key_env: str | None = None  # default: DEFAULT_KEY_ENV[kind]
+    api_key_env: str | None = None  # where the caller found the key; default DEFAULT_KEY_ENV[kind]
     api_base: str | None = None  # the alias's endpoint (a proxy, a gateway, a loopback stub)
 
     def key_env(self) -> str:
@@ -204,7 +206,7 @@ def _codex_provider(spec: CliSpec) -> list[str]:
         return []
     # JSON strings are valid TOML basic strings: quotes and backslashes stay escaped.
     table = (f"{{name={json.dumps(_CODEX_PROVIDER)}, base_url={json.dumps(spec.api_base)}, "
-             f"env_key={json.dumps(spec.key_env())}, wire_api=\"responses\"}}")
+             f"env_key={json.dumps(DEFAULT_KEY_ENV[CODEX])}, wire_api=\"responses\"}}")
     return ["-c", f"model_provider={json.dumps(_CODEX_PROVIDER)}", "-c", f"model_providers.{_CODEX_PROVIDER}={table}"]
 
 
@@ -224,7 +226,7 @@ def build_env(spec: CliSpec, base_env: Mapping[str, str], home: Path, api_key: s
     if spec.api_base and spec.kind == CLAUDE:  # codex gets its endpoint as config (build_argv)
         env["ANTHROPIC_BASE_URL"] = spec.api_base
     if api_key:
-        env[spec.key_env()] = api_key
+        env[DEFAULT_KEY_ENV[spec.kind]] = api_key
     return env
 
 

@@ -116,9 +116,9 @@ def world(tmp_path: Path, stubs: tuple[StubServer, StubServer], monkeypatch: pyt
 
 
 def loop_file(world: dict[str, Path], cli: str, binary: Path, api_base: str, *, max_cost: float,
-              permissions: str = "read", max_turns: int | None = 6) -> Path:
+              permissions: str = "read", max_turns: int | None = 6, key: str | None = None) -> Path:
     model = "anthropic/claude-sonnet-4-5" if cli == "claude-code" else "openai/gpt-5"
-    key = "ANTHROPIC_API_KEY" if cli == "claude-code" else "CODEX_API_KEY"
+    key = key or ("ANTHROPIC_API_KEY" if cli == "claude-code" else "CODEX_API_KEY")
     turns = f", max_turns: {max_turns}" if max_turns else ""
     path = world["repo"].parent / f"{cli}.yaml"
     path.write_text(
@@ -189,7 +189,8 @@ def test_real_claude_answers_read_only_and_is_charged_what_the_stub_billed(
 
 
 def test_real_claude_edits_in_its_worktree_only(clis: dict[str, Path], world: dict[str, Path],
-                                                 stubs: tuple[StubServer, StubServer]) -> None:
+                                                 stubs: tuple[StubServer, StubServer],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     stub, canary = stubs
     outside_before = world["outside"].read_text()
     stub.enqueue(
@@ -198,9 +199,11 @@ def test_real_claude_edits_in_its_worktree_only(clis: dict[str, Path], world: di
                   tool_calls=[tool_call("Write", {"file_path": str(world["outside"]), "content": "x"}, "c2")]),
         StubReply(text=None, tool_calls=[tool_call("Bash", {"command": "touch shell.txt"}, "c3")]),
         StubReply(text="edited"))
+    monkeypatch.setenv("TEAM_CLAUDE_KEY", "sk-ant-team-key-42")  # the alias names its own variable
     result = loopdsl.run(loop_file(world, "claude-code", clis["claude"], stub.anthropic_api_base, max_cost=2.5,
-                                   permissions="edit"), workdir=world["repo"])
+                                   permissions="edit", key="TEAM_CLAUDE_KEY"), workdir=world["repo"])
     assert result.status == "completed", result.state.error
+    assert {r.headers.get("x-api-key") for r in stub.requests} == {"sk-ant-team-key-42"}
     offered = {tuple(sorted(t["name"] for t in r.body["tools"])) for r in stub.requests}
     assert offered == {("Edit", "Glob", "Grep", "NotebookEdit", "Read", "Write")}
     branch = f"loopdsl/{result.run_id}"
@@ -309,16 +312,19 @@ def test_real_claude_ends_by_its_cap_its_turns_or_a_refused_key(
 
 
 def test_real_codex_writes_in_its_worktree_only(clis: dict[str, Path], world: dict[str, Path],
-                                                stubs: tuple[StubServer, StubServer]) -> None:
+                                                stubs: tuple[StubServer, StubServer],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     stub, _ = stubs
     outside_before = world["outside"].read_text()
     stub.enqueue(
         StubReply(text=None, tool_calls=[tool_call("exec_command", {"cmd": "echo noted > notes.md"}, "c1")]),
         StubReply(text=None, tool_calls=[tool_call("exec_command", {"cmd": f"echo x > {world['outside']}"}, "c2")]),
         StubReply(text="edited"))
+    monkeypatch.setenv("TEAM_OPENAI_KEY", "sk-team-openai-key-42")
     result = loopdsl.run(loop_file(world, "codex", clis["codex"], stub.api_base, max_cost=1.0, max_turns=None,
-                                   permissions="edit"), workdir=world["repo"])
+                                   permissions="edit", key="TEAM_OPENAI_KEY"), workdir=world["repo"])
     assert result.status == "completed", result.state.error
+    assert {r.headers.get("authorization") for r in stub.requests} == {"Bearer sk-team-openai-key-42"}
     shown = subprocess.run(["git", "show", f"loopdsl/{result.run_id}:notes.md"], cwd=world["repo"],
                            capture_output=True, text=True)
     assert shown.stdout == "noted\n"  # the workspace-write sandbox let it write in the worktree
