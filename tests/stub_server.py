@@ -57,6 +57,10 @@ class StubReply:
     # sent as given (garbage included); `tool_call()` builds a well-formed one.
     tool_calls: Any = None
     finish_reason: Any = None  # None: "tool_calls" when there are tool calls, else "stop"
+    # Prompt-cache usage, reported by the streamed formats only (stub_streams), on top of the
+    # uncached `prompt_tokens`; summed in `billed_cache`.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def billed_usage(self) -> tuple[int, int] | None:
         """(prompt, completion) tokens this reply reports, when it is a 200 that reports any."""
@@ -107,6 +111,7 @@ class StubServer:
         self.responder_errors: list[BaseException] = []
         # Usage the stub reported in its 200 replies, summed: what a provider would bill.
         self.billed = {"prompt_tokens": 0, "completion_tokens": 0}
+        self.billed_cache = {"cache_read_tokens": 0, "cache_write_tokens": 0}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -188,6 +193,7 @@ class StubServer:
             self.requests.clear()
             self.unscripted = 0
             self.billed = {"prompt_tokens": 0, "completion_tokens": 0}
+            self.billed_cache = {"cache_read_tokens": 0, "cache_write_tokens": 0}
 
     @property
     def billed_tokens(self) -> int:
@@ -219,6 +225,8 @@ class StubServer:
             if usage is not None:
                 self.billed["prompt_tokens"] += usage[0]
                 self.billed["completion_tokens"] += usage[1]
+                self.billed_cache["cache_read_tokens"] += reply.cache_read_tokens
+                self.billed_cache["cache_write_tokens"] += reply.cache_write_tokens
             return reply
 
     def _wait(self, seconds: float) -> None:

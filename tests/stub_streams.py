@@ -23,7 +23,9 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
 def anthropic_stream(reply: Any, model: str) -> bytes:
     """An Anthropic Messages stream: message_start (input usage), one content block per
     text and tool_use, message_delta (stop reason, output usage), message_stop."""
-    usage = {} if reply.omit_usage else {"input_tokens": reply.prompt_tokens, "output_tokens": 0}
+    usage = {} if reply.omit_usage else {"input_tokens": reply.prompt_tokens, "output_tokens": 0,
+                                         "cache_read_input_tokens": reply.cache_read_tokens,
+                                         "cache_creation_input_tokens": reply.cache_write_tokens}
     message = {"id": f"msg_stub_{time.monotonic_ns()}", "type": "message", "role": "assistant", "model": model,
                "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}
     out = [_sse("message_start", {"type": "message_start", "message": message})]
@@ -68,10 +70,14 @@ def responses_body(reply: Any, model: str) -> dict[str, Any]:
                                 "created_at": int(time.time()), "status": "completed", "model": model,
                                 "output": _response_items(reply)}
     if not reply.omit_usage:
-        response["usage"] = {"input_tokens": reply.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+        # OpenAI counts cached (read and written) tokens inside input_tokens.
+        given = reply.prompt_tokens + reply.cache_read_tokens + reply.cache_write_tokens
+        response["usage"] = {"input_tokens": given,
+                             "input_tokens_details": {"cached_tokens": reply.cache_read_tokens,
+                                                      "cache_write_tokens": reply.cache_write_tokens},
                              "output_tokens": reply.completion_tokens,
                              "output_tokens_details": {"reasoning_tokens": 0},
-                             "total_tokens": reply.prompt_tokens + reply.completion_tokens}
+                             "total_tokens": given + reply.completion_tokens}
     return response
 
 

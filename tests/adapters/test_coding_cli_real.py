@@ -32,8 +32,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "coding_cli"
 VERSIONS = {"claude": "2.1.332 (Claude Code)", "codex": "codex-cli 0.171.0"}
 CLAUDE_KEY = "sk-ant-stub-0123456789abcdef"
 CODEX_KEY = "sk-codex-stub-0123456789abcdef"
-SONNET = (3.0, 15.0)  # the price table's $/Mtok (input, output) for claude-sonnet-4-5
-GPT5 = (1.25, 10.0)  # and for gpt-5
+# The price table's $/Mtok (input, output, cache read, cache write) for claude-sonnet-4-5 and
+# gpt-5 (the table has no cache-write price for gpt-5: the input price, never less).
+SONNET = (3.0, 15.0, 0.3, 3.75)
+GPT5 = (1.25, 10.0, 0.125, 1.25)
 CANARY = "CANARY-must-not-reach-the-model"
 
 
@@ -133,8 +135,12 @@ def loop_file(world: dict[str, Path], cli: str, binary: Path, api_base: str, *, 
     return path
 
 
-def priced(billed: dict[str, int], per_mtok: tuple[float, float]) -> float:
-    return (billed["prompt_tokens"] * per_mtok[0] + billed["completion_tokens"] * per_mtok[1]) / 1e6
+def priced(billed: dict[str, int], per_mtok: tuple[float, ...], cache: dict[str, int] | None = None) -> float:
+    """USD for what the stub billed; `per_mtok` is (input, output[, cache read, cache write])."""
+    cached = 0.0
+    if cache is not None:
+        cached = cache["cache_read_tokens"] * per_mtok[2] + cache["cache_write_tokens"] * per_mtok[3]
+    return (billed["prompt_tokens"] * per_mtok[0] + billed["completion_tokens"] * per_mtok[1] + cached) / 1e6
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -170,7 +176,8 @@ def test_real_claude_answers_read_only_and_is_charged_what_the_stub_billed(
                   prompt_tokens=1300, completion_tokens=30),
         StubReply(text=None, tool_calls=[tool_call("Write", {"file_path": "b.txt", "content": "x"}, "c3")],
                   prompt_tokens=1400, completion_tokens=30),
-        StubReply(text="review done", prompt_tokens=1500, completion_tokens=20))
+        StubReply(text="review done", prompt_tokens=1500, completion_tokens=20, cache_read_tokens=20_000,
+                  cache_write_tokens=4000))
     result = loopdsl.run(loop_file(world, "claude-code", clis["claude"], stub.anthropic_api_base, max_cost=2.5),
                          workdir=world["repo"])
     assert result.status == "completed", result.state.error
@@ -181,11 +188,13 @@ def test_real_claude_answers_read_only_and_is_charged_what_the_stub_billed(
     assert "the file in the workspace" in json.dumps(stub.requests[1].body["messages"])
     assert not (world["repo"] / "b.txt").exists()
     assert_isolated(world, home_before, stub, canary, CLAUDE_KEY, "x-api-key")
-    # Claude reports tokens and its own cost; both agree with what the stub billed, at the table's price.
-    billed = priced(stub.billed, SONNET)
+    # Claude reports tokens by class and its own cost; both agree with what the stub billed, at
+    # the table's prices (cache reads and writes included).
+    billed = priced(stub.billed, SONNET, stub.billed_cache)
     assert result.state.ledger["cost_usd"] == pytest.approx(billed) == pytest.approx(work["cost_usd"])
-    assert work["usage"]["prompt_tokens"] == stub.billed["prompt_tokens"] == 5400
-    assert work["usage"]["completion_tokens"] == stub.billed["completion_tokens"] == 120
+    usage = work["usage"]
+    assert (usage["input_tokens"], usage["cache_read_tokens"], usage["cache_write_tokens"]) == (5400, 20_000, 4000)
+    assert usage["completion_tokens"] == stub.billed["completion_tokens"] == 120
 
 
 def test_real_claude_edits_in_its_worktree_only(clis: dict[str, Path], world: dict[str, Path],
@@ -241,7 +250,8 @@ def test_real_codex_answers_in_a_read_only_sandbox_priced_from_the_table(
                   prompt_tokens=1000, completion_tokens=50),
         StubReply(text=None, tool_calls=[tool_call("exec_command", {"cmd": "echo x > b.txt"}, "c2")],
                   prompt_tokens=1100, completion_tokens=40),
-        StubReply(text="codex done", prompt_tokens=1200, completion_tokens=30))
+        StubReply(text="codex done", prompt_tokens=1200, completion_tokens=30, cache_read_tokens=20_000,
+                  cache_write_tokens=4000))
     result = loopdsl.run(loop_file(world, "codex", clis["codex"], stub.api_base, max_cost=1.0, max_turns=None),
                          workdir=world["repo"])
     assert result.status == "completed", result.state.error
@@ -251,10 +261,12 @@ def test_real_codex_answers_in_a_read_only_sandbox_priced_from_the_table(
     assert "the file in the workspace" in sent(stub)  # the command ran and its output went back
     assert not (world["repo"] / "b.txt").exists()  # the read-only sandbox refused the write
     assert_isolated(world, home_before, stub, canary, CODEX_KEY, "authorization")
-    # Codex reports tokens only: priced from the price table's gpt-5 entry.
-    billed = priced(stub.billed, GPT5)
+    # Codex reports tokens only: priced by class from the price table's gpt-5 entry.
+    billed = priced(stub.billed, GPT5, stub.billed_cache)
     assert result.state.ledger["cost_usd"] == pytest.approx(billed) == pytest.approx(work["cost_usd"])
-    assert work["usage"]["prompt_tokens"] == 3300 and work["usage"]["completion_tokens"] == 120
+    usage = work["usage"]
+    assert (usage["input_tokens"], usage["cache_read_tokens"], usage["cache_write_tokens"]) == (3300, 20_000, 4000)
+    assert usage["completion_tokens"] == 120
 
 
 def test_real_codex_that_keeps_spending_is_killed_from_its_session_log(
