@@ -28,6 +28,9 @@ import pytest
 import loopdsl
 from stub_server import StubReply, StubServer, tool_call
 
+# The first run downloads both CLIs (~360 MB); afterwards the module takes ~20 s.
+pytestmark = pytest.mark.slow
+
 PACKAGE = Path(__file__).resolve().parents[1] / "coding_cli"
 VERSIONS = {"claude": "2.1.332 (Claude Code)", "codex": "codex-cli 0.171.0"}
 CLAUDE_KEY = "sk-ant-stub-0123456789abcdef"
