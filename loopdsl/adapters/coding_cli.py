@@ -200,8 +200,8 @@ def build_argv(spec: CliSpec, cap_usd: float | None) -> list[str]:
 
 
 def _codex_provider(spec: CliSpec) -> list[str]:
-    """`-c` overrides pointing codex at the alias's `api_base` with the alias's key variable;
-    none without an `api_base` (codex's built-in OpenAI provider then)."""
+    """`-c` overrides pointing codex at the alias's `api_base` (key in CODEX_API_KEY, as for
+    the built-in provider); none without an `api_base` (codex's built-in OpenAI provider)."""
     if not spec.api_base:
         return []
     # JSON strings are valid TOML basic strings: quotes and backslashes stay escaped.
