@@ -7,10 +7,13 @@ was read, a reply slower than the client's timeout). With the queue empty, a
 `responder` (a function of the parsed request, i.e. the conversation so far) may
 decide the reply, which is how a multi-turn tool conversation is served.
 
-The same server speaks both wire formats, chosen by the path: `/v1/chat/completions`
+The same server speaks the wire formats, chosen by the path: `/v1/chat/completions`
 (OpenAI; `api_base`) and `/v1/messages` (Anthropic, with `tool_use`/`tool_result`
 content blocks and `input_tokens`/`output_tokens`; `anthropic_api_base`, for models
-`anthropic/...`), so LiteLLM's translation of one request to each is exercised.
+`anthropic/...`), so LiteLLM's translation of one request to each is exercised; a request
+with `stream: true` to `/v1/messages`, and any to `/v1/responses` (the OpenAI Responses
+API), is answered as server-sent events (`stub_streams`), which the real coding-agent
+CLIs need.
 Every request body is recorded (one `complete()` must be one paid HTTP request) and
 the usage returned is summed in `billed` (what a provider would charge).
 
@@ -29,9 +32,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 from stub_formats import anthropic_body, anthropic_error_body, openai_body, openai_error_body
+from stub_streams import anthropic_stream, responses_body, responses_stream
 
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 ANTHROPIC_PATHS = ("/v1/messages", "/messages")
+RESPONSES_PATHS = ("/v1/responses", "/responses")  # the OpenAI Responses API (codex)
 
 
 @dataclass
@@ -52,6 +57,10 @@ class StubReply:
     # sent as given (garbage included); `tool_call()` builds a well-formed one.
     tool_calls: Any = None
     finish_reason: Any = None  # None: "tool_calls" when there are tool calls, else "stop"
+    # Prompt-cache usage, reported by the streamed formats only (stub_streams), on top of the
+    # uncached `prompt_tokens`; summed in `billed_cache`.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def billed_usage(self) -> tuple[int, int] | None:
         """(prompt, completion) tokens this reply reports, when it is a 200 that reports any."""
@@ -102,6 +111,7 @@ class StubServer:
         self.responder_errors: list[BaseException] = []
         # Usage the stub reported in its 200 replies, summed: what a provider would bill.
         self.billed = {"prompt_tokens": 0, "completion_tokens": 0}
+        self.billed_cache = {"cache_read_tokens": 0, "cache_write_tokens": 0}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -183,6 +193,7 @@ class StubServer:
             self.requests.clear()
             self.unscripted = 0
             self.billed = {"prompt_tokens": 0, "completion_tokens": 0}
+            self.billed_cache = {"cache_read_tokens": 0, "cache_write_tokens": 0}
 
     @property
     def billed_tokens(self) -> int:
@@ -214,6 +225,8 @@ class StubServer:
             if usage is not None:
                 self.billed["prompt_tokens"] += usage[0]
                 self.billed["completion_tokens"] += usage[1]
+                self.billed_cache["cache_read_tokens"] += reply.cache_read_tokens
+                self.billed_cache["cache_write_tokens"] += reply.cache_write_tokens
             return reply
 
     def _wait(self, seconds: float) -> None:
@@ -234,11 +247,12 @@ def _make_handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
                 body: Any = json.loads(raw or b"null")
             except ValueError:
                 body = raw.decode("utf-8", "replace")
-            anthropic = self.path in ANTHROPIC_PATHS
-            if self.path not in CHAT_PATHS and not anthropic:
+            path = self.path.split("?", 1)[0]  # Claude Code asks for /v1/messages?beta=true
+            anthropic = path in ANTHROPIC_PATHS
+            if path not in CHAT_PATHS + RESPONSES_PATHS and not anthropic:
                 self._send(404, b'{"error": {"message": "not found"}}', {})
                 return
-            recorded = RecordedRequest(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            recorded = RecordedRequest(path, {k.lower(): v for k, v in self.headers.items()}, body)
             reply = stub._next_reply(recorded)
             if reply is None:
                 reply = StubReply(status=500, error_message="stub: no reply queued for this request")
@@ -249,18 +263,28 @@ def _make_handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
             model = body.get("model", "stub") if isinstance(body, dict) else "stub"
+            stream = isinstance(body, dict) and body.get("stream") is True
+            content_type = "application/json"
             if reply.raw_body is not None:
                 payload = reply.raw_body
-            elif reply.status == 200:
-                payload = (anthropic_body if anthropic else openai_body)(reply, model)
-            else:
+            elif reply.status != 200:
                 payload = (anthropic_error_body if anthropic else openai_error_body)(reply)
-            self._send(reply.status, payload, reply.headers)
+            elif path in RESPONSES_PATHS:
+                payload = (responses_stream(reply, model) if stream
+                           else json.dumps(responses_body(reply, model)).encode())
+            elif anthropic and stream:
+                payload = anthropic_stream(reply, model)
+            else:
+                payload = (anthropic_body if anthropic else openai_body)(reply, model)
+            if stream and reply.status == 200 and reply.raw_body is None and (anthropic or path in RESPONSES_PATHS):
+                content_type = "text/event-stream"
+            self._send(reply.status, payload, reply.headers, content_type)
 
-        def _send(self, status: int, payload: bytes, headers: dict[str, str]) -> None:
+        def _send(self, status: int, payload: bytes, headers: dict[str, str],
+                  content_type: str = "application/json") -> None:
             try:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(payload)))
                 for name, value in headers.items():
                     self.send_header(name, value)

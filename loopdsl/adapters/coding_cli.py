@@ -17,12 +17,19 @@ What it guarantees:
 - The CLI runs in `workspace` in its own session, with the prompt on stdin, a fresh config
   home for this attempt only (a temp dir as HOME and CLAUDE_CONFIG_DIR / CODEX_HOME, removed
   afterwards), no user or project settings (`--setting-sources ""`, `--strict-mcp-config`) and
-  exactly PATH, LANG, TERM, TMPDIR (taken from `base_env`) plus its own API key. Nothing here
-  reads `os.environ`.
+  exactly PATH, LANG, TERM, TMPDIR (from `base_env`; codex: a TMPDIR in the home) plus its
+  own API key and the alias's `api_base` (claude: ANTHROPIC_BASE_URL; codex: a `-c` model
+  provider speaking the Responses API). Nothing here reads `os.environ`.
+- Permissions: claude gets only the built-in tools of its level (`--tools`) and a permission
+  mode that confines them to the workspace (`dontAsk` for read, `acceptEdits` for edit);
+  codex gets `--sandbox read-only|workspace-write` (with /tmp excluded; its TMPDIR is a
+  directory of the fresh home). Flags verified against Claude Code
+  2.1.332 and codex-cli 0.171.0 (tests/adapters/test_coding_cli_real.py).
 - The CLI's own cap is the reservation minus one worst-case call (`--max-budget-usd`; codex
   takes none), so it stops itself before loopdsl has to. A reservation that cannot cover one
   worst-case call is refused before anything starts (`budget_exhausted`).
-- Spend is charged as events arrive: `charge(delta_usd)` for each increase of what the
+- Spend is charged as events arrive (for codex also as its session log records each model
+  request, see `coding_cli_rollout`): `charge(delta_usd)` for each increase of what the
   events say was spent (tokens priced by class with `prices`, or the CLI's cumulative cost,
   whichever is higher), before the event goes to `on_event`. `charge` returning False means
   the reservation is reached: the whole process group is killed at once. Deltas still
@@ -39,6 +46,7 @@ What it guarantees:
 """
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import tempfile
@@ -54,22 +62,32 @@ from ..runtime.process_tree import CommandRef
 from ..runtime.redaction import Redactor
 from .coding_cli_events import CLAUDE, CODEX, KINDS, TokenPrices, looks_like_auth, zero_usage
 from .coding_cli_process import CliRun, Outcome, supervise
+from .coding_cli_rollout import RolloutTail
 
 __all__ = ["CliSpec", "CliResult", "TokenPrices", "run_coding_cli", "build_argv", "build_env",
            "cli_cap_usd", "prices_for", "worst_call_usd", "PERMISSIONS", "DEFAULT_KEY_ENV"]
 
 PERMISSIONS = ("read", "edit", "full")
-# `codex exec` reads its key from CODEX_API_KEY (OPENAI_API_KEY needs a stored login, and
-# each attempt's config home starts empty).
+# The variable each CLI reads its key from, and so where loopdsl puts it, whatever variable
+# the alias's `api_key_env` took it from: `codex exec` reads CODEX_API_KEY (OPENAI_API_KEY
+# only after a stored login, and each attempt's config home starts empty), claude reads
+# ANTHROPIC_API_KEY (both checked against codex-cli 0.171.0 and Claude Code 2.1.332).
 DEFAULT_KEY_ENV = {CLAUDE: "ANTHROPIC_API_KEY", CODEX: "CODEX_API_KEY"}
 _ENV_PASSED = ("PATH", "LANG", "TERM", "TMPDIR")
 _CONFIG_DIR_VAR = {CLAUDE: "CLAUDE_CONFIG_DIR", CODEX: "CODEX_HOME"}
-# Claude Code tool names per permission level: reading ones only, or those plus editing.
-_READ_TOOLS = ("Read", "Glob", "Grep", "LS")
-_EDIT_TOOLS = (*_READ_TOOLS, "Edit", "MultiEdit", "Write", "NotebookEdit")
+# Claude Code's built-in tools per permission level, passed as `--tools` so that no other
+# built-in (Task, EnterWorktree, Cron*, ...) is offered at all. They are deliberately NOT
+# passed as `--allowedTools`: an allowed tool runs on any path (a read of ~/.ssh, a write to
+# /etc), while unlisted ones are confined by the permission mode to the working directory
+# (`dontAsk`: reads there, everything else denied; `acceptEdits`: edits there too).
+_READ_TOOLS = ("Read", "Glob", "Grep")
+_EDIT_TOOLS = (*_READ_TOOLS, "Edit", "Write", "NotebookEdit")
 _NEVER_TOOLS = ("Bash", "WebFetch", "WebSearch")  # below `full`: no shell, no network
-_CLAUDE_MODE = {"read": "default", "edit": "acceptEdits", "full": "bypassPermissions"}
+_CLAUDE_MODE = {"read": "dontAsk", "edit": "acceptEdits", "full": "bypassPermissions"}
 _CODEX_SANDBOX = {"read": "read-only", "edit": "workspace-write", "full": "danger-full-access"}
+# The provider codex is pointed at when the alias has an `api_base` (codex 0.171 speaks only
+# the Responses API to it: `wire_api = "chat"` is refused).
+_CODEX_PROVIDER = "loopdsl"
 KILL_GRACE_S = 1.0
 
 
@@ -83,7 +101,8 @@ class CliSpec:
     model: str | None = None
     max_turns: int | None = None  # claude only; codex has no turn cap
     permissions: str = "read"
-    api_key_env: str | None = None  # default: DEFAULT_KEY_ENV[kind]
+    api_key_env: str | None = None  # where the caller found the key; default DEFAULT_KEY_ENV[kind]
+    api_base: str | None = None  # the alias's endpoint (a proxy, a gateway, a loopback stub)
 
     def key_env(self) -> str:
         return self.api_key_env or DEFAULT_KEY_ENV[self.kind]
@@ -161,8 +180,11 @@ def build_argv(spec: CliSpec, cap_usd: float | None) -> list[str]:
     model = ["--model", spec.model] if spec.model else []
     if spec.kind == CODEX:
         # `-` makes codex read the prompt from stdin.
-        return [spec.binary, "exec", *spec.extra_args, "--json", "--sandbox",
-                _CODEX_SANDBOX[spec.permissions], "--skip-git-repo-check", *model, "-"]
+        # workspace-write also lets commands write anywhere in /tmp (other runs' files
+        # included): only the workspace and the attempt's own TMPDIR (build_env) stay writable.
+        tmp = ["-c", "sandbox_workspace_write.exclude_slash_tmp=true"] if spec.permissions == "edit" else []
+        return [spec.binary, "exec", *spec.extra_args, "--json", "--sandbox", _CODEX_SANDBOX[spec.permissions],
+                *tmp, "--skip-git-repo-check", *_codex_provider(spec), *model, "-"]
     argv = [spec.binary, *spec.extra_args, "-p", "--output-format", "stream-json", "--verbose"]
     if spec.max_turns is not None:
         argv += ["--max-turns", str(int(spec.max_turns))]
@@ -170,23 +192,41 @@ def build_argv(spec: CliSpec, cap_usd: float | None) -> list[str]:
         argv += ["--max-budget-usd", f"{cap_usd:.2f}"]
     argv += ["--permission-mode", _CLAUDE_MODE[spec.permissions]]
     if spec.permissions != "full":
-        # Allowed: what runs without asking. Denied as well, explicitly: what `-p` could
-        # otherwise ask for (and a settings file could pre-approve).
-        argv += ["--allowedTools", ",".join(_READ_TOOLS if spec.permissions == "read" else _EDIT_TOOLS),
+        argv += ["--tools", ",".join(_READ_TOOLS if spec.permissions == "read" else _EDIT_TOOLS),
+                 # Denied as well, explicitly, in case `--tools` is overridden by the alias's args.
                  "--disallowedTools", ",".join(_NEVER_TOOLS if spec.permissions == "edit"
                                                else (*_NEVER_TOOLS, *_EDIT_TOOLS[len(_READ_TOOLS):]))]
     return argv + ["--strict-mcp-config", "--setting-sources", "", *model]
 
 
+def _codex_provider(spec: CliSpec) -> list[str]:
+    """`-c` overrides pointing codex at the alias's `api_base` (key in CODEX_API_KEY, as for
+    the built-in provider); none without an `api_base` (codex's built-in OpenAI provider)."""
+    if not spec.api_base:
+        return []
+    # JSON strings are valid TOML basic strings: quotes and backslashes stay escaped.
+    table = (f"{{name={json.dumps(_CODEX_PROVIDER)}, base_url={json.dumps(spec.api_base)}, "
+             f"env_key={json.dumps(DEFAULT_KEY_ENV[CODEX])}, wire_api=\"responses\"}}")
+    return ["-c", f"model_provider={json.dumps(_CODEX_PROVIDER)}", "-c", f"model_providers.{_CODEX_PROVIDER}={table}"]
+
+
 def build_env(spec: CliSpec, base_env: Mapping[str, str], home: Path, api_key: str | None) -> dict[str, str]:
-    """PATH LANG TERM TMPDIR from `base_env`, HOME and the CLI's config dir in `home`, and
-    its own API key: nothing else (no other secret, no user config)."""
+    """PATH LANG TERM TMPDIR from `base_env`, HOME and the CLI's config dir in `home`, its
+    own API key and (claude) the alias's endpoint: nothing else (no other secret, no user
+    config)."""
     env = {name: base_env[name] for name in _ENV_PASSED if name in base_env}
     env["HOME"] = str(home)
     env.setdefault("TMPDIR", str(home))
     env[_CONFIG_DIR_VAR[spec.kind]] = str(home / "config")
+    if spec.kind == CODEX:
+        # Its own temp dir, removed with the home: the one writable place outside the workspace
+        # (see build_argv); and codex sets up its helper commands only when its config home is
+        # not inside TMPDIR.
+        env["TMPDIR"] = str(home / "tmp")
+    if spec.api_base and spec.kind == CLAUDE:  # codex gets its endpoint as config (build_argv)
+        env["ANTHROPIC_BASE_URL"] = spec.api_base
     if api_key:
-        env[spec.key_env()] = api_key
+        env[DEFAULT_KEY_ENV[spec.kind]] = api_key
     return env
 
 
@@ -224,7 +264,10 @@ async def run_coding_cli(
     home = Path(tempfile.mkdtemp(prefix="loopdsl-cli-"))
     try:
         (home / "config").mkdir(mode=0o700)
+        (home / "tmp").mkdir(mode=0o700)
         env = build_env(spec, base_env, home, api_key)
+        if spec.kind == CODEX:  # its stream reports usage only at the end: watch its session log
+            run.live = RolloutTail(home / "config")
         outcome = await supervise(argv, env, workspace, prompt, run, timeout, kill_grace, on_start)
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -270,6 +313,9 @@ def _classify(run: CliRun, outcome: Outcome, redact: Redactor) -> tuple[str | No
                                     "reserved; the CLI's process group was killed")
     if state.subtype == "error_max_budget_usd":
         return "budget_exhausted", f"the CLI stopped at its own cap after spending ${run.meter.charged_usd:.4f}"
+    if outcome.gave_up and state.hopeless is not None:
+        return "auth", redact.error(f"the CLI could not authenticate (check {run.key_env}): {state.hopeless}; "
+                                    "its process group was killed")
     if outcome.timed_out:
         return "timeout", "the CLI did not finish in time; its process group was killed"
     if state.subtype == "error_max_turns":

@@ -12,8 +12,12 @@ Both CLIs print one JSON object per line on stdout (NDJSON):
 - Codex (`codex exec --json`): `thread.started`, `turn.started`, `item.started|updated|
   completed` (an `item` with a `type`: `agent_message` has the reply's `text`),
   `turn.completed` with `usage` {`input_tokens` (cached ones included), `cached_input_tokens`,
-  `output_tokens`}, `turn.failed` {`error`: {`message`}} and `error` {`message`}. Codex
-  reports tokens only, never a cost: they are priced from the price table.
+  `cache_write_input_tokens`, `output_tokens`, `reasoning_output_tokens`}, `turn.failed`
+  {`error`: {`message`}} and `error` {`message`}. Codex reports tokens only, never a cost:
+  they are priced from the price table. `codex exec` runs one turn, so its stream reports
+  usage only at the very end; the live spend comes from the `token_count` records codex
+  writes to its session log after every model request (`coding_cli_rollout`).
+  Verified against codex-cli 0.171.0 and Claude Code 2.1.332.
 
 Every line is hostile input: a line that is not JSON, not an object, or has fields of the
 wrong type is skipped field by field, never raised on. The `Meter` turns what was read into
@@ -131,6 +135,7 @@ class StreamState:
     subtype: str | None = None  # claude's result subtype
     is_error: bool = False
     errors: list[str] = field(default_factory=list)
+    hopeless: str | None = None  # why the run can only fail (the key was refused): stop it now
 
 
 class ClaudeReader:
@@ -148,6 +153,14 @@ class ClaudeReader:
             self._assistant(_obj(event.get("message")))
         elif kind == "result":
             self._result(event)
+        elif kind == "system" and event.get("subtype") == "api_retry":
+            # Claude Code 2.1 retries a refused key (401/403) ten times with backoff, minutes
+            # in all: the first refusal is the answer.
+            status = event.get("error_status")
+            if event.get("error") == "authentication_failed" or status in (401, 403):
+                reason = f"the provider refused the API key (HTTP {status if isinstance(status, int) else '401'})"
+                self.state.hopeless = reason
+                self.state.errors.append(reason)
 
     def _assistant(self, message: Mapping[str, Any]) -> None:
         usage = _claude_usage(_obj(message.get("usage")))
@@ -177,10 +190,16 @@ class ClaudeReader:
             state.text = text
         if state.is_error and text:
             state.errors.append(text)
+        # An error result (`error_max_budget_usd`, ...) has no `result`; it says why in `errors`.
+        errors = event.get("errors")
+        state.errors += [e[:4000] for e in errors[:20] if isinstance(e, str)] if isinstance(errors, list) else []
         cost = usd(event.get("total_cost_usd"))
         if cost is not None:
             state.reported_cost_usd = max(cost, state.reported_cost_usd or 0.0)
-        self._result_usage = _claude_usage(_obj(event.get("usage")))
+        # Claude Code 2.1 reports a zeroed `usage` on an error result (a budget stop); the
+        # per-model totals in `modelUsage` still hold what was used. The larger reading wins.
+        usage, per_model = _claude_usage(_obj(event.get("usage"))), _model_usage(_obj(event.get("modelUsage")))
+        self._result_usage = {n: max(usage[n], per_model[n]) for n in USAGE_CLASSES}
         turns = event.get("num_turns")
         if isinstance(turns, int) and not isinstance(turns, bool) and 0 <= turns <= _MAX_TOKENS:
             state.turns = max(state.turns, turns)
@@ -203,25 +222,43 @@ def _claude_usage(raw: Mapping[str, Any]) -> dict[str, int]:
             "cache_write_tokens": tokens(raw.get("cache_creation_input_tokens"))}
 
 
+def _model_usage(models: Mapping[str, Any]) -> dict[str, int]:
+    """The sum over `modelUsage` (model name -> camelCase token counts) of a result event."""
+    total = zero_usage()
+    names = {"input_tokens": "inputTokens", "output_tokens": "outputTokens",
+             "cache_read_tokens": "cacheReadInputTokens", "cache_write_tokens": "cacheCreationInputTokens"}
+    for entry in list(models.values())[:50]:
+        for name, key in names.items():
+            total[name] = min(total[name] + tokens(_obj(entry).get(key)), _MAX_TOKENS)
+    return total
+
+
 class CodexReader:
     """Folds `codex exec --json` events into a `StreamState`."""
 
     def __init__(self) -> None:
         self.state = StreamState()
+        self._turns_usage = zero_usage()  # summed over turn.completed / turn.failed
+        self._live_usage = zero_usage()  # the session log's cumulative total (`live_total`)
+
+    def live_total(self, total: Mapping[str, Any]) -> None:
+        """A cumulative `total_token_usage` from codex's session log, written after every model
+        request (its `--json` stream reports usage only when the whole turn ends)."""
+        for name, count in codex_usage(total).items():
+            self._live_usage[name] = max(self._live_usage[name], count)
+        self._settle()
+
+    def _settle(self) -> None:
+        # Both count the same requests: the larger reading of each class is the spend so far.
+        self.state.usage = {n: max(self._turns_usage[n], self._live_usage[n]) for n in USAGE_CLASSES}
 
     def feed(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
         state = self.state
         if kind in ("turn.completed", "turn.failed"):
-            raw = _obj(event.get("usage"))
-            cached = tokens(raw.get("cached_input_tokens"))
-            # OpenAI counts cached tokens inside input_tokens; a cached count larger than the
-            # input is garbage, so the input is then taken as all uncached (the dearer reading).
-            given = tokens(raw.get("input_tokens"))
-            cached = cached if cached <= given else 0
-            state.usage["input_tokens"] += given - cached
-            state.usage["cache_read_tokens"] += cached
-            state.usage["output_tokens"] += tokens(raw.get("output_tokens"))
+            for name, count in codex_usage(_obj(event.get("usage"))).items():
+                self._turns_usage[name] += count
+            self._settle()
             state.turns += 1
             if kind == "turn.completed":
                 state.finished = True
@@ -241,6 +278,19 @@ class CodexReader:
         text = _text(message)
         if text:
             self.state.errors.append(text[:4000])
+
+
+def codex_usage(raw: Mapping[str, Any]) -> dict[str, int]:
+    """Codex token counts by class. As in the OpenAI API, `input_tokens` includes the cached
+    (`cached_input_tokens`) and cache-written (`cache_write_input_tokens`) ones, and
+    `output_tokens` includes `reasoning_output_tokens`. Parts larger than the whole are
+    garbage: the input is then taken as all uncached (the dearer reading)."""
+    given = tokens(raw.get("input_tokens"))
+    cached, written = tokens(raw.get("cached_input_tokens")), tokens(raw.get("cache_write_input_tokens"))
+    if cached + written > given:
+        cached = written = 0
+    return {"input_tokens": given - cached - written, "output_tokens": tokens(raw.get("output_tokens")),
+            "cache_read_tokens": cached, "cache_write_tokens": written}
 
 
 def reader_for(kind: str) -> ClaudeReader | CodexReader:

@@ -17,7 +17,8 @@ from typing import Any
 from ..runtime.process_tree import CommandRef, kill_now, new_marker, spawn_in_session, start_time, stop_command
 from ..runtime.redaction import Redactor
 from ..runtime.tools.base import safe_output
-from .coding_cli_events import Meter, StreamState, TokenPrices, parse_line, reader_for
+from .coding_cli_events import CodexReader, Meter, StreamState, TokenPrices, parse_line, reader_for
+from .coding_cli_rollout import POLL_S, RolloutTail
 from .coding_cli_stream import LineSplitter, TailBuffer
 
 EVENT_LIMIT = 8 * 1024  # bytes of one event passed whole to on_event; larger ones are cut
@@ -36,8 +37,10 @@ class CliRun:
         self.meter = Meter(prices)
         self.redactor, self.charge, self.on_event = redactor, charge, on_event
         self.budget_hit = asyncio.Event()
+        self.hopeless = asyncio.Event()  # the events say the CLI can only fail (a refused key)
         self.events = 0
         self.skipped = 0
+        self.live: RolloutTail | None = None  # codex: its session log, for spend between events
 
     @property
     def state(self) -> StreamState:
@@ -50,14 +53,32 @@ class CliRun:
             return
         self.events += 1
         self.reader.feed(event)
-        delta = self.meter.take_delta(self.state)
         # Money first: the charge is recorded even if logging the event then fails.
+        await self._charge_new()
+        if self.state.hopeless is not None:
+            self.hopeless.set()
+        if self.on_event is not None:
+            await _maybe_await(self.on_event(self._for_log(event, raw)))
+
+    async def _charge_new(self) -> None:
+        delta = self.meter.take_delta(self.state)
         if delta > 0:
             allowed = await _maybe_await(self.charge(delta))
             if allowed is False or self.meter.charged_usd >= self.reservation_usd:
                 self.budget_hit.set()
-        if self.on_event is not None:
-            await _maybe_await(self.on_event(self._for_log(event, raw)))
+
+    async def poll_live(self) -> None:
+        """Charge what codex's session log says was used since the last look."""
+        if self.live is None or not isinstance(self.reader, CodexReader):
+            return
+        for total in self.live.totals():
+            self.reader.live_total(total)
+        await self._charge_new()
+
+    async def watch_live(self) -> None:
+        while self.live is not None:
+            await self.poll_live()
+            await asyncio.sleep(POLL_S)
 
     def _for_log(self, event: dict[str, Any], raw: bytes) -> dict[str, Any]:
         if len(raw) <= EVENT_LIMIT:
@@ -81,6 +102,7 @@ class Outcome:
     stderr: str
     timed_out: bool = False
     budget_killed: bool = False
+    gave_up: bool = False  # stopped early: its events said it could only fail
     start_error: str | None = None
 
 
@@ -115,6 +137,7 @@ async def supervise(argv: Sequence[str], env: dict[str, str], workspace: Path, p
         # Events already written before the kill are spend too: read what the pipe still holds.
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(reader), 1.0)
+        await run.poll_live()  # and what the session log holds
     except BaseException:
         try:
             await asyncio.shield(stop_command(ref, grace, exited=exited))
@@ -149,12 +172,14 @@ async def _watch(proc: asyncio.subprocess.Process, run: CliRun, reader: asyncio.
     deadline = None if timeout is None else time.monotonic() + timeout
     feeder = asyncio.ensure_future(_feed(proc, prompt))
     budget = asyncio.ensure_future(run.budget_hit.wait())
+    hopeless = asyncio.ensure_future(run.hopeless.wait())
     exited = asyncio.ensure_future(_until_exited(proc, math.inf))
+    live = asyncio.ensure_future(run.watch_live())
     outcome = Outcome(None, "")
     try:
-        done, _ = await asyncio.wait({reader, budget, exited}, timeout=timeout,
+        done, _ = await asyncio.wait({reader, budget, exited, hopeless}, timeout=timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
-        if done and not run.budget_hit.is_set():
+        if done and not run.budget_hit.is_set() and not run.hopeless.is_set():
             # One of them finished: wait (briefly) for the other, stdout or the exit.
             other = exited if reader in done else reader
             await asyncio.wait({other, budget}, timeout=_left(grace, deadline),
@@ -162,10 +187,13 @@ async def _watch(proc: asyncio.subprocess.Process, run: CliRun, reader: asyncio.
         if reader.done():
             reader.result()  # a raising callback propagates from here
         outcome.budget_killed = run.budget_hit.is_set()
+        outcome.gave_up = run.hopeless.is_set() and not outcome.budget_killed
         outcome.timed_out = not done and not outcome.budget_killed
     finally:
-        for task in (feeder, budget, exited):
+        for task in (feeder, budget, exited, live, hopeless):
             task.cancel()
+    if live.done() and not live.cancelled() and live.exception() is not None:
+        raise live.exception()  # type: ignore[misc]  # a raising charge callback, as for stdout
     return outcome
 
 

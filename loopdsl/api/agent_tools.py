@@ -70,7 +70,8 @@ async def run_cli(*, action: AgentAction, alias: ModelAlias | None, prompt: str,
     spec = CliSpec(kind=str(action.cli), binary=(alias.cli_path if alias else None) or DEFAULT_BINARY[str(action.cli)],
                    extra_args=alias.cli_args if alias is not None else (), model=model,
                    max_turns=action.max_turns, permissions=action.permissions,
-                   api_key_env=alias.api_key_env if alias is not None else None)
+                   api_key_env=alias.api_key_env if alias is not None else None,
+                   api_base=alias.api_base if alias is not None else None)
     prices = prices_for(alias.model if alias is not None else None, alias.price if alias is not None else None)
     worst = worst_call_usd(prices, alias.model if alias is not None else None) if prices is not None else None
     if prices is None or worst is None:

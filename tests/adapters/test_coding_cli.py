@@ -148,7 +148,7 @@ def test_claude_flags_environment_and_fresh_home(tmp_path: Path) -> None:
     argv = report["argv"]
     assert argv[0] == "--fake-pinned"  # the alias's extra args come first; ours decide
     for flag, value in (("--output-format", "stream-json"), ("--max-turns", "7"), ("--max-budget-usd", "1.50"),
-                        ("--permission-mode", "default"), ("--allowedTools", "Read,Glob,Grep,LS"),
+                        ("--permission-mode", "dontAsk"), ("--tools", "Read,Glob,Grep"),
                         ("--setting-sources", ""), ("--model", "claude-sonnet-4-5")):
         assert argv[argv.index(flag) + 1] == value
     assert {"-p", "--verbose", "--strict-mcp-config"} <= set(argv)
@@ -167,14 +167,16 @@ def test_claude_flags_environment_and_fresh_home(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("permissions, mode, tools, denied", [
-    ("read", "default", "Read,Glob,Grep,LS", "Bash,WebFetch,WebSearch,Edit,MultiEdit,Write,NotebookEdit"),
-    ("edit", "acceptEdits", "Read,Glob,Grep,LS,Edit,MultiEdit,Write,NotebookEdit", "Bash,WebFetch,WebSearch"),
+    ("read", "dontAsk", "Read,Glob,Grep", "Bash,WebFetch,WebSearch,Edit,Write,NotebookEdit"),
+    ("edit", "acceptEdits", "Read,Glob,Grep,Edit,Write,NotebookEdit", "Bash,WebFetch,WebSearch"),
     ("full", "bypassPermissions", None, None),
 ])
 def test_claude_permission_flags(permissions: str, mode: str, tools: str | None, denied: str | None) -> None:
     argv = build_argv(CliSpec(kind="claude-code", binary="claude", permissions=permissions, max_turns=3), 1.0)
     assert argv[argv.index("--permission-mode") + 1] == mode
-    assert (argv[argv.index("--allowedTools") + 1] if "--allowedTools" in argv else None) == tools
+    # Never --allowedTools: an allowed tool runs on any path, outside the workspace too.
+    assert "--allowedTools" not in argv
+    assert (argv[argv.index("--tools") + 1] if "--tools" in argv else None) == tools
     assert (argv[argv.index("--disallowedTools") + 1] if "--disallowedTools" in argv else None) == denied
 
 

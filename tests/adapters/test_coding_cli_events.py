@@ -3,6 +3,7 @@ prices, fed hostile input (hypothesis) as well as the documented shapes."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from loopdsl.adapters.coding_cli_events import (
     looks_like_auth,
     parse_line,
 )
+from loopdsl.adapters.coding_cli_rollout import RolloutTail
 from loopdsl.adapters.coding_cli_stream import LineSplitter
 from loopdsl.language.model import Price
 
@@ -28,7 +30,8 @@ _json = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4)
                      | st.dictionaries(st.sampled_from(
                          ["type", "message", "usage", "id", "content", "text", "result", "total_cost_usd",
                           "num_turns", "subtype", "is_error", "input_tokens", "output_tokens", "item",
-                          "cached_input_tokens", "cache_read_input_tokens", "error", "x"]), inner, max_size=6),
+                          "cached_input_tokens", "cache_read_input_tokens", "error", "x", "modelUsage",
+                          "errors", "inputTokens", "outputTokens", "cache_write_input_tokens"]), inner, max_size=6),
                      max_leaves=20)
 _event_types = st.sampled_from(["assistant", "result", "user", "system", "turn.completed", "turn.failed",
                                 "item.completed", "error", "other"])
@@ -82,6 +85,53 @@ def test_claude_counts_a_repeated_message_once_and_trusts_the_higher_total() -> 
     assert meter.take_delta(reader.state) == 0.0  # a lower reported total never refunds
     reader.feed({"type": "result", "total_cost_usd": 0.01, "num_turns": 1, "result": "ok"})
     assert meter.take_delta(reader.state) == pytest.approx(0.0055)
+
+
+def test_claude_budget_stop_zeroes_usage_but_model_usage_and_errors_tell() -> None:
+    # The shape Claude Code 2.1.332 prints when its --max-budget-usd stops it.
+    reader = ClaudeReader()
+    reader.feed({"type": "result", "subtype": "error_max_budget_usd", "is_error": True, "num_turns": 1,
+                 "total_cost_usd": 0.6015, "errors": ["Reached maximum budget ($0.5)", 7],
+                 "usage": {"input_tokens": 0, "output_tokens": 0},
+                 "modelUsage": {"claude-sonnet-4-5": {"inputTokens": 200000, "outputTokens": 100,
+                                                      "cacheReadInputTokens": 0, "costUSD": 0.6015},
+                                "garbage": "x"}})
+    assert reader.state.usage["input_tokens"] == 200000 and reader.state.usage["output_tokens"] == 100
+    assert reader.state.errors == ["Reached maximum budget ($0.5)"]
+    assert Meter(PRICES).take_delta(reader.state) == pytest.approx(0.6015)
+
+
+def test_codex_cache_writes_are_part_of_the_input_and_the_live_log_counts_first() -> None:
+    reader, meter = CodexReader(), Meter(TokenPrices(1.0, 10.0, 0.1, 2.0))
+    reader.live_total({"input_tokens": 1000, "cached_input_tokens": 300, "cache_write_input_tokens": 200,
+                       "output_tokens": 50, "reasoning_output_tokens": 30})
+    assert reader.state.usage == {"input_tokens": 500, "cache_read_tokens": 300, "cache_write_tokens": 200,
+                                  "output_tokens": 50}  # reasoning is inside output_tokens
+    assert meter.take_delta(reader.state) == pytest.approx((500 + 30 + 400 + 500) / 1e6)
+    reader.live_total({"input_tokens": 10})  # an older or garbled total never lowers the spend
+    # The turn's own total counts the same calls: charged once, not twice.
+    reader.feed({"type": "turn.completed", "usage": {"input_tokens": 1000, "cached_input_tokens": 300,
+                                                     "cache_write_input_tokens": 200, "output_tokens": 50}})
+    assert meter.take_delta(reader.state) == 0.0
+
+
+def test_rollout_tail_reads_token_counts_as_they_are_appended(tmp_path: Path) -> None:
+    day = tmp_path / "sessions" / "2026" / "12" / "03"
+    day.mkdir(parents=True)
+    log = day / "rollout-2026-12-03T15-00-00-x.jsonl"
+    count = lambda n: json.dumps({"type": "event_msg", "payload": {"type": "token_count", "info": {  # noqa: E731
+        "total_token_usage": {"input_tokens": n}}}})
+    tail = RolloutTail(tmp_path)
+    assert list(tail.totals()) == []  # no log yet
+    line = count(100)
+    log.write_text(json.dumps({"type": "session_meta"}) + "\nnot json\n" + line[:20])
+    assert list(tail.totals()) == []  # a half-written line waits for its end
+    with log.open("a") as handle:
+        handle.write(line[20:] + "\n" + count(250) + "\n")
+    assert list(tail.totals()) == [{"input_tokens": 100}, {"input_tokens": 250}]
+    assert list(tail.totals()) == []  # read once
+    (day / "rollout-link.jsonl").symlink_to(log)  # a link is not a log of this attempt
+    assert list(tail.totals()) == []
 
 
 def test_codex_cached_tokens_are_part_of_the_input() -> None:
