@@ -20,6 +20,7 @@ from ..runtime.tools.base import safe_output
 from .coding_cli_events import CodexReader, Meter, StreamState, TokenPrices, parse_line, reader_for
 from .coding_cli_rollout import POLL_S, RolloutTail
 from .coding_cli_stream import LineSplitter, TailBuffer
+from .coding_cli_tools import ToolTracker
 
 EVENT_LIMIT = 8 * 1024  # bytes of one event passed whole to on_event; larger ones are cut
 STDERR_KEEP = 16 * 1024
@@ -41,6 +42,7 @@ class CliRun:
         self.events = 0
         self.skipped = 0
         self.live: RolloutTail | None = None  # codex: its session log, for spend between events
+        self.tools = ToolTracker(kind, redactor)
 
     @property
     def state(self) -> StreamState:
@@ -58,7 +60,9 @@ class CliRun:
         if self.state.hopeless is not None:
             self.hopeless.set()
         if self.on_event is not None:
-            await _maybe_await(self.on_event(self._for_log(event, raw)))
+            logged = self._for_log(event, raw)
+            logged["tools"] = self.tools.feed(event)
+            await _maybe_await(self.on_event(logged))
 
     async def _charge_new(self) -> None:
         delta = self.meter.take_delta(self.state)
