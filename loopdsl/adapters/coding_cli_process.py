@@ -64,6 +64,13 @@ class CliRun:
             logged["tools"] = self.tools.feed(event)
             await _maybe_await(self.on_event(logged))
 
+    async def close_tools(self) -> None:
+        """Ends, as failed, the tool uses the CLI never reported a result for."""
+        notes = self.tools.unfinished()
+        if notes and self.on_event is not None:
+            await _maybe_await(self.on_event({"cli": self.kind, "event": None, "spent_usd": self.meter.charged_usd,
+                                              "tools": notes}))
+
     async def _charge_new(self) -> None:
         delta = self.meter.take_delta(self.state)
         if delta > 0:
@@ -142,6 +149,7 @@ async def supervise(argv: Sequence[str], env: dict[str, str], workspace: Path, p
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(reader), 1.0)
         await run.poll_live()  # and what the session log holds
+        await run.close_tools()
     except BaseException:
         try:
             await asyncio.shield(stop_command(ref, grace, exited=exited))

@@ -51,6 +51,14 @@ class ToolTracker:
             return self._claude(event)
         return self._codex(event)
 
+    def unfinished(self) -> list[dict[str, Any]]:
+        """A failed `tool_call` for each use the CLI started but never reported on (it was
+        killed, or it ended): every `tool_started` gets its end."""
+        notes: list[dict[str, Any]] = []
+        for call_id in list(self.open):
+            notes += self._finished(call_id, ok=False, output="", error="the CLI ended before this tool use finished")
+        return notes
+
     # ------------------------------------------------------------------ claude
     def _claude(self, event: Mapping[str, Any]) -> list[dict[str, Any]]:
         message = _obj(event.get("message"))
