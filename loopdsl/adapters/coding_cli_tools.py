@@ -22,6 +22,7 @@ it. Fields of the wrong type are dropped, never raised on.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -35,6 +36,7 @@ ERROR_LIMIT = 500
 SUMMARY_LIMIT = 60  # as for an agent's own tool calls (`tool read_file src/x.py ok`)
 NAME_LIMIT = 100
 _OPEN_LIMIT = 1000  # tool uses awaiting a result; a stream opening more is garbage
+_SHELL_WRAPPED = re.compile(r"(?:/\S*/)?(?:ba|z)?sh -l?c '([^']*)'", re.DOTALL)
 _CODEX_TOOLS = {"command_execution": "shell", "file_change": "edit", "web_search": "web_search"}
 
 
@@ -127,9 +129,13 @@ class ToolTracker:
 
 
 def _codex_summary(item: Mapping[str, Any]) -> str:
-    for key in ("command", "query"):
-        if isinstance(item.get(key), str):
-            return str(item[key])
+    command = _text(item.get("command"))
+    if command is not None:
+        # Codex runs each command as `/bin/bash -lc '<command>'`: the command is what was asked.
+        wrapped = _SHELL_WRAPPED.fullmatch(command)
+        return wrapped.group(1) if wrapped else command
+    if isinstance(item.get("query"), str):
+        return str(item["query"])
     paths = [_text(_obj(c).get("path")) for c in _list(item.get("changes"))]
     if any(paths):
         return ", ".join(p for p in paths if p)
