@@ -61,7 +61,11 @@ def test_claude_tool_uses_are_events_in_progress_show_transcript_and_spans(tmp_p
     progress = done.stdout + done.stderr
     assert "tool Read config.env ok" in progress
     assert "tool Read missing.py failed (File does not exist (key ***))" in progress
-    events = json.loads(show(tmp_path, run_id, "--json"))["events"]
+    shown = json.loads(show(tmp_path, run_id, "--json"))
+    events = shown["events"]
+    recorded = shown["run"]["results"]["work"]["tool_calls"]
+    assert [(c["id"], c["name"], c["ok"], c["args"]) for c in recorded] == [
+        ("tu_1", "Read", True, None), ("tu_2", "Grep", True, None), ("tu_3", "Read", False, None)]
     calls = [e for e in events if e["type"] == "tool_call"]
     assert [(e["name"], e["ok"], e["cli"], e["state"]) for e in calls] == [
         ("Read", True, "claude-code", "work"), ("Grep", True, "claude-code", "work"),

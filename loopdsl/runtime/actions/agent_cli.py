@@ -74,10 +74,11 @@ async def run_cli_agent(engine: "Engine", cs: CompiledState, ctx: dict[str, Any]
         raise
     finally:
         engine.commands.ended(refs[0] if refs else None)
-    return _settle(engine, cs, attempt, reservation, result)
+    return _settle(engine, cs, attempt, reservation, result, log.calls)
 
 
-def _settle(engine: "Engine", cs: CompiledState, attempt: int, reservation: Any, result: dict[str, Any]) -> dict[str, Any]:
+def _settle(engine: "Engine", cs: CompiledState, attempt: int, reservation: Any, result: dict[str, Any],
+            calls: list[dict[str, Any]]) -> dict[str, Any]:
     usage = result.get("usage") or {}
     tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
     engine.ledger.settle(reservation, tokens, float(result.get("cost_usd") or 0.0))
@@ -87,7 +88,7 @@ def _settle(engine: "Engine", cs: CompiledState, attempt: int, reservation: Any,
                 **{k: result.get(k) for k in ("stop", "turns", "kind", "exit_code", "duration_s") if k in result})
     shaped = {"text": result.get("text") or "", "json": None, "stop": result.get("stop"), "turns": result.get("turns", 0),
               "model": result.get("model"), "usage": usage, "cost_usd": result.get("cost_usd"),
-              "overspend_usd": result.get("overspend_usd", 0.0), "tool_calls": []}
+              "overspend_usd": result.get("overspend_usd", 0.0), "tool_calls": calls}
     overspend = float(result.get("overspend_usd") or 0.0)
     if result.get("kind") == "budget_exhausted" or overspend > 0:
         if overspend > 0:  # the one documented way past a cap: recorded and shown, never hidden
@@ -108,6 +109,7 @@ class CliLog:
 
     def __init__(self, engine: "Engine", state: str, attempt: int, cli: str) -> None:
         self.engine, self.state, self.attempt, self.cli = engine, state, attempt, cli
+        self.calls: list[dict[str, Any]] = []  # the result's `tool_calls`, in an agent's record shape
 
     def on_event(self, payload: dict[str, Any]) -> None:
         notes = payload.get("tools") if isinstance(payload.get("tools"), list) else []
@@ -118,7 +120,12 @@ class CliLog:
                 continue
             fields = {k: v for k, v in note.items() if k != "type"}
             self.engine.emit(kind, state=self.state, attempt=self.attempt, cli=self.cli, **fields)
-            finished = finished or kind == "tool_call"
+            if kind == "tool_call":
+                finished = True
+                self.calls.append({"id": note.get("id"), "turn": note.get("turn"), "name": note.get("name"),
+                                   "args": None, "ok": bool(note.get("ok")), "error": note.get("error"),
+                                   "result": None, "truncated": bool(note.get("truncated")),
+                                   "duration_s": note.get("duration_s")})
         if finished:  # a finished tool use is kept at once, as an agent's own are
             self.engine.commit()
 
