@@ -11,6 +11,7 @@ from typing import Any
 from otlp_receiver import OtlpReceiver, otel_env, run_loopdsl
 
 from loopdsl.adapters.store.run_store import RunStore
+from loopdsl.ui import views
 
 FAKES = Path(__file__).resolve().parents[1] / "data" / "fake_cli"
 KEYS = {"claude-code": ("ANTHROPIC_API_KEY", "sk-ant-cli-events-SECRET-1234"),
@@ -75,6 +76,9 @@ def test_claude_tool_uses_are_events_in_progress_show_transcript_and_spans(tmp_p
     assert [e["type"] for e in events].count("tool_started") == 3
     charges = [e for e in events if e["type"] == "cli_charge"]
     assert charges and charges[-1]["charged_usd"] == events[[e["type"] for e in events].index("llm")]["cost_usd"]
+    llm = next(e for e in events if e["type"] == "llm")
+    assert (llm["cli"], llm["stop"], llm["turns"], llm["exit_code"], llm["error_kind"]) == (True, "answer", 2, 0, None)
+    assert [c["name"] for c in views.tool_calls(events)] == ["Read", "Grep", "Read"]  # the UI's run page
     assert "tool Grep " in show(tmp_path, run_id)
     transcript = show(tmp_path, run_id, "--transcript")
     assert "coding-agent CLI" in transcript and "--- tool result Read (tu_1, ok)\nAPI_KEY=***" in transcript

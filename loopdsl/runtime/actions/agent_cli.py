@@ -85,7 +85,8 @@ def _settle(engine: "Engine", cs: CompiledState, attempt: int, reservation: Any,
     engine.emit("llm", state=cs.state.name, attempt=attempt, model=result.get("model") or cs.state.action.cli,  # type: ignore[union-attr]
                 usage={"prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": usage.get("completion_tokens", 0)},
                 cost_usd=result.get("cost_usd"), cli=True, spent=engine.ledger.spent(),
-                **{k: result.get(k) for k in ("stop", "turns", "kind", "exit_code", "duration_s") if k in result})
+                error_kind=result.get("kind"),
+                **{k: result.get(k) for k in ("stop", "turns", "exit_code", "duration_s") if k in result})
     shaped = {"text": result.get("text") or "", "json": None, "stop": result.get("stop"), "turns": result.get("turns", 0),
               "model": result.get("model"), "usage": usage, "cost_usd": result.get("cost_usd"),
               "overspend_usd": result.get("overspend_usd", 0.0), "tool_calls": calls}
