@@ -111,7 +111,11 @@ class ToolTracker:
         shown = self.redact(summary)
         shown = shown if len(shown) <= SUMMARY_LIMIT else shown[: SUMMARY_LIMIT - 3] + "..."
         self.open[call_id[:200]] = (name, shown, self.clock())
-        return [{"type": "tool_started", "id": call_id[:200], "name": name, "summary": shown, "turn": self.turn}]
+        return [{"type": "tool_started", "id": self._shown_id(call_id), "name": name, "summary": shown, "turn": self.turn}]
+
+    def _shown_id(self, call_id: str) -> str:
+        """The id as stored: it came from the CLI too (kept whole for pairing, redacted to show)."""
+        return self.redact(call_id[:200])
 
     def _finished(self, raw_id: Any, *, ok: bool, output: str, error: str | None = None) -> list[dict[str, Any]]:
         call_id = _text(raw_id)
@@ -123,7 +127,7 @@ class ToolTracker:
         why = None
         if not ok:
             why, _ = safe_output(error or output or "failed", limit=ERROR_LIMIT, redact=self.redact)
-        return [{"type": "tool_call", "id": call_id[:200], "name": name, "summary": summary, "ok": ok,  # type: ignore[index]
+        return [{"type": "tool_call", "id": self._shown_id(call_id), "name": name, "summary": summary, "ok": ok,  # type: ignore[index]
                  "error": why, "output": kept, "truncated": cut, "turn": self.turn,
                  "duration_s": round(max(self.clock() - started, 0.0), 3)}]
 

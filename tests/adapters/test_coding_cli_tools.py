@@ -83,6 +83,15 @@ def test_hostile_events_give_no_notes_and_never_raise() -> None:
     assert note["name"] == "tool" and note["output"] == "" and note["summary"] == ""
 
 
+def test_an_id_holding_a_secret_is_paired_yet_shown_redacted() -> None:
+    tracker = ToolTracker("claude-code", Redactor(["s3cret-value"]))
+    [started] = tracker.feed({"type": "assistant", "message": {"content": [
+        {"type": "tool_use", "id": "id-s3cret-value", "name": "Read", "input": {"file_path": "s3cret-value.txt"}}]}})
+    [ended] = tracker.feed({"type": "user", "message": {"content": [
+        {"type": "tool_result", "tool_use_id": "id-s3cret-value", "content": "ok"}]}})
+    assert started["id"] == ended["id"] == "id-***" and ended["summary"] == "***.txt"
+
+
 def test_a_stream_opening_endless_tool_uses_is_bounded() -> None:
     tracker = ToolTracker("codex", Redactor([]))
     started = 0
