@@ -38,7 +38,8 @@ What it guarantees:
   `on_start` may be plain functions or coroutine functions.
 - At the end, at the timeout, at a budget kill, on cancellation, or when a callback raises,
   the process group (and whatever left it, see `process_tree`) is killed before returning.
-- Every event goes to `on_event` redacted (large ones reduced to a capped excerpt);
+- Every event goes to `on_event` redacted (large ones reduced to a capped excerpt), with
+  `tools`: the tool uses it started or finished as loopdsl tool notes (`coding_cli_tools`);
   `on_start(ref)` gets the `CommandRef` (pgid, marker, start time) once the CLI runs, to be
   committed so a resumed run can kill it. The result's text and errors are redacted.
 - `kind` (when the run did not answer): `max_turns`, `auth`, `budget_exhausted`, `timeout`,

@@ -20,6 +20,7 @@ from ..runtime.tools.base import safe_output
 from .coding_cli_events import CodexReader, Meter, StreamState, TokenPrices, parse_line, reader_for
 from .coding_cli_rollout import POLL_S, RolloutTail
 from .coding_cli_stream import LineSplitter, TailBuffer
+from .coding_cli_tools import ToolTracker
 
 EVENT_LIMIT = 8 * 1024  # bytes of one event passed whole to on_event; larger ones are cut
 STDERR_KEEP = 16 * 1024
@@ -41,6 +42,7 @@ class CliRun:
         self.events = 0
         self.skipped = 0
         self.live: RolloutTail | None = None  # codex: its session log, for spend between events
+        self.tools = ToolTracker(kind, redactor)
 
     @property
     def state(self) -> StreamState:
@@ -58,7 +60,16 @@ class CliRun:
         if self.state.hopeless is not None:
             self.hopeless.set()
         if self.on_event is not None:
-            await _maybe_await(self.on_event(self._for_log(event, raw)))
+            logged = self._for_log(event, raw)
+            logged["tools"] = self.tools.feed(event)
+            await _maybe_await(self.on_event(logged))
+
+    async def close_tools(self) -> None:
+        """Ends, as failed, the tool uses the CLI never reported a result for."""
+        notes = self.tools.unfinished()
+        if notes and self.on_event is not None:
+            await _maybe_await(self.on_event({"cli": self.kind, "event": None, "spent_usd": self.meter.charged_usd,
+                                              "tools": notes}))
 
     async def _charge_new(self) -> None:
         delta = self.meter.take_delta(self.state)
@@ -138,6 +149,7 @@ async def supervise(argv: Sequence[str], env: dict[str, str], workspace: Path, p
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(reader), 1.0)
         await run.poll_live()  # and what the session log holds
+        await run.close_tools()
     except BaseException:
         try:
             await asyncio.shield(stop_command(ref, grace, exited=exited))

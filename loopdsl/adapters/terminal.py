@@ -60,6 +60,9 @@ class Progress:
                 line += ": " + _some_lines(event.get("message", ""))
         elif kind == "tool_call":
             line = f"  {tool_line(event)}"
+        elif kind == "cli_charge" and event.get("at_reservation"):
+            line = (f"  {event.get('cli')} reached its reservation ({_money(event.get('charged_usd'))} of "
+                    f"{_money(event.get('reserved_usd'))}): its process group is killed")
         elif kind == "turn_retry":
             line = f"  turn {event.get('turn')} retried in {event.get('delay_s')}s after {event.get('kind')}"
         elif kind == "retry":

@@ -61,7 +61,8 @@ async def open_mcp_tools(tools: Sequence[tuple[ToolDef, ToolUse]], env: ToolEnv)
 
 
 async def run_cli(*, action: AgentAction, alias: ModelAlias | None, prompt: str, workspace: Path, redactor: Any,
-                  env: Mapping[str, str], timeout: float | None, charge: Any, on_start: Any) -> dict[str, Any]:
+                  env: Mapping[str, str], timeout: float | None, charge: Any, on_start: Any,
+                  on_event: Any = None) -> dict[str, Any]:
     """The `coding_cli` port: one CLI attempt, binary and extra flags from the model alias
     (`cli_path`, `cli_args` beside `model`), priced from the alias or the price table."""
     from ..adapters.coding_cli import CliSpec, prices_for, run_coding_cli, worst_call_usd  # only for CLI states
@@ -79,7 +80,8 @@ async def run_cli(*, action: AgentAction, alias: ModelAlias | None, prompt: str,
                           "with a `price:` and a model the price table knows the context window of")
     result = await run_coding_cli(spec, prompt=prompt, workspace=workspace, reservation_usd=float(action.max_cost_usd or 0),
                                   worst_call_usd=worst, prices=prices, redactor=redactor, base_env=env,
-                                  api_key=env.get(spec.key_env()), timeout=timeout, charge=charge, on_start=on_start)
+                                  api_key=env.get(spec.key_env()), timeout=timeout, charge=charge, on_start=on_start,
+                                  on_event=on_event)
     return {**result.as_result(), "model": model}
 
 

@@ -56,6 +56,10 @@ def model_calls(store: Any, run_id: str, events: Iterable[Mapping[str, Any]]) ->
     calls: list[dict[str, Any]] = []
     visits: dict[Any, Any] = {}  # state -> its current visit (from the `attempt` events)
     turns: dict[tuple[Any, Any, Any], dict[str, Any]] = {}  # (state, attempt, turn) -> agent turn call
+    # A coding-agent CLI's tool uses come before its one `llm` event (emitted when it ends);
+    # its answer is in the state's `ok`/`failed` event after it.
+    cli_tools: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
+    cli_open: dict[Any, dict[str, Any]] = {}
     for event in events:
         kind, state, attempt = event.get("type"), event.get("state"), event.get("attempt")
         if kind == "attempt":
@@ -64,6 +68,14 @@ def model_calls(store: Any, run_id: str, events: Iterable[Mapping[str, Any]]) ->
             calls.append(_call(store, run_id, event, visits.get(state)))
             if event.get("turn") is not None:
                 turns[(state, attempt, event.get("turn"))] = calls[-1]
+            if event.get("cli"):
+                _cli_call(calls[-1], cli_tools.pop((state, attempt), []))
+                cli_open[state] = calls[-1]
+        elif kind in ("ok", "failed") and state in cli_open:
+            result = event.get("result") if isinstance(event.get("result"), Mapping) else {}
+            cli_open.pop(state)["reply"] = _text(result.get("text"))
+        elif kind == "tool_call" and event.get("cli"):
+            cli_tools.setdefault((state, attempt), []).append(event)
         elif kind == "tool_call":
             call = turns.get((state, attempt, event.get("turn")))
             if call is not None:
@@ -86,6 +98,18 @@ def _call(store: Any, run_id: str, event: Mapping[str, Any], visit: Any) -> dict
             "kind": "agent turn" if turn is not None else "llm", "failed": _text(event.get("failed"), 64),
             "messages": messages, "reply": _text(reply.get("text")) if reply else "",
             "stored": reply is not None, "tool_calls": _tool_calls(reply) if reply else [], "tool_results": []}
+
+
+def _cli_call(call: dict[str, Any], tools: list[Mapping[str, Any]]) -> None:
+    """A coding-agent CLI's run as one call: its prompt and steps are not kept, its tool uses
+    are (from their events: what the CLI ran and a capped, redacted excerpt of the result)."""
+    call["kind"] = f"coding-agent CLI {_text(call['model'], 200)}"
+    call["stored"] = True
+    call["messages"] = call["messages"] or []  # not "not stored yet": a CLI's prompt is never kept
+    call["tool_calls"] = [{"id": _text(e.get("id"), 200), "name": _text(e.get("name"), 200),
+                           "arguments": _text(e.get("summary"), 200)} for e in tools]
+    call["tool_results"] = [{"id": _text(e.get("id"), 200), "name": _text(e.get("name"), 200), "ok": bool(e.get("ok")),
+                             "content": _text(e.get("output") if e.get("ok") else e.get("error"))} for e in tools]
 
 
 __all__ = ["model_calls"]

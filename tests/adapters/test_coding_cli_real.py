@@ -198,6 +198,12 @@ def test_real_claude_answers_read_only_and_is_charged_what_the_stub_billed(
     usage = work["usage"]
     assert (usage["input_tokens"], usage["cache_read_tokens"], usage["cache_write_tokens"]) == (5400, 20_000, 4000)
     assert usage["completion_tokens"] == stub.billed["completion_tokens"] == 120
+    # Each tool use is a tool event of the run, as an agent's own are: the refused ones failed.
+    calls = [e for e in result.events if e["type"] == "tool_call"]
+    assert [(e["name"], e["ok"], e["cli"]) for e in calls] == [
+        ("Read", True, "claude-code"), ("Read", False, "claude-code"), ("Write", False, "claude-code")]
+    assert "the file in the workspace" in calls[0]["output"] and calls[0]["summary"] == "a.txt"
+    assert [e["id"] for e in result.events if e["type"] == "tool_started"] == [e["id"] for e in calls]
 
 
 def test_real_claude_edits_in_its_worktree_only(clis: dict[str, Path], world: dict[str, Path],
@@ -270,6 +276,11 @@ def test_real_codex_answers_in_a_read_only_sandbox_priced_from_the_table(
     usage = work["usage"]
     assert (usage["input_tokens"], usage["cache_read_tokens"], usage["cache_write_tokens"]) == (3300, 20_000, 4000)
     assert usage["completion_tokens"] == 120
+    calls = [(e["name"], e["summary"], e["ok"]) for e in result.events if e["type"] == "tool_call"]
+    # Codex 0.171 reports the command it ran (shown unwrapped from its `bash -lc`); the write the
+    # sandbox refused is not reported as an item.
+    assert calls == [("shell", "cat a.txt", True)], calls
+    assert "the file in the workspace" in next(e for e in result.events if e["type"] == "tool_call")["output"]
 
 
 def test_real_codex_that_keeps_spending_is_killed_from_its_session_log(

@@ -101,6 +101,12 @@ def test_an_idempotent_cli_state_is_killed_and_rerun_with_its_first_spend_standi
     run_id = crash_while_the_cli_runs(tmp_path, workdir, store)
     [first] = cli_runs(workdir)
     assert alive(first["pid"]) and alive(first["child_pid"])  # loopdsl died, the CLI did not
+    # What the CLI did before the kill was committed as it happened: its tool use, and each
+    # charge together with the pending record that holds it.
+    before = RunStore(store).events(run_id)
+    assert [(e["type"], e.get("name")) for e in before if e["type"] == "tool_call"] == [("tool_call", "Glob")]
+    pending = RunStore(store).load_run(run_id)["pending"]
+    assert max(e["charged_usd"] for e in before if e["type"] == "cli_charge") == pytest.approx(pending["charged_usd"])
     assert resume(tmp_path, store, run_id) == "completed"
     assert not alive(first["pid"]) and not alive(first["child_pid"])  # the leftover group was killed
     assert len(cli_runs(workdir)) == 2  # started afresh, never continued
@@ -109,7 +115,10 @@ def test_an_idempotent_cli_state_is_killed_and_rerun_with_its_first_spend_standi
     # $0.03); the rerun is charged what it reported.
     assert saved["ledger"]["cost_usd"] == pytest.approx(CAP + saved["results"]["review"]["cost_usd"])
     assert saved["results"]["review"]["text"] == "All done: fixed a.py."
-    assert [e["type"] for e in RunStore(store).events(run_id)].count("stopped_leftover") == 1
+    events = RunStore(store).events(run_id)
+    assert [e["type"] for e in events].count("stopped_leftover") == 1
+    assert [e["seq"] for e in events] == sorted({e["seq"] for e in events})  # no event lost its place
+    assert [e.get("name") for e in events if e["type"] == "tool_call"] == ["Glob", "Read"]  # the rerun's too
 
 
 def test_a_cli_state_that_is_not_idempotent_waits_and_skip_completes_without_rerunning(tmp_path: Path, dirs) -> None:

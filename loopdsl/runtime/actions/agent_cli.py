@@ -43,15 +43,18 @@ async def run_cli_agent(engine: "Engine", cs: CompiledState, ctx: dict[str, Any]
     pending = {"kind": "cli", "state": cs.state.name, "visit": visit, "attempt": attempt, "step_taken": True,
                "reserved": {"tokens": 0, "cost_usd": action.max_cost_usd}}
     engine._commit_pending(pending)
+    log = CliLog(engine, cs.state.name, attempt, str(action.cli))
     charged = [0.0]
 
     def charge(delta_usd: float) -> bool:
         delta = max(float(delta_usd), 0.0)
         charged[0] += delta
+        within = charged[0] < action.max_cost_usd  # type: ignore[operator]
         if delta > 0:  # committed as it arrives: a crash cannot make a reported charge vanish
             pending["charged_usd"] = round(charged[0], 12)
-            engine._commit_pending(dict(pending))
-        return charged[0] < action.max_cost_usd  # type: ignore[operator]
+            log.charged(delta, charged[0], action.max_cost_usd, within)  # type: ignore[arg-type]
+            engine._commit_pending(dict(pending))  # the charge event with it, in one commit
+        return within
 
     refs: list[Any] = []
 
@@ -64,25 +67,29 @@ async def run_cli_agent(engine: "Engine", cs: CompiledState, ctx: dict[str, Any]
     try:
         result = await runner(action=action, alias=engine.loop.models.get(action.model), prompt=prompt,
                               workspace=engine.ports.workdir, redactor=engine.redact, env=engine.ports.env,
-                              timeout=cs.state.timeout, charge=charge, on_start=on_start)
+                              timeout=cs.state.timeout, charge=charge, on_start=on_start,
+                              on_event=log.on_event)
     except BaseException:
         engine.ledger.charge_reservation(reservation)  # it may have spent all of it
         raise
     finally:
         engine.commands.ended(refs[0] if refs else None)
-    return _settle(engine, cs, attempt, reservation, result)
+    return _settle(engine, cs, attempt, reservation, result, log.calls)
 
 
-def _settle(engine: "Engine", cs: CompiledState, attempt: int, reservation: Any, result: dict[str, Any]) -> dict[str, Any]:
+def _settle(engine: "Engine", cs: CompiledState, attempt: int, reservation: Any, result: dict[str, Any],
+            calls: list[dict[str, Any]]) -> dict[str, Any]:
     usage = result.get("usage") or {}
     tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
     engine.ledger.settle(reservation, tokens, float(result.get("cost_usd") or 0.0))
     engine.emit("llm", state=cs.state.name, attempt=attempt, model=result.get("model") or cs.state.action.cli,  # type: ignore[union-attr]
                 usage={"prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": usage.get("completion_tokens", 0)},
-                cost_usd=result.get("cost_usd"), cli=True, spent=engine.ledger.spent())
+                cost_usd=result.get("cost_usd"), cli=True, spent=engine.ledger.spent(),
+                error_kind=result.get("kind"),
+                **{k: result.get(k) for k in ("stop", "turns", "exit_code", "duration_s") if k in result})
     shaped = {"text": result.get("text") or "", "json": None, "stop": result.get("stop"), "turns": result.get("turns", 0),
               "model": result.get("model"), "usage": usage, "cost_usd": result.get("cost_usd"),
-              "overspend_usd": result.get("overspend_usd", 0.0), "tool_calls": []}
+              "overspend_usd": result.get("overspend_usd", 0.0), "tool_calls": calls}
     overspend = float(result.get("overspend_usd") or 0.0)
     if result.get("kind") == "budget_exhausted" or overspend > 0:
         if overspend > 0:  # the one documented way past a cap: recorded and shown, never hidden
@@ -94,6 +101,40 @@ def _settle(engine: "Engine", cs: CompiledState, attempt: int, reservation: Any,
     if result.get("kind"):
         raise StepFailure(str(result["kind"]), str(result.get("error") or result["kind"]), result=shaped)
     return shaped
+
+
+class CliLog:
+    """The CLI's progress in the run's event log, shaped as an agent's own: `tool_started`
+    and `tool_call` for each tool use (the port hands them over already redacted and capped,
+    see adapters/coding_cli_tools.py), and `cli_charge` for each charge of its spend."""
+
+    def __init__(self, engine: "Engine", state: str, attempt: int, cli: str) -> None:
+        self.engine, self.state, self.attempt, self.cli = engine, state, attempt, cli
+        self.calls: list[dict[str, Any]] = []  # the result's `tool_calls`, in an agent's record shape
+
+    def on_event(self, payload: dict[str, Any]) -> None:
+        notes = payload.get("tools") if isinstance(payload.get("tools"), list) else []
+        finished = False
+        for note in notes:
+            kind = note.get("type")
+            if kind not in ("tool_started", "tool_call"):
+                continue
+            fields = {k: v for k, v in note.items() if k != "type"}
+            self.engine.emit(kind, state=self.state, attempt=self.attempt, cli=self.cli, **fields)
+            if kind == "tool_call":
+                finished = True
+                self.calls.append({"id": note.get("id"), "turn": note.get("turn"), "name": note.get("name"),
+                                   "args": None, "ok": bool(note.get("ok")), "error": note.get("error"),
+                                   "result": None, "truncated": bool(note.get("truncated")),
+                                   "duration_s": note.get("duration_s")})
+        if finished:  # a finished tool use is kept at once, as an agent's own are
+            self.engine.commit()
+
+    def charged(self, delta_usd: float, total_usd: float, reserved_usd: float, within: bool) -> None:
+        """Emitted before the caller commits the charge, so both are kept or neither."""
+        self.engine.emit("cli_charge", state=self.state, attempt=self.attempt, cli=self.cli,
+                         delta_usd=round(delta_usd, 12), charged_usd=round(total_usd, 12),
+                         reserved_usd=reserved_usd, **({} if within else {"at_reservation": True}))
 
 
 CUT_OFF_CHOICES = ("rerun", "skip", "fail")
