@@ -57,6 +57,7 @@ class PublishIssue:
 @dataclass(frozen=True)
 class Publish:
     token: str = DEFAULT_TOKEN_SECRET
+    ends: tuple[str, ...] = ()  # the completed ends that publish; empty: every one
     pull_request: PublishPullRequest | None = None
     comment: PublishComment | None = None
     labels: PublishLabels | None = None
@@ -93,6 +94,7 @@ def build_publish(raw: Any) -> Publish | None:
                                           ("pull_request", "comment", "labels", "review", "issue"))
     return Publish(
         token=_text(raw, "token", DEFAULT_TOKEN_SECRET),
+        ends=_names(raw, "ends"),
         pull_request=PublishPullRequest(_text(pr, "title"), _text(pr, "body"), _text(pr, "branch", RUN_BRANCH),
                                         pr.get("base") and str(pr["base"])) if pr is not None else None,
         comment=PublishComment(_target(comment), _text(comment, "body"), _number(comment))

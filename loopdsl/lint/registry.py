@@ -366,6 +366,7 @@ RULE_DOCS: dict[str, tuple[str, str]] = {
     "publish-token": ("error", "`publish` authenticates with a secret (`token`, default GITHUB_TOKEN) that is not declared under `secrets`."),
     "publish-worktree": ("error", "`publish: pull_request` in a loop without `workspace: {worktree: true}`: the run has no branch to push."),
     "publish-number": ("error", "A `publish` comment, labels or review that names no issue or pull request (`number:`) and refers to none the same `publish` opens."),
+    "publish-ends": ("error", "A `publish.ends` entry that is not a state with `end: completed` (publishing happens only after a completed end)."),
     "publish-branch": ("error", "A fixed `publish` pull-request branch that is a template, not a valid branch name, or the branch it merges into (`base`, `workspace.base`, main/master): each run force-pushes it."),
     "bad-schedule": ("error", "`schedule.cron` is not a valid cron expression, or `schedule.timezone` is not a known time zone."),
     "no-such-file": ("error", "A path given to `loopdsl lint` does not exist."),

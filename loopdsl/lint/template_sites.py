@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 Mode = Literal["template", "expr", "shell"]
 # pre: before the state's action (its own result is not there on the first visit);
 # post: after it (after-gates, transition guards); outputs: top-level outputs;
-# definition: a named gate, whose context is the state that refers to it.
-Phase = Literal["pre", "post", "outputs", "definition"]
+# definition: a named gate, whose context is the state that refers to it; publish: `publish:`
+# texts, rendered at the completed ends `publish.ends` names (or every one).
+Phase = Literal["pre", "post", "outputs", "definition", "publish"]
 # env: a command's `env:` value; with: a sub-loop's `with:` value (secret rules differ there).
 Where = Literal["prompt", "command", "env", "with", "other"]
 
@@ -124,11 +125,11 @@ def _publish_sites(ctx: LintContext) -> Iterator[Site]:
     for part, body in (publish.items() if isinstance(publish, dict) else ()):
         for key, value in (body.items() if isinstance(body, dict) else ()):
             if key in ("title", "body", "number") and isinstance(value, str):
-                yield Site(("publish", part, key), value, "template", "other", "outputs", None)
+                yield Site(("publish", part, key), value, "template", "other", "publish", None)
             elif key in ("add", "remove", "labels") and isinstance(value, list):
                 for i, item in enumerate(value):
                     if isinstance(item, str):
-                        yield Site(("publish", part, key, i), item, "template", "other", "outputs", None)
+                        yield Site(("publish", part, key, i), item, "template", "other", "publish", None)
 
 
 def sites(ctx: LintContext) -> list[Site]:

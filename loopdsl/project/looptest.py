@@ -281,10 +281,11 @@ def run_test(test: LoopTest, keep: bool = False) -> TestOutcome:
             script = root / "replies.json"
             script.write_text(json.dumps(test.script_data), encoding="utf-8")
         # Offline there is nothing to wait for: retry waits count against wall_time, unslept;
-        # and nobody to tell: a test never posts to the loop's `notify:` webhooks.
+        # and nobody to tell: a test never posts to the loop's `notify:` webhooks, and never
+        # writes to GitHub (its `publish:` is planned, so its templates are checked, not applied).
         result = loopdsl.run(test.loop, dict(test.inputs), script=script, store=root / "store", workdir=work,
                              real_waits=False, tool_stubs=test.tool_stubs or None,
-                             notify=False)
+                             notify=False, publish=False)
         outcome.status = result.status
         outcome.failures = judge(test, result, work)
         outcome.passed = not outcome.failures

@@ -87,3 +87,17 @@ def publish_branch(ctx: LintContext) -> Iterator[Diagnostic]:
                        f'publish branch "{pr.branch}" is force-pushed by every run; it cannot be a branch people '
                        "merge into", path, value=True,
                        hint="name a branch the loop owns (e.g. loopdsl/NAME), or write `branch: run`")
+
+
+@rule
+def publish_ends(ctx: LintContext) -> Iterator[Diagnostic]:
+    publish = _publish(ctx)
+    if publish is None:
+        return
+    completed = {name for name, state in ctx.loop.states.items() if state.end == "completed"}
+    for i, name in enumerate(publish.ends):
+        if name not in completed:
+            what = "is not a state" if name not in ctx.loop.states else "is not an `end: completed` state"
+            yield ctx.diag("publish-ends", f'publish after "{name}", which {what}{did_you_mean(name, completed)}',
+                           ("publish", "ends", i), value=True,
+                           hint=f"publish happens only at a completed end: {quoted_list(completed)}")
