@@ -131,6 +131,20 @@ def publish_line(event: Mapping[str, Any]) -> str:
     return f"publish {event.get('kind') or ''} FAILED: {_first_line(message)}".replace("  ", " ")
 
 
+def _delivery_sections(events: list[dict[str, Any]]) -> list[str]:
+    """`show`'s `notifications:` and `publish:` sections: what the run told and wrote outside."""
+    lines: list[str] = []
+    notes = [e for e in events if e.get("type") in ("notified", "notify_failed")]
+    if notes:
+        lines.append("notifications:")
+        lines.extend(f"  {notify_line(e)}" for e in notes)
+    published = [e for e in events if e.get("type") in PUBLISH_EVENTS[1:]]
+    if published:
+        lines.append("publish:")
+        lines.extend(f"  {publish_line(e)}" for e in published)
+    return lines
+
+
 def tool_line(event: Mapping[str, Any]) -> str:
     """`tool read_file src/x.py ok 0.01s`: one agent tool call, for progress and `show`."""
     outcome = "ok" if event.get("ok") else f"failed ({_first_line(str(event.get('error') or ''), 80)})"
@@ -255,14 +269,7 @@ def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunS
     if tool_calls:
         lines.append("tool calls:")
         lines.extend(f"  {e.get('state')} #{e.get('attempt')} turn {e.get('turn')}: {tool_line(e)}" for e in tool_calls)
-    notes = [e for e in events if e.get("type") in ("notified", "notify_failed")]
-    if notes:
-        lines.append("notifications:")
-        lines.extend(f"  {notify_line(e)}" for e in notes)
-    published = [e for e in events if e.get("type") in PUBLISH_EVENTS[1:]]
-    if published:
-        lines.append("publish:")
-        lines.extend(f"  {publish_line(e)}" for e in published)
+    lines.extend(_delivery_sections(events))
     files = state.meta.get("files") or {}
     if files:
         lines.append("files:")

@@ -145,6 +145,11 @@ def test_killed_while_publishing_then_resumed_writes_each_thing_once(fake: FakeG
     actions = {e["kind"]: e["action"] for e in events(resumed.stdout) if e["type"] == "published"}
     assert actions == ({"pull_request": "updated", "comment": "created"} if "pulls" in held[1]
                        else {"comment": "found"})
+    shown = json.loads(cli(repo, env, "show", run_id, "--json").stdout)
+    steps = [(e["type"], e.get("kind")) for e in shown["events"] if e["type"].startswith("publish")]
+    assert steps == [("publish_planned", None), ("publish_intent", "pull_request"), ("published", "pull_request"),
+                     ("publish_intent", "comment"), ("published", "comment")]  # each intent once, before the kill
+    assert shown["run"]["status"] == "completed" and shown["run"]["meta"]["publish"]["status"] == "done"
     again = cli(repo, env, "resume", run_id)
     assert again.returncode == 2 and "already ended with status completed" in again.stderr
 
