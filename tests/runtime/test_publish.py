@@ -1,14 +1,11 @@
 """Planning `publish:`: rendering with values as data, caps, validation and the secret scan."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loopdsl.language.publish_model import build_publish
-from loopdsl.lint.pipeline import load_loop
-from loopdsl.project.dry_run import dry_run
 from loopdsl.language.templates import compile_template
 from loopdsl.runtime.publish import (BODY_LIMIT, TITLE_LIMIT, ZWJ, PublishError, marker, neutralise,
                                      plan_items)
@@ -109,11 +106,3 @@ def test_the_publish_sandbox_is_the_loop_sandbox() -> None:
     # values_as_data is scoped to a publish render: other templates print values unchanged
     assert compile_template("{{ x }}").render({"x": "@alice closes #1"}) == "@alice closes #1"
 
-
-def test_the_dry_run_names_the_writes_and_when() -> None:
-    loop = load_loop(Path(__file__).resolve().parents[1] / "data" / "ok" / "publish.yaml")
-    report = dry_run(loop)
-    assert report.to_json()["publish"] == ["pull request of branch loopdsl/fixes", "issue", "comment on issue",
-                                           "labels on pull request", "review (COMMENT)"]
-    assert "publishes to GitHub after done (not in a dry run): pull request of branch loopdsl/fixes; issue" \
-        in report.to_text()
