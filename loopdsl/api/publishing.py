@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..adapters.git_worktree import find_repo_root
 from ..adapters.github.publisher import GitHubPublisher, check_ready
 from ..language.errors import LoopdslError
 from ..language.model import Loop
@@ -24,6 +25,15 @@ def check_publish_ready(loop: Loop, publish: bool) -> None:
     token it needs (a run must not spend its budget and then fail to deliver)."""
     if loop.publish is not None and publish:
         check_ready(loop.publish.token)
+
+
+def _repository(worktree: dict) -> Path | None:
+    """The repository to push from: the run's own, or (a resume in another checkout of it,
+    e.g. a later CI job) the one this process runs in."""
+    recorded = Path(worktree["repo"]) if worktree.get("repo") else None
+    if recorded is not None and recorded.is_dir():
+        return recorded
+    return find_repo_root(Path.cwd()) if recorded is not None else None
 
 
 def publish_engine(engine: Engine, publish: bool = True) -> None:
@@ -51,9 +61,8 @@ def publish_engine(engine: Engine, publish: bool = True) -> None:
         return
     if not publish:
         return
-    info = state.meta.get("worktree") or {}
     try:
-        publisher = GitHubPublisher(loop.publish.token, Path(info["repo"]) if info.get("repo") else None)
+        publisher = GitHubPublisher(loop.publish.token, _repository(state.meta.get("worktree") or {}))
     except LoopdslError as exc:
         record_failure(state, f"publish: {exc.message}", engine.emit)
         engine.commit()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -209,3 +210,27 @@ def test_missing_settings_and_library_stop_the_run_before_it_starts(fake: FakeGi
     assert "needs the `github` extra" in blocked.stderr and "pip install 'loopdsl[github]'" in blocked.stderr
     assert not (repo / ".loopdsl").exists() or "edit" not in cli(repo, env, "runs").stdout
     assert fake.requests == []
+
+
+def test_a_later_job_publishes_from_a_fresh_checkout_and_the_stored_plan(fake: FakeGitHub, tmp_path: Path) -> None:
+    """The export's shape: the run job (no write token) plans; a later job, with a fresh
+    checkout at the same path, the run store and a bundle of the run's branch, publishes."""
+    repo = project(tmp_path, SIMPLE.replace("BRANCH", "run"))
+    git(repo, "push", "-q", "origin", "main")
+    env = environment(fake, tmp_path)
+    planned = cli(repo, {k: v for k, v in env.items() if k != "GITHUB_TOKEN"}, "run", "loop.yaml",
+                  "--no-publish", "--json")
+    assert planned.returncode == 0, planned.stderr
+    run_id = events(planned.stdout)[0]["run_id"]
+    git(repo, "bundle", "create", str(tmp_path / "run.bundle"), f"loopdsl/{run_id}")
+    shutil.copytree(repo / ".loopdsl", tmp_path / "store")
+    shutil.rmtree(repo)  # the next job starts from a fresh checkout at the same path
+    git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), str(repo))
+    git(repo, "fetch", "-q", str(tmp_path / "run.bundle"), "refs/heads/loopdsl/*:refs/heads/loopdsl/*")
+
+    published = cli(repo, env, "resume", run_id, "--store", str(tmp_path / "store"))
+
+    assert published.returncode == 0, published.stderr
+    [opened] = fake.writes_to("POST", r"/pulls$")
+    assert opened.body["head"] == f"loopdsl/{run_id}"
+    assert remote_branch(tmp_path, f"loopdsl/{run_id}") == git(repo, "rev-parse", f"loopdsl/{run_id}").strip()
