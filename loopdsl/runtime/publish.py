@@ -119,15 +119,16 @@ def plan_items(publish: Publish, context: Mapping[str, Any], secrets: tuple[str,
     `worktree` is the run's `meta.worktree`: its branch, and the commit made at its end."""
     r = _Renderer(context, secrets)
     items: list[dict[str, Any]] = []
-    if (pr := publish.pull_request) is not None:
+    # A run that changed nothing has nothing to propose: no pull request, nor what refers to it.
+    unchanged = bool(worktree.get("branch")) and not worktree.get("commit")
+    if (pr := publish.pull_request) is not None and not unchanged:
         fixed = pr.branch != RUN_BRANCH
         items.append({"kind": "pull_request", "title": r.title("pull_request.title", pr.title),
                       "body": r.text("pull_request.body", pr.body, BODY_LIMIT),
                       "branch": pr.branch if fixed else worktree.get("branch"), "fixed": fixed,
                       "base": pr.base, "commit": worktree.get("commit")})
-        if not worktree.get("commit") or not worktree.get("branch"):
-            r.problems.append("pull_request: the run committed no work to a branch (it needs "
-                              "`workspace: {worktree: true}`)")
+        if not worktree.get("branch"):
+            r.problems.append("pull_request: the run has no branch (it needs `workspace: {worktree: true}`)")
     if (issue := publish.issue) is not None:
         items.append({"kind": "issue", "title": r.title("issue.title", issue.title),
                       "body": r.text("issue.body", issue.body, BODY_LIMIT),
@@ -145,6 +146,8 @@ def plan_items(publish: Publish, context: Mapping[str, Any], secrets: tuple[str,
         raise PublishError("publish: nothing was written to GitHub: " + "; ".join(r.problems[:8]),
                            "fix the loop's `publish:` templates (or what they print), then "
                            f"`loopdsl resume {run_id} --force` publishes the completed run")
+    if unchanged and publish.pull_request is not None:  # what would have gone on that pull request
+        items = [i for i in items if not (i.get("on") == "pull_request" and i.get("number") is None)]
     for item in items:
         item["marker"] = marker(run_id, item["kind"])
         if "body" in item:

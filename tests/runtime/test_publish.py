@@ -83,7 +83,7 @@ def test_every_problem_is_reported_and_nothing_is_planned() -> None:
     message = info.value.message
     assert message.startswith("publish: nothing was written to GitHub: ")
     for part in ("pull_request.title rendered empty", "pull_request.body: undefined",
-                 "no work to a branch", "comment.number rendered 'twelve; DROP'", "labels.number rendered '0'",
+                 "the run has no branch", "comment.number rendered 'twelve; DROP'", "labels.number rendered '0'",
                  "labels.add[0] rendered", "labels.add[1] rendered"):
         assert part in message, part
     assert info.value.exit_code == 6 and "loopdsl resume r1 --force" in info.value.hint
@@ -106,3 +106,11 @@ def test_the_publish_sandbox_is_the_loop_sandbox() -> None:
     # values_as_data is scoped to a publish render: other templates print values unchanged
     assert compile_template("{{ x }}").render({"x": "@alice closes #1"}) == "@alice closes #1"
 
+
+
+def test_a_run_that_changed_nothing_proposes_nothing() -> None:
+    raw = {"pull_request": {"title": "t"}, "review": {"event": "COMMENT", "body": "b"},
+           "comment": {"on": "issue", "number": 3, "body": "nothing to fix"}}
+    items = plan(raw, worktree={"branch": "loopdsl/r1", "commit": None})
+    assert [i["kind"] for i in items] == ["comment"]  # the pull request and its review are left out
+    assert [i["kind"] for i in plan(raw)] == ["pull_request", "comment", "review"]
