@@ -74,7 +74,7 @@ def recording(script: Path) -> RecordingProvider:
 
 def run_sweeper(repo: Path, store: Path, script: Path, **inputs: Any) -> tuple[Any, RecordingProvider]:
     provider = recording(script)
-    # The fix stays on the local branch here (tests/cli/test_publish.py publishes it to a fake GitHub).
+    # The fix stays on the local branch here (tests/cli/test_publish_cli.py publishes it to a fake GitHub).
     result = loopdsl.run(LOOP, {"test_command": TEST_COMMAND, **inputs}, provider=provider,
                          human=ScriptedHuman(provider.decision), store=store, workdir=repo, publish=False)
     return result, provider
