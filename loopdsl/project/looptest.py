@@ -269,6 +269,7 @@ def run_test(test: LoopTest, keep: bool = False) -> TestOutcome:
     from ..language.packaged_loops import PackageError
     from ..runtime.errors import ScriptError, ScriptExhausted
     from ..runtime.errors import StoreError
+    from ..runtime.publish import PublishError
     from ..adapters.git_worktree import WorkspaceError
 
     started = time.monotonic()
@@ -293,7 +294,7 @@ def run_test(test: LoopTest, keep: bool = False) -> TestOutcome:
         outcome.failures, outcome.error = [str(exc)], True
     except LoopError as exc:
         outcome.failures, outcome.error = ["the loop does not lint: " + "; ".join(format_plain(d) for d in exc.diagnostics if d.is_error)], True
-    except (UsageError, InputError, StoreError, WorkspaceError, PackageError) as exc:
+    except (UsageError, InputError, StoreError, WorkspaceError, PackageError, PublishError) as exc:
         outcome.failures, outcome.error = [f"error: {exc.message}"], True
     except (ScriptError, ScriptExhausted) as exc:
         outcome.failures, outcome.error = [f"reply script: {exc}"], True
