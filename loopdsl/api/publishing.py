@@ -24,7 +24,11 @@ def check_publish_ready(loop: Loop, publish: bool) -> None:
     """Before a run starts: a run that will publish has the library, the repository and the
     token it needs (a run must not spend its budget and then fail to deliver)."""
     if loop.publish is not None and publish:
-        check_ready(loop.publish.token)
+        try:
+            check_ready(loop.publish.token)
+        except LoopdslError as exc:
+            exc.hint = f"{exc.hint}; or `loopdsl run --no-publish` keeps the run's result local"
+            raise
 
 
 def _repository(worktree: dict) -> Path | None:

@@ -202,6 +202,7 @@ def test_missing_settings_and_library_stop_the_run_before_it_starts(fake: FakeGi
     del env["GITHUB_REPOSITORY"]
     done = cli(repo, env, "run", "loop.yaml")
     assert done.returncode == 2 and "GITHUB_REPOSITORY is not set" in done.stderr and "Traceback" not in done.stderr
+    assert "`loopdsl run --no-publish` keeps the run's result local" in done.stderr
     env = environment(fake, tmp_path)
     blocked = subprocess.run([sys.executable, "-c", "import sys; sys.modules['githubkit'] = None; "
                               "sys.argv[0] = 'loopdsl'; from loopdsl.cli import main; main()", "run", "loop.yaml"],
