@@ -212,6 +212,9 @@ def run_status(record: Mapping[str, Any]) -> str:
     drives (the store marks it `interrupted`) says how to continue it."""
     if record.get("interrupted"):
         return f"interrupted (resume {record.get('run_id', '')})"
+    published = (record.get("meta") or {}).get("publish")
+    if record.get("status") == "completed" and isinstance(published, dict) and published.get("status") != "done":
+        return f"completed, publish pending (resume {record.get('run_id', '')})"
     return str(record.get("status", ""))
 
 

@@ -191,6 +191,7 @@ def test_no_publish_plans_and_resume_publishes(fake: FakeGitHub, tmp_path: Path)
     assert fake.requests == []
     run_id = events(planned.stdout)[0]["run_id"]
     assert "publish not finished" in cli(repo, env, "show", run_id).stdout
+    assert f"completed, publish pending (resume {run_id})" in cli(repo, env, "runs").stdout
     published = cli(repo, env, "resume", run_id)
     assert published.returncode == 0, published.stderr
     assert len(fake.writes_to("POST", r"/pulls$")) == 1 and fake.state.pulls[1]["title"] == f"Fix: @{ZWJ}dana"
