@@ -256,10 +256,12 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
             if wt is None:
                 raise UsageError(f"the worktree of run {run_id} ({info['path']}) is gone", "abort the run: `loopdsl abort " + run_id + "`")
             workdir = wt.path
-        if script is None and state.meta.get("script"):
+        if state.is_final:  # only its `publish:` is left: no model is called, no reply script read
+            script = None
+        elif script is None and state.meta.get("script"):
             script = state.meta["script"]
         listeners = list(listeners)
-        if uses_model_client(script, provider):
+        if uses_model_client(script, provider) and not state.is_final:
             await ready_to_call_models(compiled.loop, listeners)
         first = [{"type": "resume", "from_state": state.current, "status": state.status, "forced": bool(changed),
                   "caps": budget_caps(compiled.loop), "spent": {k: state.ledger.get(k, 0) for k in ("tokens", "cost_usd", "steps")}}]

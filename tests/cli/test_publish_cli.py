@@ -214,19 +214,42 @@ def test_missing_settings_and_library_stop_the_run_before_it_starts(fake: FakeGi
     assert fake.requests == []
 
 
+LATER = """\
+loopdsl: 1
+name: later-job
+secrets: [GITHUB_TOKEN]
+models: {writer: {model: openai/gpt-4o-mini, max_tokens: 100}}
+workspace: {worktree: true}
+start: write
+states:
+  write:
+    llm: {model: writer, prompt: "Write a note."}
+    next: save
+  save:
+    shell: "printf '%s' {{ write.text }} > note.txt"
+    next: done
+  done: {end: completed}
+publish:
+  pull_request: {title: "A note", body: "{{ write.text }}"}
+"""
+
+
 def test_a_later_job_publishes_from_a_fresh_checkout_and_the_stored_plan(fake: FakeGitHub, tmp_path: Path) -> None:
     """The export's shape: the run job (no write token) plans; a later job, with a fresh
-    checkout at the same path, the run store and a bundle of the run's branch, publishes."""
-    repo = project(tmp_path, SIMPLE.replace("BRANCH", "run"))
+    checkout at the same path, the run store and a bundle of the run's branch, publishes,
+    with neither the models' keys nor the reply script the run used."""
+    repo = project(tmp_path, LATER)
     git(repo, "push", "-q", "origin", "main")
+    (tmp_path / "replies.yaml").write_text("write:\n  - text: 'hello @dana'\n")
     env = environment(fake, tmp_path)
     planned = cli(repo, {k: v for k, v in env.items() if k != "GITHUB_TOKEN"}, "run", "loop.yaml",
-                  "--no-publish", "--json")
+                  "--no-publish", "--json", "--script", str(tmp_path / "replies.yaml"))
     assert planned.returncode == 0, planned.stderr
     run_id = events(planned.stdout)[0]["run_id"]
     git(repo, "bundle", "create", str(tmp_path / "run.bundle"), f"loopdsl/{run_id}")
     shutil.copytree(repo / ".loopdsl", tmp_path / "store")
     shutil.rmtree(repo)  # the next job starts from a fresh checkout at the same path
+    (tmp_path / "replies.yaml").unlink()
     git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), str(repo))
     git(repo, "fetch", "-q", str(tmp_path / "run.bundle"), "refs/heads/loopdsl/*:refs/heads/loopdsl/*")
 
@@ -234,5 +257,6 @@ def test_a_later_job_publishes_from_a_fresh_checkout_and_the_stored_plan(fake: F
 
     assert published.returncode == 0, published.stderr
     [opened] = fake.writes_to("POST", r"/pulls$")
-    assert opened.body["head"] == f"loopdsl/{run_id}"
+    assert opened.body["head"] == f"loopdsl/{run_id}" and opened.body["body"].startswith(f"hello @{ZWJ}dana")
     assert remote_branch(tmp_path, f"loopdsl/{run_id}") == git(repo, "rev-parse", f"loopdsl/{run_id}").strip()
+    assert git(repo, "show", f"loopdsl/{run_id}:note.txt") == "hello @dana"
