@@ -96,7 +96,7 @@ def test_daily_triage_rejected_publishes_nothing(scratch_repo: Path, tmp_path: P
 
     issues = write_issues(tmp_path / "issues.json")
     result = loopdsl.run(LOOPS_DIR / "daily-triage.yaml", {"since": SINCE, "issues_file": str(issues)}, script=script,
-                         store=tmp_path / "store", workdir=scratch_repo, publish=False)
+                         store=tmp_path / "store", workdir=scratch_repo)
 
     assert result.status == "failed"
     assert result.path[-2:] == ["approve", "rejected"]
