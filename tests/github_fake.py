@@ -8,7 +8,10 @@ DELETE) that changed something in `writes`, so a test can say "exactly one PR wa
 
 `rate_limit(times, status, retry_after)` makes the next `times` requests answer a secondary
 rate limit (403 or 429 with `retry-after`) before they are served, the way GitHub refuses a
-burst of writes; `fail_next(status)` answers one request with an error.
+burst of writes; `fail_next(status)` answers one request with an error. `hold_after(method,
+pattern)` makes the first such write take effect and then withholds its answer until
+`release()`: `held` is set meanwhile, the moment to kill a client between a write and its
+record of it.
 """
 from __future__ import annotations
 
@@ -62,6 +65,9 @@ class FakeGitHub:
         self._failures: list[int] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        self._hold: tuple[str, str] | None = None
+        self.held = threading.Event()
+        self._released = threading.Event()
 
     # -- test controls -------------------------------------------------------------------
     def rate_limit(self, times: int = 1, status: int = 403, retry_after: int = 1) -> None:
@@ -71,6 +77,20 @@ class FakeGitHub:
     def fail_next(self, status: int = 500) -> None:
         with self._lock:
             self._failures.append(status)
+
+    def hold_after(self, method: str, pattern: str) -> None:
+        self._hold = (method, pattern)
+
+    def release(self) -> None:
+        self._released.set()
+
+    def maybe_hold(self, rec: Recorded) -> None:
+        """Called after a request was served, before its answer is sent."""
+        hold = self._hold
+        if hold and rec.method == hold[0] and re.search(hold[1], rec.path) and 200 <= rec.status < 300:
+            self._hold = None
+            self.held.set()
+            self._released.wait(60)
 
     def writes_to(self, method: str, pattern: str) -> list[Recorded]:
         """Recorded writes with `method` whose path matches the regex `pattern` (served, 2xx)."""
@@ -90,6 +110,7 @@ class FakeGitHub:
         return self
 
     def stop(self) -> None:
+        self.release()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -307,6 +328,7 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         rec = Recorded(self.command, unquote(parts.path.rstrip("/") or "/"), query, body)
         status, answer, headers = self.fake.handle(rec, self.headers.get("Authorization", ""))
+        self.fake.maybe_hold(rec)
         data = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
@@ -314,6 +336,9 @@ class _Handler(BaseHTTPRequestHandler):
         for key, value in headers.items():
             self.send_header(key, value)
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client was killed while held
+            self.close_connection = True
 
     do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve

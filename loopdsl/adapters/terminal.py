@@ -84,6 +84,8 @@ class Progress:
             line = f"loading {event.get('what', 'model client')}..."
         elif kind in ("notified", "notify_failed"):
             line = "  " + notify_line(event)
+        elif kind in PUBLISH_EVENTS:
+            line = "  " + publish_line(event)
         elif kind == "child":
             inner = event.get("event", {})
             if inner.get("type") == "end":
@@ -97,6 +99,53 @@ def notify_line(event: Mapping[str, Any]) -> str:
     if event.get("type") == "notified":
         return f"notified {event.get('to')} ({event.get('status')})"
     return f"notify {event.get('to')} FAILED ({event.get('status')}): {_first_line(str(event.get('message', '')))}"
+
+
+def _publish_summary(state: Any) -> list[str]:
+    """What the run's `publish:` wrote (meta.publish, runtime/publish_apply.py), or has left to write."""
+    record = state.meta.get("publish")
+    if not isinstance(record, dict) or state.status != "completed":
+        return []
+    done = [(item, result) for item, result in zip(record.get("items") or [], record.get("results") or []) if result]
+    lines = [f"published {item['kind']}" + (f" #{result['number']}" if result.get("number") else "")
+             + f" ({result.get('action')}) {result.get('url') or ''}".rstrip() for item, result in done]
+    if record.get("status") == "failed":
+        lines.append(f"publish FAILED: {_first_line(str(record.get('error', '')), 400)}")
+    if record.get("status") != "done":
+        lines.append(f"publish not finished: loopdsl resume {state.run_id} makes the writes left")
+    return lines
+
+
+PUBLISH_EVENTS = ("publish_planned", "publish_intent", "published", "publish_failed")
+
+
+def publish_line(event: Mapping[str, Any]) -> str:
+    """One step of `publish:` (runtime/publish_apply.py): planned, about to write, written, failed."""
+    kind = event.get("type")
+    if kind == "publish_planned":
+        return f"publish planned: {', '.join(map(str, event.get('writes') or []))}"
+    if kind == "publish_intent":
+        on = f" on #{event['number']}" if event.get("number") else ""
+        return f"publishing {event.get('kind')}{on}..."
+    if kind == "published":
+        where = f" #{event['number']}" if event.get("number") else ""
+        return f"published {event.get('kind')}{where} ({event.get('action')}) {event.get('url') or ''}".rstrip()
+    message = str(event.get("message", "")).removeprefix("publish: ")
+    return f"publish {event.get('kind') or ''} FAILED: {_first_line(message)}".replace("  ", " ")
+
+
+def _delivery_sections(events: list[dict[str, Any]]) -> list[str]:
+    """`show`'s `notifications:` and `publish:` sections: what the run told and wrote outside."""
+    lines: list[str] = []
+    notes = [e for e in events if e.get("type") in ("notified", "notify_failed")]
+    if notes:
+        lines.append("notifications:")
+        lines.extend(f"  {notify_line(e)}" for e in notes)
+    published = [e for e in events if e.get("type") in PUBLISH_EVENTS[1:]]
+    if published:
+        lines.append("publish:")
+        lines.extend(f"  {publish_line(e)}" for e in published)
+    return lines
 
 
 def tool_line(event: Mapping[str, Any]) -> str:
@@ -147,6 +196,7 @@ def summary(state: RunState, store_dir: Any = None) -> str:
             lines.append(f"changes committed to branch {wt['branch']} ({wt['commit'][:12]})")
         else:
             lines.append(f"no changes to commit; branch {wt['branch']} left at its base")
+    lines.extend(_publish_summary(state))
     if state.status == "waiting" and state.waiting:
         w = state.waiting
         choices = w.get("choices") or ["approve", "reject"]
@@ -165,6 +215,9 @@ def run_status(record: Mapping[str, Any]) -> str:
     drives (the store marks it `interrupted`) says how to continue it."""
     if record.get("interrupted"):
         return f"interrupted (resume {record.get('run_id', '')})"
+    published = (record.get("meta") or {}).get("publish")
+    if record.get("status") == "completed" and isinstance(published, dict) and published.get("status") != "done":
+        return f"completed, publish pending (resume {record.get('run_id', '')})"
     return str(record.get("status", ""))
 
 
@@ -222,10 +275,7 @@ def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunS
     if tool_calls:
         lines.append("tool calls:")
         lines.extend(f"  {e.get('state')} #{e.get('attempt')} turn {e.get('turn')}: {tool_line(e)}" for e in tool_calls)
-    notes = [e for e in events if e.get("type") in ("notified", "notify_failed")]
-    if notes:
-        lines.append("notifications:")
-        lines.extend(f"  {notify_line(e)}" for e in notes)
+    lines.extend(_delivery_sections(events))
     files = state.meta.get("files") or {}
     if files:
         lines.append("files:")

@@ -29,6 +29,8 @@ from ..language.compile import CompiledLoop, compile_loop
 from ..runtime.engine import Engine, utc_now
 from ..adapters.otel import traced
 from ..runtime.notify import notify_engine, notify_run
+from ..runtime.publish_apply import publish_pending
+from .publishing import publish_engine
 from ..runtime.redaction import Redactor
 from ..adapters.webhook import WebhookNotifier
 from ..runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events
@@ -128,7 +130,7 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
                    listeners: Iterable[Callable[[dict[str, Any]], None]],
                    first: list[dict[str, Any]] | None = None, real_waits: bool = True,
                    tool_stubs: Mapping[str, Any] | None = None,
-                   notify: bool = True) -> RunResult:
+                   notify: bool = True, publish: bool = True) -> RunResult:
     ports = make_ports(compiled.loop, script=script, provider=provider, human=human, workdir=workdir,
                        listeners=listeners, run_log=StoreRunLog(store, state.run_id, lock),
                        responses=StoreResponses(store, lock), use_cache=cache, asked=state.meta.get("asked"),
@@ -142,13 +144,17 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
         for event in first or ():
             engine.emit(event.pop("type"), **event)
         try:
-            await engine.execute()
+            if not state.is_final:  # a completed run resumed only to finish its `publish:`
+                await engine.execute()
         except BaseException:  # recorded as failed, or aborted (Ctrl-C): say so, then let it out
             with contextlib.suppress(Exception):  # the run's own error matters more than a failed notice of it
                 notify_engine(engine, store.directory)
             raise
         _finish_workspace(state, engine)
-        notify_engine(engine, store.directory)
+        try:
+            publish_engine(engine, publish)
+        finally:  # a failed publish is told too: the run completed, its writes did not
+            notify_engine(engine, store.directory)
     return RunResult(state, engine.events, store.directory)
 
 
@@ -156,7 +162,7 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
                       store: RunStore, workdir: Path, cache: bool,
                       listeners: Iterable[Callable[[dict[str, Any]], None]], real_waits: bool = True,
                       tool_stubs: Mapping[str, Any] | None = None,
-                      notify: bool = True) -> RunResult:
+                      notify: bool = True, publish: bool = True) -> RunResult:
     loop = compiled.loop
     run_id = store.new_run_id()
     meta = {
@@ -167,6 +173,8 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
         "group": loop.concurrency.group if loop.concurrency else None,
         "script": str(Path(script).resolve()) if script else None,
     }
+    if loop.publish is not None:  # due from the start: a run killed right at its end still publishes
+        meta["publish"] = {"status": "due", "items": []}
     state = new_run_state(loop, run_id, values, meta)
     with store.lock(run_id) as lock:
         record = state.to_json()
@@ -195,7 +203,7 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
                    "caps": budget_caps(loop)}
         return await _execute(compiled, state, store, lock, workdir=run_dir, script=script, provider=provider,
                               human=human, cache=cache, listeners=listeners, first=[started], real_waits=real_waits,
-                              tool_stubs=tool_stubs, notify=notify)
+                              tool_stubs=tool_stubs, notify=notify, publish=publish)
 
 
 def budget_caps(loop: Any) -> dict[str, Any]:
@@ -234,7 +242,7 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
     run_id = store.resolve(run_ref)
     with store.lock(run_id) as lock:
         state = RunState.from_json(store.load_run(run_id))
-        if state.is_final:
+        if state.is_final and not (state.status == COMPLETED and publish_pending(state)):
             raise UsageError(f"run {run_id} already ended with status {state.status}", "`loopdsl show " + run_id + "` shows it")
         state.history = history_from_events(store.events(run_id))
         changed = changed_files(state)
@@ -243,15 +251,17 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
         compiled = compile_loop(load(state.meta["loop_path"]))
         workdir = Path(state.meta.get("workdir") or Path.cwd())
         info = state.meta.get("worktree")
-        if info:
+        if info and not state.is_final:  # a completed run's work is committed, its worktree gone
             wt = open_worktree(Path(info["repo"]), store.worktrees_dir, run_id)
             if wt is None:
                 raise UsageError(f"the worktree of run {run_id} ({info['path']}) is gone", "abort the run: `loopdsl abort " + run_id + "`")
             workdir = wt.path
-        if script is None and state.meta.get("script"):
+        if state.is_final:  # only its `publish:` is left: no model is called, no reply script read
+            script = None
+        elif script is None and state.meta.get("script"):
             script = state.meta["script"]
         listeners = list(listeners)
-        if uses_model_client(script, provider):
+        if uses_model_client(script, provider) and not state.is_final:
             await ready_to_call_models(compiled.loop, listeners)
         first = [{"type": "resume", "from_state": state.current, "status": state.status, "forced": bool(changed),
                   "caps": budget_caps(compiled.loop), "spent": {k: state.ledger.get(k, 0) for k in ("tokens", "cost_usd", "steps")}}]

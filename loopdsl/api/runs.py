@@ -23,6 +23,7 @@ from ..runtime.ports import ChildLoop
 from ..runtime.notify import notify_engine
 from ..adapters.webhook import WebhookNotifier
 from .agent_tools import adapter_tool_kinds, run_cli
+from .publishing import check_publish_ready
 from ..language.inputs import coerce_inputs
 from ..language.model import LlmAction, Loop
 from ..language.schedules import time_zone
@@ -313,6 +314,7 @@ def run(
     real_waits: bool = True,
     tool_stubs: Mapping[str, Any] | None = None,
     notify: bool = True,
+    publish: bool = True,
 ) -> RunResult:
     """Run a loop to its end (or until it waits for a person).
 
@@ -322,12 +324,13 @@ def run(
     waits before retries against `budget.wall_time` without sleeping through them;
     `tool_stubs` (loop tests) maps an agent tool's name to what its calls answer instead
     of running (`{"result": ...}` or `{"error": ...}`, runtime/tools/stubs.py);
-    `notify=False` (loop tests) sends none of the loop's `notify:` webhooks.
+    `notify=False` (loop tests) sends none of the loop's `notify:` webhooks; `publish=False` plans
+    the `publish:` writes and makes none (`resume` makes them). A loop that publishes is durable.
     """
     return asyncio.run(
         arun(loop, inputs, script=script, provider=provider, human=human, store=store, workdir=workdir,
              cache=cache, listeners=listeners, input_strings=input_strings, real_waits=real_waits,
-             tool_stubs=tool_stubs, notify=notify)
+             tool_stubs=tool_stubs, notify=notify, publish=publish)
     )
 
 
@@ -346,15 +349,17 @@ async def arun(
     real_waits: bool = True,
     tool_stubs: Mapping[str, Any] | None = None,
     notify: bool = True,
+    publish: bool = True,
 ) -> RunResult:
     listeners = list(listeners)
     model = resolve_loop(loop)
     compiled = compile_loop(model)
     values = coerce_inputs(model, inputs or {}, input_strings or {})
+    check_publish_ready(model, publish)
     if uses_model_client(script, provider):
         await ready_to_call_models(model, listeners)
     where = Path(workdir).resolve() if workdir is not None else Path.cwd()
-    durable = store is not None and store is not False or model.workspace.worktree
+    durable = store is not None and store is not False or model.workspace.worktree or model.publish is not None
     if not durable:
         ports = make_ports(model, script=script, provider=provider, human=human, workdir=where,
                            listeners=listeners, use_cache=cache, real_waits=real_waits, tool_stubs=tool_stubs,
@@ -376,7 +381,7 @@ async def arun(
     try:
         return await run_durable(compiled, values, script=script, provider=provider, human=human,
                                  store=opened, workdir=where, cache=cache, listeners=listeners, real_waits=real_waits,
-                                 tool_stubs=tool_stubs, notify=notify)
+                                 tool_stubs=tool_stubs, notify=notify, publish=publish)
     finally:
         if opened is not store:  # ours to close; a RunStore passed in stays open for its owner
             opened.close()

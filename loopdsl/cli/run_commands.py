@@ -78,8 +78,9 @@ def _finish(result: api.RunResult, as_json: bool, quiet: bool) -> None:
 @store_option
 @click.option("--no-store", is_flag=True, help="Keep the run in memory only (it cannot be resumed).")
 @click.option("--cache", is_flag=True, help="Reuse identical LLM responses across runs (cost 0 when reused).")
+@click.option("--no-publish", is_flag=True, help="Plan the loop's `publish:` writes but make none; `resume` makes them.")
 def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: str | None, dry_run: bool,
-        as_json: bool, quiet: bool, store: str | None, no_store: bool, cache: bool) -> None:
+        as_json: bool, quiet: bool, store: str | None, no_store: bool, cache: bool, no_publish: bool) -> None:
     """Run LOOP (a file, or pkg:NAME from an installed loop package)."""
     model = api.resolve_loop(loop)
     if dry_run:
@@ -90,7 +91,7 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
         result = api.run(model, _read_inputs_file(inputs_file), script=script, store=False if no_store else (store or True),
                          human=None if script else TerminalHuman(), cache=cache,
                          listeners=_listeners(as_json, quiet, budget_caps(model)),
-                         input_strings=_parse_input_pairs(input_pairs))
+                         input_strings=_parse_input_pairs(input_pairs), publish=not no_publish)
     except RunConflict as exc:
         click.echo(visible(f"loopdsl: {exc.message}"), err=True)
         sys.exit(EXIT_OK if exc.skipped else EXIT_FINDINGS)

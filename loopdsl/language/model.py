@@ -339,6 +339,7 @@ class Loop:
     unattended: bool = False
     concurrency: Concurrency | None = None
     notify: tuple[Notify, ...] = ()
+    publish: Any = None  # publish_model.Publish: the GitHub writes after a `completed` end
     outputs: Mapping[str, Any] = field(default_factory=dict)
     source: Path | None = None  # the loop file, when loaded from disk
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from .publish_model import build_publish
 from .model import (
     BUILTIN_GATES,
     DEFAULT_CHOICES,
@@ -299,6 +300,7 @@ def build_loop(data: Mapping[str, Any], source: Path | None = None) -> Loop:
         if concurrency
         else None,
         notify=_notify(data.get("notify")),
+        publish=build_publish(data.get("publish")),
         outputs=dict(data.get("outputs") or {}),
         source=source,
     )

@@ -10,8 +10,10 @@ from here (the errors, the limits) are re-exported below.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any, cast
 
 from jinja2 import StrictUndefined, Undefined, nodes
@@ -103,11 +105,30 @@ class _LoopSandbox(ImmutableSandboxedEnvironment):
         return "".join(texts)
 
 
+# What every value a `{{ }}` prints becomes, while set (`values_as_data`); None: itself.
+_VALUE_TEXT: ContextVar[Callable[[str], str] | None] = ContextVar("loopdsl_value_text", default=None)
+
+
+@contextlib.contextmanager
+def values_as_data(transform: Callable[[str], str]) -> Iterator[None]:
+    """Render with every printed value (never the template's own text) passed through
+    `transform`: `publish:` uses it to keep a model's words from mentioning or closing."""
+    token = _VALUE_TEXT.set(transform)
+    try:
+        yield
+    finally:
+        _VALUE_TEXT.reset(token)
+
+
 def _finalize(value: Any) -> Any:
     # Every {{ }} output passes here, also inside macros and {% set %} blocks, which buffer
-    # their output instead of streaming it.
+    # their output instead of streaming it. A constant (`{{ "x" }}`) is folded when the
+    # template compiles, outside any `values_as_data`: it is the template's own text.
     if isinstance(value, str):
         _charge(work=len(value))
+    transform = _VALUE_TEXT.get()
+    if transform is not None and value is not None:
+        return transform(value if isinstance(value, str) else str(value))
     return value
 
 

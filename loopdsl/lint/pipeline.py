@@ -19,6 +19,7 @@ from .rules import (
     calls as rules_calls,
     graph_shape as rules_graph,
     notify as rules_notify,
+    publish as rules_publish,
     secrets as rules_secrets,
     sub_loops as rules_sub_loops,
     templates as rules_templates,

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 Mode = Literal["template", "expr", "shell"]
 # pre: before the state's action (its own result is not there on the first visit);
 # post: after it (after-gates, transition guards); outputs: top-level outputs;
-# definition: a named gate, whose context is the state that refers to it.
-Phase = Literal["pre", "post", "outputs", "definition"]
+# definition: a named gate, whose context is the state that refers to it; publish: `publish:`
+# texts, rendered at the completed ends `publish.ends` names (or every one).
+Phase = Literal["pre", "post", "outputs", "definition", "publish"]
 # env: a command's `env:` value; with: a sub-loop's `with:` value (secret rules differ there).
 Where = Literal["prompt", "command", "env", "with", "other"]
 
@@ -118,6 +119,19 @@ def _state_sites(ctx: LintContext, state: State) -> Iterator[Site]:
             yield Site(t.path + ("when",), t.when, "expr", "other", "post", name)
 
 
+def _publish_sites(ctx: LintContext) -> Iterator[Site]:
+    """`publish:` texts, rendered at a `completed` end like the top-level outputs."""
+    publish = raw_at(ctx, ("publish",))
+    for part, body in (publish.items() if isinstance(publish, dict) else ()):
+        for key, value in (body.items() if isinstance(body, dict) else ()):
+            if key in ("title", "body", "number") and isinstance(value, str):
+                yield Site(("publish", part, key), value, "template", "other", "publish", None)
+            elif key in ("add", "remove", "labels") and isinstance(value, list):
+                for i, item in enumerate(value):
+                    if isinstance(item, str):
+                        yield Site(("publish", part, key, i), item, "template", "other", "publish", None)
+
+
 def sites(ctx: LintContext) -> list[Site]:
     """Every site of the loop (the context keeps them: `ctx.template_sites`)."""
     out: list[Site] = []
@@ -130,4 +144,5 @@ def sites(ctx: LintContext) -> list[Site]:
     for key, value in ctx.loop.outputs.items():
         if isinstance(value, str):
             out.append(Site(("outputs", key), value, "template", "other", "outputs", None))
+    out.extend(_publish_sites(ctx))
     return out

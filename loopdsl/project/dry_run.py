@@ -44,6 +44,7 @@ class DryRun:
             "calls": [c.to_json() for c in self.calls],
             "worst_case": self.worst.to_json(),
             "budget": {"tokens": b.tokens, "cost_usd": b.cost_usd, "steps": b.steps, "wall_time_s": b.wall_time},
+            "publish": publish_writes(self.loop),
         }
 
     def to_text(self) -> str:
@@ -66,6 +67,10 @@ class DryRun:
         children = sorted({c.loop for c in self.calls if c.loop != self.loop.name})
         if children:
             lines.append(f"sub-loops' model calls included: {', '.join(children)}")
+        writes = publish_writes(self.loop)
+        if writes:
+            ends = ", ".join(self.loop.publish.ends) or "every completed end"
+            lines.append(f"publishes to GitHub after {ends} (not in a dry run): {'; '.join(writes)}")
         worst, b = self.worst, self.loop.budget
         uncapped = ("unbounded" if worst.uncapped_tokens is None else
                     f"{worst.uncapped_tokens:,} tokens, " + _usd(worst.uncapped_cost_usd))
@@ -81,6 +86,25 @@ class DryRun:
 
 def _usd(value: float | None) -> str:
     return "an unknown cost" if value is None else f"${value:.4f}"
+
+
+def publish_writes(loop: Loop) -> list[str]:
+    """The GitHub writes the loop's `publish:` declares, in the order they are made."""
+    p = loop.publish
+    if p is None:
+        return []
+    writes = []
+    if p.pull_request is not None:
+        branch = "the run's branch" if p.pull_request.branch == "run" else f"branch {p.pull_request.branch}"
+        writes.append(f"pull request of {branch}")
+    if p.issue is not None:
+        writes.append("issue")
+    for key, part in (("comment", p.comment), ("labels", p.labels)):
+        if part is not None:
+            writes.append(f"{key} on {part.on.replace('_', ' ')}")
+    if p.review is not None:
+        writes.append(f"review ({p.review.event})")
+    return writes
 
 
 def _gate_names(gates: tuple[Gate, ...]) -> list[str]:

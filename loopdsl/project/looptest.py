@@ -269,6 +269,7 @@ def run_test(test: LoopTest, keep: bool = False) -> TestOutcome:
     from ..language.packaged_loops import PackageError
     from ..runtime.errors import ScriptError, ScriptExhausted
     from ..runtime.errors import StoreError
+    from ..runtime.publish import PublishError
     from ..adapters.git_worktree import WorkspaceError
 
     started = time.monotonic()
@@ -281,10 +282,11 @@ def run_test(test: LoopTest, keep: bool = False) -> TestOutcome:
             script = root / "replies.json"
             script.write_text(json.dumps(test.script_data), encoding="utf-8")
         # Offline there is nothing to wait for: retry waits count against wall_time, unslept;
-        # and nobody to tell: a test never posts to the loop's `notify:` webhooks.
+        # and nobody to tell: a test never posts to the loop's `notify:` webhooks, and never
+        # writes to GitHub (its `publish:` is planned, so its templates are checked, not applied).
         result = loopdsl.run(test.loop, dict(test.inputs), script=script, store=root / "store", workdir=work,
                              real_waits=False, tool_stubs=test.tool_stubs or None,
-                             notify=False)
+                             notify=False, publish=False)
         outcome.status = result.status
         outcome.failures = judge(test, result, work)
         outcome.passed = not outcome.failures
@@ -292,7 +294,7 @@ def run_test(test: LoopTest, keep: bool = False) -> TestOutcome:
         outcome.failures, outcome.error = [str(exc)], True
     except LoopError as exc:
         outcome.failures, outcome.error = ["the loop does not lint: " + "; ".join(format_plain(d) for d in exc.diagnostics if d.is_error)], True
-    except (UsageError, InputError, StoreError, WorkspaceError, PackageError) as exc:
+    except (UsageError, InputError, StoreError, WorkspaceError, PackageError, PublishError) as exc:
         outcome.failures, outcome.error = [f"error: {exc.message}"], True
     except (ScriptError, ScriptExhausted) as exc:
         outcome.failures, outcome.error = [f"reply script: {exc}"], True

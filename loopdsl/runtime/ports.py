@@ -118,6 +118,15 @@ class Notifier(Protocol):
     def send(self, deliveries: Sequence[Delivery]) -> list[str | None]: ...
 
 
+class Publisher(Protocol):
+    """Makes one planned `publish:` write (runtime/publish.py) and answers what it did:
+    {"number", "url", "action"}. `resumed`: a previous process may have made this write
+    already (its intent is recorded, its result is not), so it is looked up first. Raises
+    a LoopdslError the user can act on."""
+
+    def write(self, item: Mapping[str, Any], number: int | None, resumed: bool) -> dict[str, Any]: ...
+
+
 class MemoryRunLog:
     """Counts commits and keeps nothing; for runs that need no durability (tests, API)."""
 

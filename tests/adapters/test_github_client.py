@@ -151,5 +151,5 @@ def test_push_branch_to_a_local_bare_remote(tmp_path: Path, monkeypatch: pytest.
         push_branch(repo, "loopdsl/r1", "bot/fixes", token=None)
     assert "branch: run" in info.value.hint
     assert push_branch(repo, "loopdsl/r1", "bot/fixes", token=None, force=True) == sha
-    with pytest.raises(GitHubError, match="does not exist"):
+    with pytest.raises(GitHubError, match="is not in the repository"):
         push_branch(repo, "loopdsl/missing", "x", token=None)

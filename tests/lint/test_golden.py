@@ -74,6 +74,7 @@ def test_every_rule_has_a_failing_case() -> None:
         "tool-approve-unattended", "agent-max-turns", "mcp-allow", "cli-max-turns", "tool-scalar-arg",
         "cli-max-cost", "cli-full-permissions", "agent-tool-choice", "agent-unreviewed", "mcp-env",
         "notify-status", "notify-url", "notify-url-credential", "notify-secret",
+        "publish-token", "publish-worktree", "publish-number", "publish-branch", "publish-ends",
     }
     loader = {
         "yaml-syntax", "yaml-duplicate-key", "yaml-tag", "yaml-anchor-bomb", "yaml-too-deep",

@@ -114,4 +114,5 @@ def run_loop(name: str, repo: Path, store: Path, inputs: Mapping[str, Any] | Non
         script=SCRIPTS_DIR / f"{name}.replies.yaml",
         store=store,
         workdir=repo,
+        publish=False,  # the branch stays local: tests/cli/test_publish_cli.py publishes to a fake GitHub
     )

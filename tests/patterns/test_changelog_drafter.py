@@ -81,7 +81,7 @@ def test_changelog_without_tags_covers_the_whole_history(scratch_repo: Path, tmp
     before = checkout_snapshot(scratch_repo)
 
     result = loopdsl.run(LOOPS_DIR / "changelog-drafter.yaml", {}, provider=provider,
-                         store=tmp_path / "store", workdir=scratch_repo)
+                         store=tmp_path / "store", workdir=scratch_repo, publish=False)
 
     assert result.status == "completed", result.events[-3:]
     assert result.outputs["since"] == "" and result.outputs["commits"] == 2

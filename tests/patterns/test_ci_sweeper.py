@@ -74,8 +74,9 @@ def recording(script: Path) -> RecordingProvider:
 
 def run_sweeper(repo: Path, store: Path, script: Path, **inputs: Any) -> tuple[Any, RecordingProvider]:
     provider = recording(script)
+    # The fix stays on the local branch here (tests/cli/test_publish_cli.py publishes it to a fake GitHub).
     result = loopdsl.run(LOOP, {"test_command": TEST_COMMAND, **inputs}, provider=provider,
-                         human=ScriptedHuman(provider.decision), store=store, workdir=repo)
+                         human=ScriptedHuman(provider.decision), store=store, workdir=repo, publish=False)
     return result, provider
 
 
@@ -288,7 +289,7 @@ def test_over_litellm_http_the_fix_is_committed_and_spent_equals_billed(
 
     result = loopdsl.run(copy / "loops" / "ci-sweeper.yaml", {"test_command": TEST_COMMAND},
                          human=ScriptedHuman(lambda state: {"decision": "approve", "comment": "ok"}),
-                         store=tmp_path / "store", workdir=scratch_repo)
+                         store=tmp_path / "store", workdir=scratch_repo, publish=False)
 
     assert result.status == "completed", result.state.error
     assert result.path == ["run_tests", "fix", "diff", "review", "approve", "finalize", "fixed"]

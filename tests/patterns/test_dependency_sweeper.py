@@ -124,7 +124,7 @@ def test_pip_format_with_every_bump_failing_keeps_nothing(scratch_repo: Path, tm
     before = checkout_snapshot(scratch_repo)
 
     result = loopdsl.run(LOOP, {"outdated_file": str(pip_json), "test_command": TEST_COMMAND},
-                         script=script, store=tmp_path / "store", workdir=scratch_repo)
+                         script=script, store=tmp_path / "store", workdir=scratch_repo, publish=False)
 
     assert result.status == "completed", result.state.error
     assert result.path == ["find_outdated", "plan", "bump_each", "tally", "tidy", "summarise", "nothing_kept"]
@@ -151,7 +151,7 @@ def test_a_repair_that_undoes_the_bump_is_reverted_with_every_edit(scratch_repo:
     before = checkout_snapshot(scratch_repo)
 
     result = loopdsl.run(LOOP, {"outdated_file": str(tmp_path / "outdated.json"), "test_command": TEST_COMMAND},
-                         script=script, store=tmp_path / "store", workdir=scratch_repo)
+                         script=script, store=tmp_path / "store", workdir=scratch_repo, publish=False)
 
     assert result.status == "completed", result.state.error
     assert (result.outputs["kept"], result.outputs["reverted"]) == ("", "tinyfmt")

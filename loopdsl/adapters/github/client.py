@@ -31,7 +31,7 @@ class Written:
 
     number: int
     url: str
-    node: str = ""  # pull request head branch, comment/review/issue body marker, ...
+    key: str = ""  # what it was found or made by: a pull request's head branch, a body's marker
 
 
 def _retry_decision(max_wait: timedelta) -> Any:

@@ -44,9 +44,10 @@ def push_branch(repo: Path, local_ref: str, branch: str, token: str | None,
     try:
         sha = run_git(repo, "rev-parse", "--verify", f"{local_ref}^{{commit}}").stdout.strip()
     except WorkspaceError:
-        raise GitHubError(f"the run's branch {local_ref!r} does not exist in {repo}",
-                          "publish `pull_request:` needs a run with `workspace: {worktree: true}` "
-                          "that ended `completed` (its work is committed to that branch)") from None
+        raise GitHubError(f"the run's commit {local_ref[:40]!r} is not in the repository {repo}",
+                          "publish from the repository the run worked in, or fetch the run's branch into "
+                          "this one first (e.g. `git fetch RUN.bundle 'refs/heads/loopdsl/*:refs/heads/loopdsl/*'` "
+                          "from a `git bundle` the run's job made)") from None
     config = {"credential.helper": _HELPER} if token else {}
     spec = f"{'+' if force else ''}{sha}:refs/heads/{branch}"
     previous = os.environ.get(_TOKEN_VAR)

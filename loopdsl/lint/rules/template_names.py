@@ -29,9 +29,11 @@ def available_states(ctx: LintContext, site: Site) -> _Dominating | None:
     if site.phase == "definition":
         return None
     tree = ctx.dominators
-    if site.phase == "outputs":
+    if site.phase in ("outputs", "publish"):
         ends = [n for n, s in ctx.states.items() if s.is_end and n in tree]
         completed = [n for n in ends if ctx.states[n].end == "completed"] or ends
+        chosen = getattr(ctx.loop.publish, "ends", ()) if site.phase == "publish" else ()
+        completed = [n for n in completed if n in chosen] or completed
         target = tree.common_dominator(completed)
         if target is None:
             return None
@@ -124,7 +126,8 @@ def _state_use(ctx: LintContext, site: Site, use: NameUse, available: _Dominatin
             hint="read it in an after-gate, a transition guard or a later state; "
             "`feedback` carries the previous attempt's failure",
         )
-    where = f'state "{site.state}" reads' if site.state else "top-level `outputs` read"
+    where = (f'state "{site.state}" reads' if site.state else
+             "`publish` reads" if site.phase == "publish" else "top-level `outputs` read")
     return ctx.diag(
         "undefined-variable",
         f'{where} "{use.root}", which may not have run yet: a path from start '
