@@ -1,0 +1,54 @@
+"""A worker: polls one task queue, runs loop workflows and their activities in the
+repository it was started in."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from datetime import timedelta
+from pathlib import Path
+from typing import Callable, Mapping
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from . import loops
+from .activities import LoopActivities
+from .workflow import LoopWorkflow
+
+# The engine and the template libraries run as they are inside the sandbox: Jinja needs its
+# threading.Lock, which the sandbox refuses. What they may do there is bounded by the ports
+# (every clock reading and wait goes through WorkflowClock, every effect is an activity).
+PASSED_THROUGH = ("loopdsl", "jinja2", "markupsafe", "transitions", "yaml", "ruamel", "jsonschema",
+                  "jsonschema_specifications", "referencing", "rpds", "attrs", "regex", "croniter", "dateutil",
+                  "tree_sitter", "tree_sitter_bash", "diskcache", "litellm")
+
+
+def sandbox_runner(pass_loopdsl: bool = True) -> SandboxedWorkflowRunner:
+    modules = PASSED_THROUGH if pass_loopdsl else PASSED_THROUGH[1:]
+    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*modules))
+
+
+def build_worker(client: Client, task_queue: str, root: Path, base_env: Callable[[], Mapping[str, str]], *,
+                 identity: str | None = None, sticky_timeout_s: float = 10.0) -> Worker:
+    loops.set_root(root)
+    activities = LoopActivities(base_env)
+    return Worker(client, task_queue=task_queue, workflows=[LoopWorkflow], activities=activities.all(),
+                  workflow_runner=sandbox_runner(), identity=identity,
+                  sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_timeout_s),
+                  activity_executor=concurrent.futures.ThreadPoolExecutor(4),
+                  max_heartbeat_throttle_interval=timedelta(seconds=1),
+                  default_heartbeat_throttle_interval=timedelta(seconds=1))
+
+
+async def serve(client: Client, task_queue: str, root: Path, base_env: Callable[[], Mapping[str, str]],
+                *, identity: str | None = None, sticky_timeout_s: float = 10.0,
+                ready: Callable[[], None] | None = None) -> None:
+    from ..litellm_loading import start_loading
+
+    start_loading()  # in the background: the first model call should not wait seconds for the import
+    worker = build_worker(client, task_queue, root, base_env, identity=identity, sticky_timeout_s=sticky_timeout_s)
+    async with worker:
+        if ready is not None:
+            ready()
+        await asyncio.Event().wait()  # until cancelled (Ctrl-C, SIGTERM)
