@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -54,6 +55,7 @@ class Clock(Protocol):
     def now(self) -> datetime: ...  # aware UTC datetime, for comparing stamps
     async def sleep(self, seconds: float) -> None: ...
     def uniform(self, low: float, high: float) -> float: ...  # a random draw in [low, high]
+    def token_hex(self, nbytes: int) -> str: ...  # a random id (a command's marker)
 
 
 class ShellRunner(Protocol):
@@ -175,6 +177,7 @@ class SystemClock:
     monotonic = staticmethod(time.monotonic)
     utc_now = staticmethod(utc_now)
     uniform = staticmethod(random.uniform)
+    token_hex = staticmethod(secrets.token_hex)
 
     def now(self) -> datetime:
         return datetime.now(timezone.utc)

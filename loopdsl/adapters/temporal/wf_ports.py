@@ -47,8 +47,17 @@ def worker_lost(exc: BaseException) -> bool:
 
 
 class WorkflowClock:
+    """Time and random draws as the workflow sees them: recorded on first execution and the
+    same on every replay (`workflow.now()`, durable timers, the workflow's seeded random)."""
+
     def monotonic(self) -> float:
         return workflow.time()
+
+    def uniform(self, low: float, high: float) -> float:
+        return workflow.random().uniform(low, high)
+
+    def token_hex(self, nbytes: int) -> str:
+        return workflow.random().randbytes(nbytes).hex()
 
     def utc_now(self) -> str:
         return workflow.now().isoformat(timespec="milliseconds")
