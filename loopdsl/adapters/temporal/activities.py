@@ -21,7 +21,7 @@ from ...runtime.run_keys import default_store_dir
 from ..git_worktree import WorkspaceError
 from ...runtime.shell import confined_cwd, run_command
 from . import loops
-from .wire import FINISH, LLM, PREPARE, SHELL
+from .wire import FINISH, LLM, PREPARE, SHELL, TOOL
 
 
 @contextlib.asynccontextmanager
@@ -139,5 +139,32 @@ class LoopActivities:
         out["host"] = loops.worker_host()
         return out
 
+    @activity.defn(name=TOOL)
+    async def tool(self, req: dict[str, Any]) -> dict[str, Any]:
+        """One call of an agent state's tool, in this worker's checkout (wf_tools.py)."""
+        from ...language.agent_model import AgentAction, resolve_tool
+        from ...language.compile import input_facts
+        from ...runtime.tools.base import ToolOutcome
+        from ...runtime.tools.registry import ToolEnv, factory_for
+
+        loop = loops.loop_at(req["loop_path"], req.get("script"), req.get("files"), req["loop_file"])
+        action = loop.states[req["state"]].action
+        assert isinstance(action, AgentAction)
+        listed = [(resolve_tool(loop.tools, use.name), use) for use in action.tools if use.name in req["tools"]]
+        env = ToolEnv(workdir=loops.root() / req.get("workdir", "."), env=self.base_env(), secret_values={}, redact=str,
+                      output_limit=action.tool_output_limit, action=action, worktree=loop.workspace.worktree,
+                      inputs=req["inputs"], run=req["run"], facts=input_facts(loop))
+        factory = factory_for(req["kind"], {})
+        assert factory is not None
+        async with _heartbeating(_beat_interval()):
+            box = await factory([(tool, use) for tool, use in listed if tool is not None], env)
+            try:
+                outcome = await box.call(req["name"], req["args"], call_id=req["call_id"], timeout=req["timeout"])
+            except Exception as exc:  # noqa: BLE001 - a tool's bug goes back to the model, as locally
+                outcome = ToolOutcome.failure(f"{req['name']} failed: {type(exc).__name__}: {exc}")
+            finally:
+                await box.aclose()
+        return asdict(outcome)
+
     def all(self) -> list[Callable[..., Any]]:
-        return [self.prepare, self.llm, self.shell, self.finish]
+        return [self.prepare, self.llm, self.shell, self.finish, self.tool]

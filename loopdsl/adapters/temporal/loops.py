@@ -120,5 +120,17 @@ def child(parent: Loop, ref: str) -> tuple[CompiledLoop, dict[str, str]]:
         return hit
 
 
+def loop_at(loop_path: str, script: str | None, files: Mapping[str, str] | None, loop_file: str) -> Loop:
+    """The run's loop, or (`loop_file` another file under the root) one of its sub-loops."""
+    if loop_file == loop_path:
+        return load(loop_path, script, files).compiled.loop
+    from ...lint.pipeline import load_loop
+
+    path = str(root() / loop_file)
+    with _LOCK:
+        hit = _CHILDREN.get(path)
+    return hit[0].loop if hit is not None else load_loop(path)
+
+
 def worker_host() -> str:
     return os.uname().nodename

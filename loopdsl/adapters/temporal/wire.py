@@ -5,6 +5,7 @@ from datetime import timedelta
 
 WORKFLOW = "loopdsl.run"
 PREPARE, LLM, SHELL, FINISH = "loopdsl.prepare", "loopdsl.llm", "loopdsl.shell", "loopdsl.finish"
+TOOL = "loopdsl.tool"
 PROGRESS_QUERY = "progress"
 DECIDE_UPDATE = "decide"
 DEFAULT_TASK_QUEUE = "loopdsl"

@@ -8,7 +8,9 @@ same run state, exactly as `loopdsl resume` rebuilds it from the run store.
 from __future__ import annotations
 
 import asyncio
+import os
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio import workflow
@@ -16,6 +18,7 @@ from temporalio import workflow
 from ...runtime.engine import Engine, MemoryResponses, Ports
 from ...runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState
 from . import loops
+from .wf_tools import remote_kinds
 from .wf_ports import (
     WorkflowChildren,
     WorkflowClock,
@@ -117,7 +120,14 @@ class LoopWorkflow:
                      human=WorkflowHuman(scripted, self.clock), workdir=workdir, env={}, skills=loaded.skills,
                      listeners=[self.events.append], clock=self.clock,
                      shell=WorkflowShell(self, root, workdir, heartbeat_s), keep_events=False,
-                     children=WorkflowChildren(self.clock))
+                     children=WorkflowChildren(self.clock),
+                     tool_kinds=remote_kinds(self._run_arg(workdir, root), lambda t: activity_options(heartbeat_s, t)))
+
+    def _run_arg(self, workdir: Path, root: Path) -> dict[str, Any]:
+        """Where a worker finds this run's loop and checkout (relative to its own root)."""
+        meta = self.run.meta if self.run else {}
+        return {"loop_path": meta.get("loop_path"), "script": meta.get("script"), "files": meta.get("files"),
+                "workdir": os.path.relpath(workdir, root)}
 
     async def _wait_for_decision(self) -> None:
         run = self.run
