@@ -41,12 +41,27 @@ def build_worker(client: Client, task_queue: str, root: Path, base_env: Callable
                   default_heartbeat_throttle_interval=timedelta(seconds=1))
 
 
+def warm_imports() -> None:
+    """Imports what workflow code imports at function level (loading, lint, the state kinds
+    most runs never reach), so no activation pays for them."""
+    import importlib
+
+    for name in ("lint.pipeline", "lint.lockfile", "language.checked_files", "language.skills", "adapters.scripted",
+                 "runtime.actions.agent", "runtime.actions.subloop", "runtime.tools.workspace",
+                 "runtime.tools.shell_tools"):
+        importlib.import_module(f"loopdsl.{name}")
+
+
 async def serve(client: Client, task_queue: str, root: Path, base_env: Callable[[], Mapping[str, str]],
                 *, identity: str | None = None, sticky_timeout_s: float = 10.0,
                 ready: Callable[[], None] | None = None) -> None:
-    from ..litellm_loading import start_loading
+    from ..litellm_loading import wait_until_loaded
 
-    start_loading()  # in the background: the first model call should not wait seconds for the import
+    # Before polling, not beside it: importing LiteLLM takes seconds of CPU, and a workflow
+    # activation sharing the interpreter with it then passed the SDK's 2 s deadlock detector
+    # (measured: the first replay on a fresh worker). Workflow code's own lazy imports too.
+    await wait_until_loaded()
+    warm_imports()
     worker = build_worker(client, task_queue, root, base_env, identity=identity, sticky_timeout_s=sticky_timeout_s)
     async with worker:
         if ready is not None:
