@@ -26,6 +26,7 @@ from tests.patterns import test_post_merge_cleanup as cleanup
 from tests.patterns import test_pr_babysitter as babysitter
 
 from .conftest import ROOT, Workers, loopdsl as cli
+from .replay import replay
 
 pytestmark = pytest.mark.slow
 Setup = Callable[[Path, Path], tuple[Path, dict[str, Any]]]  # (tmp, side) -> (repo, inputs)
@@ -127,3 +128,6 @@ def test_both_backends_take_the_same_path_with_the_same_spend(case: str, tmp_pat
     assert _normal(summary["outputs"], swaps) == _normal(local.outputs, swaps)
     for key in ("tokens", "cost_usd", "steps"):
         assert summary["spent"][key] == local.state.ledger[key], key
+
+    # Determinism: the recorded history replays against the current code, the engine sandboxed.
+    replay(workers.address, summary["run_id"], remote_repo)

@@ -19,7 +19,7 @@ from temporalio import activity
 from ...runtime.model_port import LlmRequest, ProviderError
 from ...runtime.run_keys import default_store_dir
 from ..git_worktree import WorkspaceError
-from ...runtime.shell import confined_cwd, run_command
+from ...runtime.shell import CwdOutsideWorkspace, confined_cwd, run_command
 from . import loops
 from .wire import FINISH, LLM, PREPARE, SHELL, TOOL
 
@@ -127,8 +127,12 @@ class LoopActivities:
     async def shell(self, req: dict[str, Any]) -> dict[str, Any]:
         """One command in this worker's copy of the repository (`cwd` is relative to it)."""
         base = loops.root()
-        cwd = confined_cwd(base, req["cwd"]) if req["cwd"] not in ("", ".") else base
-        env = {**self.base_env(), "LOOPDSL_WORKDIR": str(base / req.get("workdir", ".")), **req["env"]}
+        try:  # the workflow checked the name; symlinks are this worker's to check
+            workdir = confined_cwd(base, req.get("workdir", "."))
+            cwd = confined_cwd(workdir, req["cwd"])
+        except CwdOutsideWorkspace as exc:
+            return {"cwd_error": str(exc)}
+        env = {**self.base_env(), "LOOPDSL_WORKDIR": str(workdir), **req["env"]}
         started: list[Any] = []
         async with _heartbeating(_beat_interval()):
             result = await run_command(script=req.get("script"), argv=req.get("argv"), cwd=cwd, env=env,

@@ -7,7 +7,6 @@ a replay (on this worker or another) reads them from there and never calls again
 from __future__ import annotations
 
 import asyncio
-import os
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -17,6 +16,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, TimeoutError as ActivityTimeout, TimeoutType
 
 from ...language.model import Loop
+from ...runtime.errors import StepFailure
 from ...runtime.model_port import LlmRequest, LlmResponse, ProviderError
 from ...runtime.run_state import RUNNING, WAITING, RunState
 from ...runtime.shell import ShellResult
@@ -118,7 +118,7 @@ class WorkflowShell:
                        env: Mapping[str, str], timeout: float | None, redact: Callable[[str], str] = str,
                        marker: str | None = None, on_start: Callable[[Any], None] | None = None) -> ShellResult:
         arg = {"script": script, "argv": list(argv) if argv is not None else None,
-               "cwd": os.path.relpath(cwd, self.root), "workdir": os.path.relpath(self.workdir, self.root),
+               "cwd": under(cwd, self.workdir), "workdir": under(self.workdir, self.root),
                "env": dict(env), "timeout": timeout, "marker": marker}
         while True:
             try:
@@ -129,6 +129,8 @@ class WorkflowShell:
                     raise
                 if self._non_idempotent(marker):
                     await self.host.ask_to_rerun()
+        if "cwd_error" in out:
+            raise StepFailure("parse", f"the command's cwd: {out['cwd_error']}")
         out.pop("command", None)
         out.pop("host", None)
         return ShellResult(**{k: (redact(v) if isinstance(v, str) else v) for k, v in out.items()})
@@ -176,13 +178,28 @@ class WorkflowChildren:
         from ...runtime.ports import ChildLoop
         from . import loops
 
-        compiled, skills = loops.child(parent, ref)
+        with reading_run_files():
+            compiled, skills = loops.child(parent, ref)
         return ChildLoop(compiled, skills)
 
     def new_state(self, loop: Loop, run_id: str, inputs: Mapping[str, Any], meta: Mapping[str, Any]) -> RunState:
         return RunState(run_id=run_id, loop=loop.name, start=loop.start, current=loop.start, path=[loop.start],
                         visits={loop.start: 1}, inputs=dict(inputs), started_at=self.clock.utc_now(),
                         date=workflow.now().date().isoformat(), meta=dict(meta))
+
+
+def under(path: str | Path, root: Path) -> str:
+    """`path` relative to the worker's root, by the names alone (no file system, no cwd:
+    this is workflow code): another worker resolves it against its own root."""
+    return str(Path(path).relative_to(root))
+
+
+def reading_run_files() -> Any:
+    """The one place workflow code reads files: the worker's cache of compiled loops, whose
+    miss (a replay on a worker that never ran the run) reads the run's files and checks
+    them against the hashes recorded at its start, so every replay compiles the same loop
+    or stops with FilesChanged. The sandbox refuses `open` even to passed-through code."""
+    return workflow.unsafe.sandbox_unrestricted()
 
 
 def waiting_left(run: RunState, now: datetime) -> float | None:
@@ -195,4 +212,4 @@ def waiting_left(run: RunState, now: datetime) -> float | None:
 
 
 __all__ = ["RUNNING", "WAITING", "WorkflowClock", "WorkflowModel", "WorkflowShell", "WorkflowRunLog", "WorkflowHuman",
-           "activity_options", "waiting_left"]
+           "activity_options", "reading_run_files", "waiting_left"]

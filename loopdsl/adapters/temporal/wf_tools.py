@@ -12,7 +12,6 @@ process or a run of their own that outlives one call and say so when an agent li
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -22,6 +21,7 @@ from temporalio.exceptions import ActivityError
 from ...language.agent_model import ToolDef, ToolUse
 from ...runtime.tools.base import ToolOutcome, ToolSpec, check_names
 from . import loops
+from .wf_ports import under
 from .wire import TOOL
 
 if TYPE_CHECKING:
@@ -62,6 +62,17 @@ class RemoteToolBox:
         return None
 
 
+def _loop_file(source: Any, loop_path: str) -> str:
+    """The file of the loop whose agent calls: relative to the worker's root when inside it
+    (a bundled loop's parts are not: then as the loading worker named it)."""
+    if not source:
+        return loop_path
+    try:
+        return under(source, loops.root())
+    except ValueError:
+        return str(source)
+
+
 def remote_kinds(run_arg: Mapping[str, Any], options: Callable[[float], dict[str, Any]]) -> dict[str, Any]:
     """`Ports.tool_kinds` for the workflow: each runtime kind served by the tool activity.
     `run_arg` says where the worker finds the run's loop (path, script, file hashes, workdir)."""
@@ -69,7 +80,7 @@ def remote_kinds(run_arg: Mapping[str, Any], options: Callable[[float], dict[str
     def factory(kind: str) -> Any:
         async def open_remote(tools: Sequence[tuple[ToolDef, ToolUse]], env: "ToolEnv") -> RemoteToolBox:
             source = getattr(env.engine, "loop", None) and env.engine.loop.source
-            base = {**run_arg, "loop_file": os.path.relpath(source, loops.root()) if source else run_arg["loop_path"],
+            base = {**run_arg, "loop_file": _loop_file(source, run_arg["loop_path"]),
                     "kind": kind, "state": env.ids["state"], "tools": [use.name for _tool, use in tools],
                     "inputs": dict(env.inputs), "run": dict(env.run)}
             return RemoteToolBox(_specs(kind, tools), base, options)

@@ -16,16 +16,24 @@ from . import loops
 from .activities import LoopActivities
 from .workflow import LoopWorkflow
 
-# The engine and the template libraries run as they are inside the sandbox: Jinja needs its
-# threading.Lock, which the sandbox refuses. What they may do there is bounded by the ports
-# (every clock reading and wait goes through WorkflowClock, every effect is an activity).
-PASSED_THROUGH = ("loopdsl", "jinja2", "markupsafe", "transitions", "yaml", "ruamel", "jsonschema",
-                  "jsonschema_specifications", "referencing", "rpds", "attrs", "regex", "croniter", "dateutil",
-                  "tree_sitter", "tree_sitter_bash", "diskcache", "litellm")
+# The sandbox is on; these modules are passed through it (imported once, not per workflow):
+# Jinja needs its threading.Lock, which the sandbox refuses, and re-importing the engine and
+# its parsers for every workflow would cost each activation seconds. Passed-through code is
+# not checked, so what it may do is bounded by the ports (every clock reading, random draw
+# and wait goes through WorkflowClock, every effect is an activity) and checked by the
+# strict runner below.
+LIBRARIES = ("jinja2", "markupsafe", "transitions", "yaml", "ruamel", "jsonschema", "jsonschema_specifications",
+             "referencing", "rpds", "attrs", "regex", "croniter", "dateutil", "tree_sitter", "tree_sitter_bash",
+             "diskcache", "litellm")
+# Strict: only loading and compiling loop files is passed through (the per-worker cache of
+# compiled loops, whose cache miss reads the run's files and checks their recorded hashes);
+# the engine, the actions and the workflow run sandboxed, so a stray clock reading, random
+# draw or file access in them fails the workflow task. The Replayer tests run with it.
+LOADING = ("loopdsl.language", "loopdsl.lint", "loopdsl.adapters.temporal.loops")
 
 
-def sandbox_runner(pass_loopdsl: bool = True) -> SandboxedWorkflowRunner:
-    modules = PASSED_THROUGH if pass_loopdsl else PASSED_THROUGH[1:]
+def sandbox_runner(strict: bool = False) -> SandboxedWorkflowRunner:
+    modules = (*LIBRARIES, *LOADING) if strict else ("loopdsl", *LIBRARIES)
     return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*modules))
 
 

@@ -8,7 +8,6 @@ same run state, exactly as `loopdsl resume` rebuilds it from the run store.
 from __future__ import annotations
 
 import asyncio
-import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from temporalio import workflow
 
 from ...runtime.engine import Engine, MemoryResponses, Ports
+from ...runtime.shell import named_cwd
 from ...runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState
 from . import loops
 from .wf_tools import remote_kinds
@@ -27,6 +27,8 @@ from .wf_ports import (
     WorkflowRunLog,
     WorkflowShell,
     activity_options,
+    reading_run_files,
+    under,
     waiting_left,
 )
 from .wire import DECIDE_UPDATE, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, FINISH, PREPARE, PROGRESS_QUERY, WORKFLOW
@@ -57,7 +59,8 @@ class LoopWorkflow:
             run.status, run.ended_at = FAILED, self.clock.utc_now()
             run.error = {"state": run.current, "kind": prep["kind"], "message": prep["error"]}
             return self.summary()
-        loaded = loops.load(req["loop_path"], req.get("script"), prep["files"])
+        with reading_run_files():
+            loaded = loops.load(req["loop_path"], req.get("script"), prep["files"])
         run = self.run = self._new_state(req, prep, loaded.compiled.loop.name, loaded.compiled.loop.start)
         if prep.get("worktree"):
             run.meta["worktree"] = prep["worktree"]
@@ -120,14 +123,14 @@ class LoopWorkflow:
                      human=WorkflowHuman(scripted, self.clock), workdir=workdir, env={}, skills=loaded.skills,
                      listeners=[self.events.append], clock=self.clock,
                      shell=WorkflowShell(self, root, workdir, heartbeat_s), keep_events=False,
-                     children=WorkflowChildren(self.clock),
+                     children=WorkflowChildren(self.clock), confine_cwd=lambda base, cwd: base / named_cwd(cwd),
                      tool_kinds=remote_kinds(self._run_arg(workdir, root), lambda t: activity_options(heartbeat_s, t)))
 
     def _run_arg(self, workdir: Path, root: Path) -> dict[str, Any]:
         """Where a worker finds this run's loop and checkout (relative to its own root)."""
         meta = self.run.meta if self.run else {}
         return {"loop_path": meta.get("loop_path"), "script": meta.get("script"), "files": meta.get("files"),
-                "workdir": os.path.relpath(workdir, root)}
+                "workdir": under(workdir, root)}
 
     async def _wait_for_decision(self) -> None:
         run = self.run

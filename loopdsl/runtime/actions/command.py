@@ -8,7 +8,7 @@ from ...language.compile import CompiledState
 from ...language.templates import RenderError
 from ..errors import StepFailure
 from ..process_tree import CommandRef
-from ..shell import CwdOutsideWorkspace, confined_cwd
+from ..shell import CwdOutsideWorkspace
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -23,7 +23,7 @@ async def run_shell_state(engine: "Engine", cs: CompiledState, ctx: dict[str, An
             env[key] = template.render(ctx)
         cwd = engine.ports.workdir
         if shell.cwd is not None:
-            cwd = confined_cwd(cwd, shell.cwd.render(ctx))
+            cwd = engine.ports.confine_cwd(cwd, shell.cwd.render(ctx))
         if shell.command is not None:
             script, placeholders = shell.command.prepare(ctx)
             env.update(placeholders)
