@@ -20,7 +20,8 @@ from ...runtime.model_port import LlmRequest, ProviderError
 from ...runtime.run_keys import default_store_dir
 from ..git_worktree import WorkspaceError
 from ...runtime.shell import CwdOutsideWorkspace, confined_cwd, run_command
-from . import loops
+from . import loops, sealed
+from .payloads import PayloadTooLarge, fitted
 from .wire import FINISH, LLM, PREPARE, SHELL, TOOL
 
 
@@ -112,6 +113,12 @@ class LoopActivities:
     @activity.defn(name=LLM)
     async def llm(self, req: dict[str, Any]) -> dict[str, Any]:
         """Exactly one provider call; the key is read here, by name, from the worker's environment."""
+        used = sealed.named_in(str(m.get("content", "")) for m in req["messages"])
+        if used:
+            return {"error": {"kind": "auth", "billed": False, "retry_after": None,
+                              "message": f"the prompt uses secret {', '.join(sorted(used))}: on the Temporal backend a "
+                                         "prompt may not carry a secret (the request is kept in the workflow's "
+                                         "history); pass it to a command through `env:` instead"}}
         key_env = req.pop("api_key_env", None)
         state = req.pop("state")
         request = LlmRequest(**req, api_key=os.environ.get(key_env) if key_env else None)
@@ -121,7 +128,10 @@ class LoopActivities:
             except ProviderError as exc:
                 return {"error": {"kind": exc.kind, "message": exc.message, "retry_after": exc.retry_after,
                                   "billed": exc.billed}}
-        return {"response": asdict(response)}
+        try:
+            return fitted({"response": asdict(response)}, f"model call of state '{state}'", cut=False)
+        except PayloadTooLarge as exc:  # paid, but too big to keep: the engine charges it and fails the attempt
+            return {"error": {"kind": "server_error", "message": str(exc), "retry_after": None, "billed": True}}
 
     @activity.defn(name=SHELL)
     async def shell(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -132,16 +142,22 @@ class LoopActivities:
             cwd = confined_cwd(workdir, req["cwd"])
         except CwdOutsideWorkspace as exc:
             return {"cwd_error": str(exc)}
-        env = {**self.base_env(), "LOOPDSL_WORKDIR": str(workdir), **req["env"]}
+        named = sealed.named_in([*req["env"].values(), *(req.get("argv") or [])])
+        secrets = sealed.values_for(named)
+        env = {**self.base_env(), "LOOPDSL_WORKDIR": str(workdir),
+               **{k: sealed.unseal(v) for k, v in req["env"].items()}}
+        argv = [sealed.unseal(a) for a in req["argv"]] if req.get("argv") is not None else None
         started: list[Any] = []
         async with _heartbeating(_beat_interval()):
-            result = await run_command(script=req.get("script"), argv=req.get("argv"), cwd=cwd, env=env,
+            result = await run_command(script=req.get("script"), argv=argv, cwd=cwd, env=env,
                                        timeout=req.get("timeout"), marker=req.get("marker"),
                                        on_start=started.append)
         out = asdict(result)
+        if secrets:  # what the command printed of a secret it was given never reaches the history
+            out = sealed.redactor(secrets).redact_obj(out)
         out["command"] = started[0].to_json() if started else None
         out["host"] = loops.worker_host()
-        return out
+        return fitted(out, "command", cut=True)  # stdout and stderr, each within FIELD_LIMIT, cannot pass RESULT_LIMIT
 
     @activity.defn(name=TOOL)
     async def tool(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -155,7 +171,9 @@ class LoopActivities:
         action = loop.states[req["state"]].action
         assert isinstance(action, AgentAction)
         listed = [(resolve_tool(loop.tools, use.name), use) for use in action.tools if use.name in req["tools"]]
-        env = ToolEnv(workdir=loops.root() / req.get("workdir", "."), env=self.base_env(), secret_values={}, redact=str,
+        secrets = sealed.values_for(loop.secrets)
+        env = ToolEnv(workdir=loops.root() / req.get("workdir", "."), env={**self.base_env(), **secrets},
+                      secret_values=secrets, redact=sealed.redactor(secrets),
                       output_limit=action.tool_output_limit, action=action, worktree=loop.workspace.worktree,
                       inputs=req["inputs"], run=req["run"], facts=input_facts(loop))
         factory = factory_for(req["kind"], {})
@@ -168,7 +186,10 @@ class LoopActivities:
                 outcome = ToolOutcome.failure(f"{req['name']} failed: {type(exc).__name__}: {exc}")
             finally:
                 await box.aclose()
-        return asdict(outcome)
+        try:
+            return fitted(asdict(outcome), f"tool {req['name']}", cut=True)
+        except PayloadTooLarge as exc:  # many fields each within the limit: the model is told
+            return asdict(ToolOutcome.failure(str(exc)))
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.prepare, self.llm, self.shell, self.finish, self.tool]

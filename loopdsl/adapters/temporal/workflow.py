@@ -18,6 +18,8 @@ from ...runtime.engine import Engine, MemoryResponses, Ports
 from ...runtime.shell import named_cwd
 from ...runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState
 from . import loops
+from .sealed import placeholders
+from .payloads import RESULT_LIMIT, cut_text, size_of, summary_within_limit
 from .wf_tools import remote_kinds
 from .wf_ports import (
     WorkflowChildren,
@@ -121,6 +123,7 @@ class LoopWorkflow:
         workdir = root / worktree["path"] if worktree else root
         return Ports(provider=lambda: model, run_log=WorkflowRunLog(lambda run: None), responses=MemoryResponses(),
                      human=WorkflowHuman(scripted, self.clock), workdir=workdir, env={}, skills=loaded.skills,
+                     secret_values=placeholders(loaded.compiled.loop.secrets),
                      listeners=[self.events.append], clock=self.clock,
                      shell=WorkflowShell(self, root, workdir, heartbeat_s), keep_events=False,
                      children=WorkflowChildren(self.clock), confine_cwd=lambda base, cwd: base / named_cwd(cwd),
@@ -174,13 +177,21 @@ class LoopWorkflow:
     # ------------------------------------------------------------ reading and deciding
     def summary(self) -> dict[str, Any]:
         run = self.run
-        return {} if run is None else run.to_json()
+        return {} if run is None else summary_within_limit(run.to_json())
 
     @workflow.query(name=PROGRESS_QUERY)
     def progress(self, since: int = 0) -> dict[str, Any]:
         """The run as it stands, and its events after `since` (at most EVENTS_PER_QUERY)."""
-        tail = [e for e in self.events[since:since + EVENTS_PER_QUERY]]
-        return {"run": self.summary(), "events": tail, "next": since + len(tail)}
+        run = self.summary()
+        room = 2 * RESULT_LIMIT - size_of(run)  # a query's answer stays under gRPC's 4 MB
+        tail: list[dict[str, Any]] = []
+        for event in self.events[since:since + EVENTS_PER_QUERY]:
+            event, _ = cut_text(event)
+            room -= size_of(event)
+            if tail and room < 0:
+                break  # the rest comes with the next query
+            tail.append(event)
+        return {"run": run, "events": tail, "next": since + len(tail)}
 
     @workflow.update(name=DECIDE_UPDATE)
     def decide(self, d: dict[str, Any]) -> dict[str, Any]:
