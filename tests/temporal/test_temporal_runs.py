@@ -16,6 +16,7 @@ import pytest
 from tests.stub_server import StubServer
 
 from .conftest import Workers, loopdsl
+from .replay import replay
 
 pytestmark = pytest.mark.slow
 
@@ -31,6 +32,10 @@ states:
     next: make
   make:
     shell: "echo made > made.txt; echo {{{{ ask.text }}}}"
+    gates:
+      after:
+        - name: made-a-file
+          shell: test -s made.txt
     next: approve
   approve:
     checkpoint: {{message: "Keep {{{{ make.stdout }}}}?"{timeout}}}
@@ -102,6 +107,15 @@ def test_a_run_waits_without_a_worker_and_is_approved_from_elsewhere(tmp_path: P
         assert again.returncode != 0 and "not waiting" in again.stderr
         listed = loopdsl("runs", "--temporal", workers.address, "--json", cwd=elsewhere)
         assert any(r["run_id"] == run_id and r["status"] == "completed" for r in json.loads(listed.stdout))
+        assert any(e["type"] == "gate" and e.get("gate") == "made-a-file" and e["passed"] for e in view["events"])
+
+    # Its history (a model call, a gate, a checkpoint and its Update, two workers) replays
+    # against the current code with the engine sandboxed: the workflow is deterministic.
+    history = replay(workers.address, run_id, repo)
+    kinds = {e.event_type for e in history.events}
+    from temporalio.api.enums.v1 import EventType
+
+    assert {EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED} <= kinds
 
 
 def test_a_decision_after_the_timeout_is_refused_and_on_timeout_taken(tmp_path: Path, workers: Workers) -> None:
@@ -121,6 +135,12 @@ def test_a_decision_after_the_timeout_is_refused_and_on_timeout_taken(tmp_path: 
         run = json.loads(shown.stdout)["run"]
         assert run["status"] == "escalated" and run["path"][-1] == "late", run
         assert run["decision"] is None
+        # The refused Update left no trace; the durable timer that ended the wait replays.
+        from temporalio.api.enums.v1 import EventType
+
+        kinds = {e.event_type for e in replay(workers.address, run_id, repo).events}
+        assert EventType.EVENT_TYPE_TIMER_FIRED in kinds
+        assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED not in kinds
 
 
 def test_a_decision_within_the_timeout_is_taken(tmp_path: Path, workers: Workers) -> None:

@@ -17,6 +17,7 @@ import pytest
 from tests.stub_server import StubServer
 
 from .conftest import Workers, loopdsl
+from .replay import replay
 
 pytestmark = pytest.mark.slow
 
@@ -93,6 +94,7 @@ def test_the_other_worker_finishes_without_paying_twice(tmp_path: Path, workers:
         assert len(stub.requests) == 1, "a model call was paid twice"
         assert run["ledger"]["tokens"] == 12
         assert (repo / "starts.txt").read_text().count("started") == 2  # the idempotent command ran again
+        replay(workers.address, run_id, repo)  # the history with the lost activity replays
 
 
 def test_a_cut_off_non_idempotent_command_asks_a_person(tmp_path: Path, workers: Workers) -> None:
@@ -108,3 +110,4 @@ def test_a_cut_off_non_idempotent_command_asks_a_person(tmp_path: Path, workers:
         run = _show(workers, run_id, repo, "completed")["run"]
         assert run["status"] == "completed" and len(stub.requests) == 1
         assert (repo / "starts.txt").read_text().count("started") == 2
+        replay(workers.address, run_id, repo)
