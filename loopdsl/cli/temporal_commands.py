@@ -144,7 +144,9 @@ def _request(model: Any, loop_ref: str, script: str | None, values: dict[str, An
     files = dict(loops.load(loop_path, script_path).files)
     return {"loop_path": loop_path, "script": script_path, "inputs": values, "files": files,
             "date": _run_date(model), "force": force,
-            "heartbeat_s": float(os.environ.get("LOOPDSL_TEMPORAL_HEARTBEAT_S", "30"))}
+            "heartbeat_s": float(os.environ.get("LOOPDSL_TEMPORAL_HEARTBEAT_S", "30")),
+            # Events a history holds before the run continues as new (default in the workflow).
+            "max_history_events": int(os.environ.get("LOOPDSL_TEMPORAL_HISTORY_EVENTS", "0")) or None}
 
 
 def start_run(loop_ref: str, values: dict[str, Any], script: str | None, *, address: str, namespace: str,

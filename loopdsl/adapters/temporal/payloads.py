@@ -73,3 +73,15 @@ def summary_within_limit(record: dict[str, Any]) -> dict[str, Any]:
         limit //= 4
     trimmed["trimmed"] = True
     return trimmed
+
+
+def recent_events(events: list[dict[str, Any]], budget: int, most: int = 500) -> list[dict[str, Any]]:
+    """The last events (at most `most`, text cut) that fit in `budget` bytes, oldest first."""
+    kept: list[dict[str, Any]] = []
+    for event in reversed(events[-most:]):
+        event, _ = cut_text(event, FIELD_LIMIT // 4)
+        budget -= size_of(event)
+        if budget < 0:
+            break
+        kept.append(event)
+    return kept[::-1]

@@ -146,11 +146,11 @@ class WorkflowRunLog:
 
     durable = True
 
-    def __init__(self, on_commit: Callable[[RunState], None]):
+    def __init__(self, on_commit: Callable[[RunState, list[dict[str, Any]]], None]):
         self.on_commit = on_commit
 
     def commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
-        self.on_commit(run)
+        self.on_commit(run, events)
 
 
 class WorkflowHuman:

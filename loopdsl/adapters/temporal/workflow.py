@@ -19,7 +19,7 @@ from ...runtime.shell import named_cwd
 from ...runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState
 from . import loops
 from .sealed import placeholders
-from .payloads import RESULT_LIMIT, cut_text, size_of, summary_within_limit
+from .payloads import FIELD_LIMIT, RESULT_LIMIT, cut_text, recent_events, size_of, summary_within_limit
 from .wf_tools import remote_kinds
 from .wf_ports import (
     WorkflowChildren,
@@ -35,6 +35,16 @@ from .wf_ports import (
 )
 from .wire import DECIDE_UPDATE, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, FINISH, PREPARE, PROGRESS_QUERY, WORKFLOW
 
+# Events a run's history may hold before it continues as new at a state's entry: Temporal
+# warns at 10,240 and terminates at 51,200; a state's own events stay far below the gap.
+MAX_HISTORY_EVENTS = 10_000
+
+
+class AtStateBoundary(BaseException):
+    """Raised by the run log at a state's entry to leave the engine and continue as new;
+    a BaseException so that no `except Exception` of the engine records it as a failure."""
+
+
 # A timer ends a fraction after the checkpoint's timeout, so the decision window has closed.
 TIMEOUT_SLACK_S = 0.05
 
@@ -45,30 +55,24 @@ class LoopWorkflow:
         self.run: RunState | None = None
         self.events: list[dict[str, Any]] = []
         self.clock = WorkflowClock()
-        self._rerun: dict[str, Any] | None = None
+        self._base = 0  # events before this execution (kept by the ones it continues)
+        self._max_events = MAX_HISTORY_EVENTS
 
     # ------------------------------------------------------------ the run
     @workflow.run
     async def run_loop(self, req: dict[str, Any]) -> dict[str, Any]:
         heartbeat_s = float(req.get("heartbeat_s") or DEFAULT_HEARTBEAT_S)
-        prep = await workflow.execute_activity(
-            PREPARE, {"loop_path": req["loop_path"], "script": req.get("script"), "run_id": workflow.info().workflow_id,
-                      "timezone": req.get("timezone"),
-                      "files": None if req.get("force") else req.get("files")},
-            **activity_options(heartbeat_s, 120))
-        if "error" in prep:
-            run = self.run = self._new_state(req, prep, req.get("loop_name", ""), req.get("start", ""))
-            run.status, run.ended_at = FAILED, self.clock.utc_now()
-            run.error = {"state": run.current, "kind": prep["kind"], "message": prep["error"]}
-            return self.summary()
-        with reading_run_files():
-            loaded = loops.load(req["loop_path"], req.get("script"), prep["files"])
-        run = self.run = self._new_state(req, prep, loaded.compiled.loop.name, loaded.compiled.loop.start)
-        if prep.get("worktree"):
-            run.meta["worktree"] = prep["worktree"]
+        self._max_events = int(req.get("max_history_events") or MAX_HISTORY_EVENTS)
+        if req.get("carried"):
+            loaded, first = self._carry_on(req), {}
+        else:
+            started = await self._start(req, heartbeat_s)
+            if started is None:
+                return self.summary()
+            loaded, first = started
+        run = self.run
+        assert run is not None
         ports = self._ports(loaded, heartbeat_s)
-        first = {"loop": loaded.compiled.loop.name, "run_id": run.run_id, "inputs": dict(run.inputs),
-                 "workdir": prep.get("host", ""), "caps": _caps(loaded.compiled.loop)}
         while True:
             engine = Engine(loaded.compiled, run, ports)
             if first:
@@ -76,6 +80,12 @@ class LoopWorkflow:
                 first = {}
             try:
                 await engine.execute()
+            except AtStateBoundary:  # nothing is pending here: the run goes on in a fresh history
+                # The record leaves out the per-state history (the local store rebuilds it from events).
+                carried = {**run.to_json(), "history": run.history}
+                tail = recent_events(self.events, FIELD_LIMIT * 2)  # for a follower that has not read them yet
+                workflow.continue_as_new({**req, "carried": carried, "events": tail,
+                                          "events_base": self._base + len(self.events) - len(tail)})
             except asyncio.CancelledError:
                 break  # the engine recorded `aborted`
             except Exception:  # the engine recorded `failed` with the message
@@ -91,6 +101,45 @@ class LoopWorkflow:
         if run.status == COMPLETED and run.meta.get("worktree"):
             await self._commit_worktree(run, heartbeat_s)
         return self.summary()
+
+    async def _start(self, req: dict[str, Any], heartbeat_s: float) -> tuple[loops.LoadedLoop, dict[str, Any]] | None:
+        """A new run: its files loaded (and a worktree made) by an activity; None if that failed."""
+        prep = await workflow.execute_activity(
+            PREPARE, {"loop_path": req["loop_path"], "script": req.get("script"), "run_id": workflow.info().workflow_id,
+                      "timezone": req.get("timezone"),
+                      "files": None if req.get("force") else req.get("files")},
+            **activity_options(heartbeat_s, 120))
+        if "error" in prep:
+            run = self.run = self._new_state(req, prep, req.get("loop_name", ""), req.get("start", ""))
+            run.status, run.ended_at = FAILED, self.clock.utc_now()
+            run.error = {"state": run.current, "kind": prep["kind"], "message": prep["error"]}
+            return None
+        with reading_run_files():
+            loaded = loops.load(req["loop_path"], req.get("script"), prep["files"])
+        run = self.run = self._new_state(req, prep, loaded.compiled.loop.name, loaded.compiled.loop.start)
+        if prep.get("worktree"):
+            run.meta["worktree"] = prep["worktree"]
+        first = {"loop": loaded.compiled.loop.name, "run_id": run.run_id, "inputs": dict(run.inputs),
+                 "workdir": prep.get("host", ""), "caps": _caps(loaded.compiled.loop)}
+        return loaded, first
+
+    def _carry_on(self, req: dict[str, Any]) -> loops.LoadedLoop:
+        """After continue-as-new: the run as it was committed at a state's entry, its loop
+        from the files it recorded (a reply script skips the replies already used)."""
+        run = self.run = RunState.from_json(req["carried"])
+        self._base = int(req.get("events_base") or 0)
+        self.events = list(req.get("events") or [])
+        with reading_run_files():
+            return loops.load(run.meta["loop_path"], run.meta.get("script"), run.meta["files"])
+
+    def _at_commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
+        """At a state's entry (nothing pending, no activity, child or timer open) with the
+        history past its bound or Temporal suggesting it: continue as new (TEMPORAL.md 2)."""
+        if not (events and events[-1].get("type") == "enter" and run.status == RUNNING and run.pending is None):
+            return
+        info = workflow.info()
+        if info.is_continue_as_new_suggested() or info.get_current_history_length() > self._max_events:
+            raise AtStateBoundary()
 
     async def _commit_worktree(self, run: RunState, heartbeat_s: float) -> None:
         info = run.meta["worktree"]
@@ -117,11 +166,14 @@ class LoopWorkflow:
             from ..scripted import ScriptedProvider
 
             scripted = ScriptedProvider.from_data(loaded.script)
+            asked = self.run.meta.get("asked") if self.run else None
+            if asked:  # continued as new: the replies the run already used are behind it
+                scripted.skip_used(asked)
         model = scripted if scripted is not None else WorkflowModel(loaded.compiled.loop, heartbeat_s)
         root = loops.root()
         worktree = (self.run.meta.get("worktree") or {}) if self.run else {}
         workdir = root / worktree["path"] if worktree else root
-        return Ports(provider=lambda: model, run_log=WorkflowRunLog(lambda run: None), responses=MemoryResponses(),
+        return Ports(provider=lambda: model, run_log=WorkflowRunLog(self._at_commit), responses=MemoryResponses(),
                      human=WorkflowHuman(scripted, self.clock), workdir=workdir, env={}, skills=loaded.skills,
                      secret_values=placeholders(loaded.compiled.loop.secrets),
                      listeners=[self.events.append], clock=self.clock,
@@ -183,6 +235,7 @@ class LoopWorkflow:
     def progress(self, since: int = 0) -> dict[str, Any]:
         """The run as it stands, and its events after `since` (at most EVENTS_PER_QUERY)."""
         run = self.summary()
+        since = max(since - self._base, 0)
         room = 2 * RESULT_LIMIT - size_of(run)  # a query's answer stays under gRPC's 4 MB
         tail: list[dict[str, Any]] = []
         for event in self.events[since:since + EVENTS_PER_QUERY]:
@@ -191,7 +244,7 @@ class LoopWorkflow:
             if tail and room < 0:
                 break  # the rest comes with the next query
             tail.append(event)
-        return {"run": run, "events": tail, "next": since + len(tail)}
+        return {"run": run, "events": tail, "next": self._base + since + len(tail)}
 
     @workflow.update(name=DECIDE_UPDATE)
     def decide(self, d: dict[str, Any]) -> dict[str, Any]:
