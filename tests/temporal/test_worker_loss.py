@@ -67,6 +67,10 @@ def _run_until_the_command_runs(tmp_path: Path, workers: Workers, stub: StubServ
     run_id = started.stdout.strip()
     pid = asyncio.run(_worker_of_running_activity(workers.address, run_id))
     assert pid in [p.pid for p in workers.procs]
+    deadline = time.monotonic() + 60  # the activity started; kill once its command runs (mid-state)
+    while not (repo / "starts.txt").exists():
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
     return repo, run_id
 
