@@ -108,3 +108,33 @@ def test_a_model_reply_too_big_for_the_history_fails_the_call_and_is_charged(tmp
     error = json.loads(shown.stdout)["run"]["error"]
     assert "Temporal workflow's history" in error["message"] and f"{RESULT_LIMIT:,}" in error["message"], error
 
+
+
+PROMPT_SECRET = """\
+loopdsl: 1
+name: leaky
+secrets: [DEPLOY_TOKEN]
+models:
+  m: {{model: openai/gpt-4o-mini, api_base: "{api_base}", max_tokens: 50}}
+start: ask
+states:
+  ask:
+    llm: {{model: m, prompt: "the token is {{{{ secrets.DEPLOY_TOKEN }}}}"}}
+    next: done
+  done: {{end: completed}}
+"""
+
+
+def test_a_prompt_using_a_secret_is_refused_on_this_backend(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    with StubServer() as stub:
+        stub.reply_text("never")
+        (repo / "loop.yaml").write_text(PROMPT_SECRET.format(api_base=stub.api_base))
+        workers.start(repo, DEPLOY_TOKEN=SECRET)
+        summary = _run(repo, workers)
+        assert stub.requests == [], "the secret was sent to the model"
+    assert summary["status"] == "failed" and summary["path"] == ["ask"], summary
+    shown = loopdsl("show", summary["run_id"], "--temporal", workers.address, "--json", cwd=repo)
+    assert "may not carry a secret" in json.loads(shown.stdout)["run"]["error"]["message"]
+    assert SECRET.encode() not in b"".join(asyncio.run(_history_bytes(workers.address, summary["run_id"])))
