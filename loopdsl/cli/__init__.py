@@ -32,6 +32,7 @@ _COMMANDS = {
     "schedule": "loopdsl.cli.schedule_command:schedule",
     "init": "loopdsl.cli.init_command:init",
     "ui": "loopdsl.cli.ui_command:ui",
+    "worker": "loopdsl.cli.temporal_commands:worker",
 }
 
 

@@ -17,6 +17,8 @@ from ..api.durable import RunConflict, abort as abort_run, budget_caps, decide a
 from ..language.loader import load_text
 from ..project.dry_run import dry_run as walk
 from .output import EXIT_FINDINGS, EXIT_OK, fail, script_option, store_option
+from .temporal_commands import namespace_option, queue_option, temporal_option
+from . import temporal_commands as on_temporal
 
 
 def _parse_input_pairs(pairs: Sequence[str]) -> dict[str, str]:
@@ -79,14 +81,25 @@ def _finish(result: api.RunResult, as_json: bool, quiet: bool) -> None:
 @click.option("--no-store", is_flag=True, help="Keep the run in memory only (it cannot be resumed).")
 @click.option("--cache", is_flag=True, help="Reuse identical LLM responses across runs (cost 0 when reused).")
 @click.option("--no-publish", is_flag=True, help="Plan the loop's `publish:` writes but make none; `resume` makes them.")
+@temporal_option
+@namespace_option
+@queue_option
+@click.option("--detach", is_flag=True, help="With --temporal: print the run id and return without following it.")
 def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: str | None, dry_run: bool,
-        as_json: bool, quiet: bool, store: str | None, no_store: bool, cache: bool, no_publish: bool) -> None:
+        as_json: bool, quiet: bool, store: str | None, no_store: bool, cache: bool, no_publish: bool,
+        temporal: str | None, namespace: str, task_queue: str, detach: bool) -> None:
     """Run LOOP (a file, or pkg:NAME from an installed loop package)."""
     model = api.resolve_loop(loop)
     if dry_run:
         report = walk(model)
         click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.to_text())
         sys.exit(EXIT_OK)
+    if temporal:
+        from ..language.inputs import coerce_inputs
+
+        values = coerce_inputs(model, _read_inputs_file(inputs_file), _parse_input_pairs(input_pairs))
+        on_temporal.start_run(loop, values, script, address=temporal, namespace=namespace, task_queue=task_queue,
+                              detach=detach, as_json=as_json, quiet=quiet)
     try:
         result = api.run(model, _read_inputs_file(inputs_file), script=script, store=False if no_store else (store or True),
                          human=None if script else TerminalHuman(), cache=cache,
@@ -114,7 +127,11 @@ def resume(run_id: str, script: str | None, force: bool, as_json: bool, quiet: b
     _finish(result, as_json, quiet)
 
 
-def _decide(run_id: str, choice: str, comment: str, store: str | None) -> None:
+def _decide(run_id: str, choice: str, comment: str, store: str | None, temporal: str | None = None,
+            namespace: str = "default") -> None:
+    if temporal:
+        on_temporal.decide_run(run_id, choice, comment, address=temporal, namespace=namespace)
+        return
     state = record_decision(run_id, choice, comment, store=store)
     click.echo(f"run {state.run_id}: recorded '{choice}' by {state.decision['by']} at {state.decision['at']}")  # type: ignore[index]
     click.echo(f"continue with: loopdsl resume {state.run_id}")
@@ -127,18 +144,22 @@ _comment_option = click.option("--comment", "-m", default="", help="Why (kept wi
 @click.argument("run_id")
 @_comment_option
 @store_option
-def approve(run_id: str, comment: str, store: str | None) -> None:
+@temporal_option
+@namespace_option
+def approve(run_id: str, comment: str, store: str | None, temporal: str | None, namespace: str) -> None:
     """Approve the checkpoint RUN_ID is waiting at."""
-    _decide(run_id, "approve", comment, store)
+    _decide(run_id, "approve", comment, store, temporal, namespace)
 
 
 @click.command()
 @click.argument("run_id")
 @_comment_option
 @store_option
-def reject(run_id: str, comment: str, store: str | None) -> None:
+@temporal_option
+@namespace_option
+def reject(run_id: str, comment: str, store: str | None, temporal: str | None, namespace: str) -> None:
     """Reject the checkpoint RUN_ID is waiting at."""
-    _decide(run_id, "reject", comment, store)
+    _decide(run_id, "reject", comment, store, temporal, namespace)
 
 
 @click.command()
@@ -146,16 +167,23 @@ def reject(run_id: str, comment: str, store: str | None) -> None:
 @click.argument("choice")
 @_comment_option
 @store_option
-def decide(run_id: str, choice: str, comment: str, store: str | None) -> None:
+@temporal_option
+@namespace_option
+def decide(run_id: str, choice: str, comment: str, store: str | None, temporal: str | None, namespace: str) -> None:
     """Record CHOICE (one of the checkpoint's `choices`) for RUN_ID."""
-    _decide(run_id, choice, comment, store)
+    _decide(run_id, choice, comment, store, temporal, namespace)
 
 
 @click.command()
 @click.argument("run_id")
 @click.option("--reason", default="", help="Kept in the run's log.")
 @store_option
-def abort(run_id: str, reason: str, store: str | None) -> None:
+@temporal_option
+@namespace_option
+def abort(run_id: str, reason: str, store: str | None, temporal: str | None, namespace: str) -> None:
     """End RUN_ID as aborted (its worktree, if any, is kept)."""
+    if temporal:
+        on_temporal.abort_run(run_id, address=temporal, namespace=namespace)
+        return
     state = abort_run(run_id, store=store, reason=reason)
     click.echo(f"run {state.run_id}: aborted")

@@ -11,7 +11,8 @@ from ..project import export as exporters
 from ..project.install_source import resolve as resolve_install_source
 from ..project.schedule import next_runs, require_schedule
 from .loading import load_named
-from .output import parse_when, write_text
+from .output import fail, parse_when, write_text
+from .temporal_commands import namespace_option, queue_option, temporal_option
 
 
 def _export(model: Loop, loop: str, export: str, output: str | None, keep_store: bool, pip_spec: str | None) -> None:
@@ -33,17 +34,28 @@ def _export(model: Loop, loop: str, export: str, output: str | None, keep_store:
 @click.argument("loop")
 @click.option("-n", "count", type=click.IntRange(1, 1000), default=5, show_default=True, help="How many run times.")
 @click.option("--after", metavar="ISO", help="List the runs after this time (default: now).")
-@click.option("--export", "export", type=click.Choice(["github-actions", "crontab"]),
-              help="Print a scheduled GitHub Actions workflow or a crontab entry instead.")
+@click.option("--export", "export", type=click.Choice(["github-actions", "crontab", "temporal"]),
+              help="Print a scheduled GitHub Actions workflow or a crontab entry instead, or create/update a "
+                   "Temporal Schedule (with --temporal).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the export to this file.")
 @click.option("--no-store-cache", is_flag=True,
               help="github-actions: do not keep the run store between runs (only for `unattended: true` loops).")
 @click.option("--pip-spec", metavar="SPEC",
               help="github-actions: what the workflow's `pip install` installs (default: this loopdsl, pinned "
                    "from how pip installed it; required for an editable or local-folder install).")
+@temporal_option
+@namespace_option
+@queue_option
 def schedule(loop: str, count: int, after: str | None, export: str | None, output: str | None,
-             no_store_cache: bool, pip_spec: str | None) -> None:
+             no_store_cache: bool, pip_spec: str | None, temporal: str | None, namespace: str, task_queue: str) -> None:
     """The next run times of LOOP (schedule.cron in schedule.timezone), or a scheduler export."""
+    if export == "temporal":
+        if not temporal:
+            fail("--export temporal needs --temporal HOST:PORT (or LOOPDSL_TEMPORAL)",
+                 "e.g. loopdsl schedule loops/x.yaml --export temporal --temporal localhost:7233")
+        from .temporal_commands import export_schedule
+
+        export_schedule(loop, address=temporal, namespace=namespace, task_queue=task_queue)
     model = load_named(loop)
     if export:
         _export(model, loop, export, output, not no_store_cache, pip_spec)

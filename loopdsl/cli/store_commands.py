@@ -12,6 +12,8 @@ from ..adapters.store.run_store import default_store_dir
 from ..api.records import clean as clean_worktrees, list_runs, show_run
 from ..runtime.run_state import RunState
 from .output import store_option, write_text
+from .temporal_commands import namespace_option, temporal_option
+from . import temporal_commands as on_temporal
 
 LISTED = ("run_id", "loop", "status", "started_at", "ended_at", "ledger")
 
@@ -19,8 +21,13 @@ LISTED = ("run_id", "loop", "status", "started_at", "ended_at", "ledger")
 @click.command()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
-def runs(store: str | None, as_json: bool) -> None:
+@temporal_option
+@namespace_option
+def runs(store: str | None, as_json: bool, temporal: str | None, namespace: str) -> None:
     """List the runs in the store, newest first."""
+    if temporal:
+        on_temporal.list_runs(temporal, namespace, as_json)
+        return
     listing = list_runs(store)
     if as_json:
         click.echo(visible_json(json.dumps([{**{k: r.get(k) for k in LISTED}, "interrupted": bool(r.get("interrupted")),
@@ -40,8 +47,14 @@ def runs(store: str | None, as_json: bool) -> None:
               help="Write the run's page (as `loopdsl ui` shows it) to this file, one static HTML file.")
 @click.option("--transcript", is_flag=True,
               help="Each model call's prompt messages and reply (an agent's tool calls and results too), redacted.")
-def show(run_id: str, store: str | None, as_json: bool, html_file: str | None, transcript: bool) -> None:
+@temporal_option
+@namespace_option
+def show(run_id: str, store: str | None, as_json: bool, html_file: str | None, transcript: bool,
+         temporal: str | None, namespace: str) -> None:
     """Show a run: path, per-state results, gates, usage and cost, files."""
+    if temporal:
+        on_temporal.show_run(run_id, temporal, namespace, as_json)
+        return
     view = show_run(run_id, store, transcript=transcript or bool(html_file))
     if html_file:
         from ..ui.pages import run_page  # Jinja only; the web server's extra is not needed

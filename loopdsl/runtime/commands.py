@@ -26,9 +26,15 @@ LEFTOVER_GRACE_S = 2.0
 class RunCommands:
     """The running commands of one run (`run.meta["commands"]`: marker -> ref and label)."""
 
-    def __init__(self, run: RunState, commit: Callable[[], None]) -> None:
+    def __init__(self, run: RunState, commit: Callable[[], None],
+                 token_hex: Callable[[int], str] = lambda nbytes: new_marker()) -> None:
         self.run = run
         self._commit = commit
+        # The clock port's draws: in a Temporal workflow a marker must come out the same on replay.
+        self._token_hex = token_hex
+
+    def new_marker(self) -> str:
+        return self._token_hex(12)
 
     def _entries(self) -> dict[str, Any]:
         entries = self.run.meta.get(META_KEY)
@@ -65,7 +71,7 @@ class RunCommands:
                 self.started(ref, what)
 
             try:
-                return await run_shell(marker=marker or new_marker(), on_start=started, **options)
+                return await run_shell(marker=marker or self.new_marker(), on_start=started, **options)
             finally:
                 self.ended(refs[0] if refs else None)
 

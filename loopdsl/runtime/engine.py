@@ -66,7 +66,7 @@ class Engine:
         # a command that runs model-written code must not see credentials it was not given.
         self.command_env = {k: v for k, v in ports.env.items() if k not in ports.secret_values}
         # Every command this run starts is recorded there first (commands.py), for `resume`.
-        self.commands = RunCommands(run, self.commit)
+        self.commands = RunCommands(run, self.commit, ports.clock.token_hex)
         self.gates = GateRunner(
             self.loop.gates,
             run_shell=self.commands.shell(ports.shell, "gate"),

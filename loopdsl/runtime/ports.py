@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from .process_tree import CommandRef
 from .run_state import RunState
-from .shell import ShellResult, run_command
+from .shell import ShellResult, confined_cwd, run_command
 
 if TYPE_CHECKING:
     from ..language.compile import CompiledLoop
@@ -54,6 +55,7 @@ class Clock(Protocol):
     def now(self) -> datetime: ...  # aware UTC datetime, for comparing stamps
     async def sleep(self, seconds: float) -> None: ...
     def uniform(self, low: float, high: float) -> float: ...  # a random draw in [low, high]
+    def token_hex(self, nbytes: int) -> str: ...  # a random id (a command's marker)
 
 
 class ShellRunner(Protocol):
@@ -183,7 +185,14 @@ class SystemClock:
 
     monotonic = staticmethod(time.monotonic)
     utc_now = staticmethod(utc_now)
-    uniform = staticmethod(random.uniform)
+
+    # Rare draws, so methods: a module-level reference to `random`'s functions is refused at
+    # import by Temporal's workflow sandbox, which runs the engine in its strict mode.
+    def uniform(self, low: float, high: float) -> float:
+        return random.uniform(low, high)
+
+    def token_hex(self, nbytes: int) -> str:
+        return secrets.token_hex(nbytes)
 
     def now(self) -> datetime:
         return datetime.now(timezone.utc)
@@ -207,6 +216,9 @@ class Ports:
     listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
     clock: Clock = field(default_factory=SystemClock)
     shell: ShellRunner = run_command
+    # A `shell:` state's rendered `cwd` as a folder of the workspace (CwdOutsideWorkspace if
+    # it leads out); a runner on another host (Temporal) checks the name here, the rest there.
+    confine_cwd: Callable[[Path, str], Path] = confined_cwd
     children: ChildRuns | None = None  # None: the loop has no `loop:` states to run
     # False (loop tests): retry waits are counted against wall_time but not slept through.
     real_waits: bool = True

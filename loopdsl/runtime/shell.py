@@ -54,6 +54,17 @@ def confined_cwd(workspace: Path, cwd: str) -> Path:
     A rendered value may come from inputs or a model: an absolute path, a `..` part, or a
     symlink that leads out would run the command elsewhere, so each is refused."""
     base = Path(workspace).resolve()
+    target = (base / named_cwd(cwd)).resolve()
+    if target != base and base not in target.parents:
+        raise CwdOutsideWorkspace(
+            f"cwd {cwd[:200]!r} leads out of the workspace {base} (to {target}, through a symlink)"
+        )
+    return target
+
+
+def named_cwd(cwd: str) -> Path:
+    """The checks `confined_cwd` makes on the name alone (no file system): where the
+    command runs elsewhere (a Temporal workflow), its shell runner resolves the rest."""
     if "\0" in cwd:
         raise CwdOutsideWorkspace("cwd contains a NUL byte")
     given = Path(cwd)
@@ -61,12 +72,7 @@ def confined_cwd(workspace: Path, cwd: str) -> Path:
         raise CwdOutsideWorkspace(f"cwd {cwd[:200]!r} is an absolute path; name a folder relative to the workspace")
     if ".." in given.parts:
         raise CwdOutsideWorkspace(f"cwd {cwd[:200]!r} has a '..' part; name a folder inside the workspace")
-    target = (base / given).resolve()
-    if target != base and base not in target.parents:
-        raise CwdOutsideWorkspace(
-            f"cwd {cwd[:200]!r} leads out of the workspace {base} (to {target}, through a symlink)"
-        )
-    return target
+    return given
 
 
 @dataclass

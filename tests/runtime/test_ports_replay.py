@@ -117,6 +117,9 @@ class TapeClock:
     def uniform(self, low: float, high: float) -> float:
         return self.tape.call("clock.uniform", (low, high), lambda: self.real.uniform(low, high))
 
+    def token_hex(self, nbytes: int) -> str:
+        return self.tape.call("clock.token_hex", (nbytes,), lambda: self.real.token_hex(nbytes))
+
 
 class TapeShell:
     """Arguments are compared without `marker` (a fresh random id) and `redact`, and the

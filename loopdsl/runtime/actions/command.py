@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 from ...language.compile import CompiledState
 from ...language.templates import RenderError
 from ..errors import StepFailure
-from ..process_tree import CommandRef, new_marker
-from ..shell import CwdOutsideWorkspace, confined_cwd
+from ..process_tree import CommandRef
+from ..shell import CwdOutsideWorkspace
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -23,7 +23,7 @@ async def run_shell_state(engine: "Engine", cs: CompiledState, ctx: dict[str, An
             env[key] = template.render(ctx)
         cwd = engine.ports.workdir
         if shell.cwd is not None:
-            cwd = confined_cwd(cwd, shell.cwd.render(ctx))
+            cwd = engine.ports.confine_cwd(cwd, shell.cwd.render(ctx))
         if shell.command is not None:
             script, placeholders = shell.command.prepare(ctx)
             env.update(placeholders)
@@ -32,7 +32,7 @@ async def run_shell_state(engine: "Engine", cs: CompiledState, ctx: dict[str, An
             script, argv = None, [t.render(ctx) for t in shell.argv or ()]
     except (RenderError, CwdOutsideWorkspace) as exc:
         raise StepFailure("parse", f"rendering the command of '{cs.state.name}': {exc}") from None
-    marker = new_marker()
+    marker = engine.commands.new_marker()
     pending = {"kind": "shell", "state": cs.state.name, "visit": visit, "attempt": attempt, "step_taken": True,
                "command": {"marker": marker}}
     if not cs.state.idempotent:  # committed before it starts: a crash from here on needs a person

@@ -208,6 +208,7 @@ def _shared_child_ports(parent: "Engine", child: ChildLoop) -> Ports:
         skills=dict(mine.skills) | dict(child.skills),
         clock=mine.clock,
         shell=mine.shell,
+        confine_cwd=mine.confine_cwd,
         children=mine.children,
         real_waits=mine.real_waits,
         use_cache=mine.use_cache,

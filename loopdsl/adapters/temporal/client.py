@@ -1,0 +1,128 @@
+"""The client side: connect, start a run, follow it, decide, abort, list and show runs."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any, Callable
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.service import RPCError
+
+from ...language.errors import LoopdslError
+from .wire import DECIDE_UPDATE, DEFAULT_NAMESPACE, PROGRESS_QUERY, WORKFLOW
+
+EXIT_UNREACHABLE = 3
+FOLLOW_POLL_S = 0.2
+
+
+class TemporalError(LoopdslError):
+    """The Temporal server or a run on it said no."""
+
+
+async def connect(address: str, namespace: str = DEFAULT_NAMESPACE, timeout_s: float = 5.0) -> Client:
+    try:
+        return await asyncio.wait_for(Client.connect(address, namespace=namespace), timeout_s)
+    except (asyncio.TimeoutError, RuntimeError, OSError, RPCError) as exc:
+        raise TemporalError(f"cannot reach the Temporal server at {address} (namespace {namespace}): {exc}",
+                            "start it (`temporal server start-dev`) or pass --temporal HOST:PORT / set LOOPDSL_TEMPORAL",
+                            exit_code=EXIT_UNREACHABLE) from None
+
+
+def new_run_id(loop_name: str) -> str:
+    return f"{loop_name}-{uuid.uuid4().hex[:8]}"
+
+
+async def start(client: Client, request: dict[str, Any], *, task_queue: str, run_id: str) -> Any:
+    # No retry policy: a failed run is ended, never restarted behind the engine's back.
+    return await client.start_workflow(WORKFLOW, request, id=run_id, task_queue=task_queue,
+                                       memo={"loop": run_id.rsplit("-", 1)[0], "loop_path": request["loop_path"]})
+
+
+async def progress(client: Client, run_id: str, since: int = 0) -> dict[str, Any]:
+    handle = client.get_workflow_handle(run_id)
+    try:
+        return await handle.query(PROGRESS_QUERY, since)
+    except RPCError as exc:
+        raise TemporalError(f"run {run_id}: {exc}", "`loopdsl runs --temporal ...` lists the runs") from None
+
+
+async def follow(client: Client, run_id: str, on_event: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Prints the run's events as they come; returns the run when it ends or waits."""
+    handle = client.get_workflow_handle(run_id)
+    since = 0
+    while True:
+        desc = await handle.describe()
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            result = await handle.result() if desc.status == WorkflowExecutionStatus.COMPLETED else None
+            try:
+                state = await progress(client, run_id, since)
+            except TemporalError:
+                state = {"run": result or {}, "events": []}
+            for event in state["events"]:
+                on_event(event)
+            return result or state["run"]
+        state = await progress(client, run_id, since)
+        for event in state["events"]:
+            on_event(event)
+        since = state["next"]
+        if state["run"].get("status") == "waiting" and not state["events"]:
+            return state["run"]
+        await asyncio.sleep(FOLLOW_POLL_S)
+
+
+async def decide(client: Client, run_id: str, choice: str, comment: str, by: str) -> dict[str, Any]:
+    handle = client.get_workflow_handle(run_id)
+    state = (await progress(client, run_id))["run"]
+    waiting = state.get("waiting") or {}
+    if state.get("status") != "waiting" or not waiting:
+        raise TemporalError(f"run {run_id} is not waiting for a decision (status: {state.get('status')})",
+                            f"`loopdsl show {run_id} --temporal ...` shows where the run is")
+    update_id = f"{run_id}/{waiting.get('state', '-')}/{(state.get('visits') or {}).get(waiting.get('state'), 0)}"
+    try:
+        return await handle.execute_update(DECIDE_UPDATE, {"decision": choice, "comment": comment, "by": by},
+                                           id=update_id)
+    except RPCError as exc:
+        raise TemporalError(f"run {run_id}: {exc}", f"`loopdsl show {run_id} --temporal ...` shows where the run is") from None
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        raise TemporalError(f"run {run_id}: {getattr(cause, 'message', None) or cause}",
+                            f"`loopdsl show {run_id} --temporal ...` shows where the run is") from None
+
+
+async def abort(client: Client, run_id: str) -> None:
+    try:
+        await client.get_workflow_handle(run_id).cancel()
+    except RPCError as exc:
+        raise TemporalError(f"run {run_id}: {exc}") from None
+
+
+async def snapshot(client: Client, run_id: str) -> dict[str, Any]:
+    """The run and all its events: from the workflow while a worker has it, else its result."""
+    events: list[dict[str, Any]] = []
+    since = 0
+    while True:
+        try:
+            part = await asyncio.wait_for(progress(client, run_id, since), 10)
+        except asyncio.TimeoutError:
+            raise TemporalError(f"run {run_id}: no worker answered", "start a worker: `loopdsl worker --temporal ...`",
+                                exit_code=EXIT_UNREACHABLE) from None
+        events.extend(part["events"])
+        if not part["events"]:
+            return {"run": part["run"], "events": events}
+        since = part["next"]
+
+
+async def list_runs(client: Client, limit: int = 50) -> list[dict[str, Any]]:
+    """Runs newest first; a running workflow says whether it runs or waits (a query)."""
+    rows = []
+    async for wf in client.list_workflows(f"WorkflowType = '{WORKFLOW}'", limit=limit):
+        status = wf.status.name.lower() if wf.status else "unknown"
+        memo = await wf.memo()
+        if wf.status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED):
+            try:
+                status = (await asyncio.wait_for(progress(client, wf.id), 5))["run"].get("status", status)
+            except (asyncio.TimeoutError, TemporalError):
+                pass
+        rows.append({"run_id": wf.id, "loop": str(memo.get("loop", "")), "status": status,
+                     "started": wf.start_time.isoformat(timespec="seconds") if wf.start_time else ""})
+    return rows

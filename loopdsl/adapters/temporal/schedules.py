@@ -1,0 +1,61 @@
+"""`loopdsl schedule LOOP --export temporal`: a Temporal Schedule from the loop's `schedule:`.
+
+Its id is `loopdsl/<repo>/<loop>`; exporting again updates it in place. The action starts
+the loop workflow with no retry policy (the engine owns retries), and `concurrency` maps
+to the overlap policy (Temporal's default, SKIP, is not loopdsl's default).
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+)
+
+from ...language.model import Loop
+from .wire import WORKFLOW
+
+# How late a missed run may still start (Temporal's default is a year): one hour.
+CATCHUP_WINDOW = timedelta(hours=1)
+OVERLAP = {None: ScheduleOverlapPolicy.ALLOW_ALL, "skip": ScheduleOverlapPolicy.SKIP,
+           "wait": ScheduleOverlapPolicy.BUFFER_ALL,
+           # No "fail" in Temporal: a run that would overlap is skipped (documented deviation).
+           "fail": ScheduleOverlapPolicy.SKIP}
+
+
+def schedule_id(repo: str, loop: Loop) -> str:
+    return f"loopdsl/{repo}/{loop.name}"
+
+
+def build(loop: Loop, request: dict[str, Any], task_queue: str, repo: str) -> Schedule:
+    assert loop.schedule is not None
+    conflict = loop.concurrency.on_conflict if loop.concurrency else None
+    action = ScheduleActionStartWorkflow(WORKFLOW, request, id=f"{loop.name}-scheduled", task_queue=task_queue,
+                                         memo={"loop": loop.name, "loop_path": request["loop_path"], "repo": repo})
+    return Schedule(action=action,
+                    spec=ScheduleSpec(cron_expressions=[loop.schedule.cron], time_zone_name=loop.schedule.timezone),
+                    policy=SchedulePolicy(overlap=OVERLAP[conflict], catchup_window=CATCHUP_WINDOW))
+
+
+async def export(client: Client, loop: Loop, request: dict[str, Any], task_queue: str, repo: str) -> tuple[str, bool]:
+    """Creates the schedule, or updates it when it exists; (id, created)."""
+    sid = schedule_id(repo, loop)
+    schedule = build(loop, request, task_queue, repo)
+    try:
+        await client.create_schedule(sid, schedule)
+        return sid, True
+    except ScheduleAlreadyRunningError:
+        def replace(_: ScheduleUpdateInput) -> ScheduleUpdate:
+            return ScheduleUpdate(schedule=schedule)
+
+        await client.get_schedule_handle(sid).update(replace)
+        return sid, False

@@ -1,0 +1,18 @@
+"""Names and defaults shared by the workflow, the worker and the client."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+WORKFLOW = "loopdsl.run"
+PREPARE, LLM, SHELL, FINISH = "loopdsl.prepare", "loopdsl.llm", "loopdsl.shell", "loopdsl.finish"
+TOOL = "loopdsl.tool"
+PROGRESS_QUERY = "progress"
+DECIDE_UPDATE = "decide"
+DEFAULT_TASK_QUEUE = "loopdsl"
+DEFAULT_NAMESPACE = "default"
+# How long an activity may go without a heartbeat before its worker counts as dead.
+DEFAULT_HEARTBEAT_S = 30.0
+# A command or call without its own timeout still ends some time: a day.
+NO_TIMEOUT = timedelta(hours=24)
+# Carried events a `progress` query returns at most per call.
+EVENTS_PER_QUERY = 500

@@ -1,0 +1,288 @@
+"""The loop workflow: the engine of the local backend, hosted through workflow ports.
+
+A run is one workflow (run id = workflow id). Its budget, history, results and events
+live in workflow state; a checkpoint is a wait on a durable timer that an Update (`decide`,
+with a validator) ends; abort is cancellation. After a wait the engine is rebuilt on the
+same run state, exactly as `loopdsl resume` rebuilds it from the run store; a run whose
+history grows past its bound continues as new at a state's entry on that same state.
+"""
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio import workflow
+
+from ...runtime.engine import Engine, MemoryResponses, Ports
+from ...runtime.shell import named_cwd
+from ...runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState
+from . import loops
+from .sealed import placeholders
+from .payloads import FIELD_LIMIT, RESULT_LIMIT, cut_text, recent_events, size_of, summary_within_limit
+from .wf_tools import remote_kinds
+from .wf_ports import (
+    WorkflowChildren,
+    WorkflowClock,
+    WorkflowHuman,
+    WorkflowModel,
+    WorkflowRunLog,
+    WorkflowShell,
+    activity_options,
+    reading_run_files,
+    under,
+    waiting_left,
+)
+from .wire import DECIDE_UPDATE, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, FINISH, PREPARE, PROGRESS_QUERY, WORKFLOW
+
+# Events a run's history may hold before it continues as new at a state's entry: Temporal
+# warns at 10,240 and terminates at 51,200; a state's own events stay far below the gap.
+MAX_HISTORY_EVENTS = 10_000
+
+
+class AtStateBoundary(BaseException):
+    """Raised by the run log at a state's entry to leave the engine and continue as new;
+    a BaseException so that no `except Exception` of the engine records it as a failure."""
+
+
+# A timer ends a fraction after the checkpoint's timeout, so the decision window has closed.
+TIMEOUT_SLACK_S = 0.05
+
+
+@workflow.defn(name=WORKFLOW)
+class LoopWorkflow:
+    def __init__(self) -> None:
+        self.run: RunState | None = None
+        self.events: list[dict[str, Any]] = []
+        self.clock = WorkflowClock()
+        self._base = 0  # events before this execution (kept by the ones it continues)
+        self._max_events = MAX_HISTORY_EVENTS
+
+    # ------------------------------------------------------------ the run
+    @workflow.run
+    async def run_loop(self, req: dict[str, Any]) -> dict[str, Any]:
+        heartbeat_s = float(req.get("heartbeat_s") or DEFAULT_HEARTBEAT_S)
+        self._max_events = int(req.get("max_history_events") or MAX_HISTORY_EVENTS)
+        if req.get("carried"):
+            loaded, first = self._carry_on(req), {}
+        else:
+            started = await self._start(req, heartbeat_s)
+            if started is None:
+                return self.summary()
+            loaded, first = started
+        run = self.run
+        assert run is not None
+        ports = self._ports(loaded, heartbeat_s)
+        while True:
+            engine = Engine(loaded.compiled, run, ports)
+            if first:
+                engine.emit("start", **first)
+                first = {}
+            try:
+                await engine.execute()
+            except AtStateBoundary:  # nothing is pending here: the run goes on in a fresh history
+                # The record leaves out the per-state history (the local store rebuilds it from events).
+                carried = {**run.to_json(), "history": run.history}
+                tail = recent_events(self.events, FIELD_LIMIT * 2)  # for a follower that has not read them yet
+                workflow.continue_as_new({**req, "carried": carried, "events": tail,
+                                          "events_base": self._base + len(self.events) - len(tail)})
+            except asyncio.CancelledError:
+                break  # the engine recorded `aborted`
+            except Exception:  # the engine recorded `failed` with the message
+                workflow.logger.exception("run %s stopped", run.run_id)
+                break
+            if run.status != WAITING:
+                break
+            try:
+                await self._wait_for_decision()
+            except asyncio.CancelledError:
+                self._abort("aborted while waiting for a decision")
+                break
+        if run.status == COMPLETED and run.meta.get("worktree"):
+            await self._commit_worktree(run, heartbeat_s)
+        return self.summary()
+
+    async def _start(self, req: dict[str, Any], heartbeat_s: float) -> tuple[loops.LoadedLoop, dict[str, Any]] | None:
+        """A new run: its files loaded (and a worktree made) by an activity; None if that failed."""
+        prep = await workflow.execute_activity(
+            PREPARE, {"loop_path": req["loop_path"], "script": req.get("script"), "run_id": workflow.info().workflow_id,
+                      "timezone": req.get("timezone"),
+                      "files": None if req.get("force") else req.get("files")},
+            **activity_options(heartbeat_s, 120))
+        if "error" in prep:
+            run = self.run = self._new_state(req, prep, req.get("loop_name", ""), req.get("start", ""))
+            run.status, run.ended_at = FAILED, self.clock.utc_now()
+            run.error = {"state": run.current, "kind": prep["kind"], "message": prep["error"]}
+            return None
+        with reading_run_files():
+            loaded = loops.load(req["loop_path"], req.get("script"), prep["files"])
+        run = self.run = self._new_state(req, prep, loaded.compiled.loop.name, loaded.compiled.loop.start)
+        if prep.get("worktree"):
+            run.meta["worktree"] = prep["worktree"]
+        first = {"loop": loaded.compiled.loop.name, "run_id": run.run_id, "inputs": dict(run.inputs),
+                 "workdir": prep.get("host", ""), "caps": _caps(loaded.compiled.loop)}
+        return loaded, first
+
+    def _carry_on(self, req: dict[str, Any]) -> loops.LoadedLoop:
+        """After continue-as-new: the run as it was committed at a state's entry, its loop
+        from the files it recorded (a reply script skips the replies already used)."""
+        run = self.run = RunState.from_json(req["carried"])
+        self._base = int(req.get("events_base") or 0)
+        self.events = list(req.get("events") or [])
+        with reading_run_files():
+            return loops.load(run.meta["loop_path"], run.meta.get("script"), run.meta["files"])
+
+    def _at_commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
+        """At a state's entry (nothing pending, no activity, child or timer open) with the
+        history past its bound or Temporal suggesting it: continue as new (TEMPORAL.md 2)."""
+        if not (events and events[-1].get("type") == "enter" and run.status == RUNNING and run.pending is None):
+            return
+        info = workflow.info()
+        if info.is_continue_as_new_suggested() or info.get_current_history_length() > self._max_events:
+            raise AtStateBoundary()
+
+    async def _commit_worktree(self, run: RunState, heartbeat_s: float) -> None:
+        info = run.meta["worktree"]
+        out = await workflow.execute_activity(
+            FINISH, {"worktree": info, "message": f"loopdsl: {run.loop} run {run.run_id}\n\nPath: {' -> '.join(run.path)}"},
+            **activity_options(heartbeat_s, 600))
+        if "error" in out:
+            run.status, run.error = FAILED, {"state": run.current, "kind": "workspace", "message": out["error"]}
+            self.events.append({"seq": run.seq + 1, "t": self.clock.utc_now(), "type": "failed", **run.error})
+            return
+        info.update(kept=False, commit=out["commit"])
+
+    def _new_state(self, req: dict[str, Any], prep: dict[str, Any], name: str, start: str) -> RunState:
+        info = workflow.info()
+        return RunState(run_id=info.workflow_id, loop=name, start=start, current=start, path=[start], visits={start: 1},
+                        inputs=dict(req.get("inputs") or {}), started_at=self.clock.utc_now(),
+                        date=_run_date(req, prep),
+                        meta={"loop_path": req["loop_path"], "files": prep.get("files", {}), "backend": "temporal",
+                              "task_queue": info.task_queue, "script": req.get("script")})
+
+    def _ports(self, loaded: loops.LoadedLoop, heartbeat_s: float) -> Ports:
+        scripted = None
+        if loaded.script is not None:
+            from ..scripted import ScriptedProvider
+
+            scripted = ScriptedProvider.from_data(loaded.script)
+            asked = self.run.meta.get("asked") if self.run else None
+            if asked:  # continued as new: the replies the run already used are behind it
+                scripted.skip_used(asked)
+        model = scripted if scripted is not None else WorkflowModel(loaded.compiled.loop, heartbeat_s)
+        root = loops.root()
+        worktree = (self.run.meta.get("worktree") or {}) if self.run else {}
+        workdir = root / worktree["path"] if worktree else root
+        return Ports(provider=lambda: model, run_log=WorkflowRunLog(self._at_commit), responses=MemoryResponses(),
+                     human=WorkflowHuman(scripted, self.clock), workdir=workdir, env={}, skills=loaded.skills,
+                     secret_values=placeholders(loaded.compiled.loop.secrets),
+                     listeners=[self.events.append], clock=self.clock,
+                     shell=WorkflowShell(self, root, workdir, heartbeat_s), keep_events=False,
+                     children=WorkflowChildren(self.clock), confine_cwd=lambda base, cwd: base / named_cwd(cwd),
+                     tool_kinds=remote_kinds(self._run_arg(workdir, root), lambda t: activity_options(heartbeat_s, t)))
+
+    def _run_arg(self, workdir: Path, root: Path) -> dict[str, Any]:
+        """Where a worker finds this run's loop and checkout (relative to its own root)."""
+        meta = self.run.meta if self.run else {}
+        return {"loop_path": meta.get("loop_path"), "script": meta.get("script"), "files": meta.get("files"),
+                "workdir": under(workdir, root)}
+
+    async def _wait_for_decision(self) -> None:
+        run = self.run
+        assert run is not None
+        left = waiting_left(run, workflow.now())
+        if left is None:
+            await workflow.wait_condition(lambda: run.decision is not None)
+            return
+        try:
+            await workflow.wait_condition(lambda: run.decision is not None,
+                                          timeout=timedelta(seconds=max(left, 0.0) + TIMEOUT_SLACK_S))
+        except asyncio.TimeoutError:
+            pass  # the rebuilt engine takes `on_timeout` (resume_waiting compares the times)
+
+    async def ask_to_rerun(self) -> None:
+        """A non-idempotent command's worker died mid-way: a person decides (approve reruns it)."""
+        run = self.run
+        assert run is not None
+        state = run.current
+        run.status = WAITING
+        run.waiting = {"state": state, "since": self.clock.utc_now(), "reason": "interrupted", "timeout_s": None,
+                       "choices": ["approve", "reject"],
+                       "message": f"shell state '{state}' was cut off mid-way when its worker was lost; "
+                                  "approve to run it again, reject to end the run"}
+        self.events.append({"seq": run.seq, "t": self.clock.utc_now(), "type": "waiting", "state": state,
+                            "reason": "interrupted", "message": run.waiting["message"]})
+        await workflow.wait_condition(lambda: run.decision is not None)
+        decision = run.decision or {}
+        run.status, run.waiting, run.decision = RUNNING, None, None
+        if decision.get("decision") != "approve":
+            from ...runtime.errors import StepFailure
+
+            raise StepFailure("shell_exit", "a person declined to re-run the interrupted command")
+
+    def _abort(self, reason: str) -> None:
+        run = self.run
+        assert run is not None
+        run.status, run.ended_at, run.pending, run.waiting = ABORTED, self.clock.utc_now(), None, None
+        run.error = {"state": run.current, "kind": "aborted", "message": reason}
+
+    # ------------------------------------------------------------ reading and deciding
+    def summary(self) -> dict[str, Any]:
+        run = self.run
+        return {} if run is None else summary_within_limit(run.to_json())
+
+    @workflow.query(name=PROGRESS_QUERY)
+    def progress(self, since: int = 0) -> dict[str, Any]:
+        """The run as it stands, and its events after `since` (at most EVENTS_PER_QUERY)."""
+        run = self.summary()
+        since = max(since - self._base, 0)
+        room = 2 * RESULT_LIMIT - size_of(run)  # a query's answer stays under gRPC's 4 MB
+        tail: list[dict[str, Any]] = []
+        for event in self.events[since:since + EVENTS_PER_QUERY]:
+            event, _ = cut_text(event)
+            room -= size_of(event)
+            if tail and room < 0:
+                break  # the rest comes with the next query
+            tail.append(event)
+        return {"run": run, "events": tail, "next": self._base + since + len(tail)}
+
+    @workflow.update(name=DECIDE_UPDATE)
+    def decide(self, d: dict[str, Any]) -> dict[str, Any]:
+        run = self.run
+        assert run is not None and run.waiting is not None
+        run.decision = {"decision": d["decision"], "comment": d.get("comment", ""), "by": d.get("by") or "unknown",
+                        "at": self.clock.utc_now()}
+        self.events.append({"seq": run.seq, "t": run.decision["at"], "type": "decision",
+                            "state": run.waiting["state"], **run.decision})
+        return {"run_id": run.run_id, "state": run.waiting["state"], **run.decision}
+
+    @decide.validator
+    def check_decision(self, d: dict[str, Any]) -> None:
+        """Refused here, a decision leaves no trace in the history."""
+        run = self.run
+        if run is None or run.status != WAITING or not run.waiting:
+            raise ValueError(f"the run is not waiting for a decision (status: {run.status if run else 'starting'})")
+        if run.decision is not None:
+            raise ValueError(f"the run already has a decision: '{run.decision['decision']}' by {run.decision['by']}")
+        choices = run.waiting.get("choices") or ["approve", "reject"]
+        if not isinstance(d, dict) or d.get("decision") not in choices:
+            raise ValueError(f"'{d.get('decision') if isinstance(d, dict) else d}' is not a choice of checkpoint "
+                             f"'{run.waiting['state']}' (choices: {', '.join(choices)})")
+        left = waiting_left(run, workflow.now())
+        if left is not None and left < 0:
+            raise ValueError(f"checkpoint '{run.waiting['state']}' timed out (timeout {run.waiting['timeout_s']:g}s); "
+                             "the decision is refused and its on_timeout route is taken")
+
+
+def _run_date(req: dict[str, Any], prep: dict[str, Any]) -> str:
+    """`run.date`: given by the client, or (a scheduled start) the worker's today in the
+    schedule's time zone, read by the `prepare` activity (zone data is not workflow code's)."""
+    return str(req.get("date") or prep.get("date") or workflow.now().date().isoformat())
+
+
+def _caps(loop: Any) -> dict[str, Any]:
+    return {"tokens": loop.budget.tokens, "cost_usd": loop.budget.cost_usd, "steps": loop.budget.steps}
+
+
+__all__ = ["LoopWorkflow"]

@@ -1,0 +1,273 @@
+"""The `--temporal` side of the run commands, and `loopdsl worker`: runs as Temporal workflows.
+
+`temporalio` is an optional extra: it is imported here at function level, only when a
+command is given `--temporal` (or LOOPDSL_TEMPORAL is set), so the rest of the CLI never
+needs it.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, NoReturn, Sequence
+
+import click
+
+from ..adapters.terminal import Progress, summary
+from ..adapters.terminal_safe import visible, visible_json
+from ..language.errors import LoopdslError
+from ..runtime.run_state import RunState
+from .output import EXIT_USAGE
+
+temporal_option = click.option("--temporal", "temporal", envvar="LOOPDSL_TEMPORAL", metavar="HOST:PORT",
+                               help="Act on runs kept by this Temporal server (env LOOPDSL_TEMPORAL).")
+namespace_option = click.option("--namespace", default="default", envvar="LOOPDSL_TEMPORAL_NAMESPACE",
+                                show_default=True, help="Temporal namespace.")
+queue_option = click.option("--task-queue", "task_queue", default="loopdsl", envvar="LOOPDSL_TASK_QUEUE",
+                            show_default=True, help="Temporal task queue the workers poll.")
+EXIT_CODES = {"completed": 0, "waiting": 4}
+# How long a decision waits for a worker to accept it before saying none is polling.
+DECIDE_WAIT_S = 20.0
+
+
+def _adapter(name: str) -> ModuleType:
+    try:
+        # Optional dependency: only `--temporal` commands need the SDK.
+        import importlib
+
+        return importlib.import_module(f"loopdsl.adapters.temporal.{name}")
+    except ImportError as exc:
+        if "temporalio" not in str(exc):
+            raise
+        raise LoopdslError("the Temporal backend needs the `temporal` extra (the temporalio SDK is not installed)",
+                           "pip install 'loopdsl[temporal]'", exit_code=EXIT_USAGE) from None
+
+
+def _run(main: Any) -> Any:
+    """Runs a client coroutine. A process that used the Temporal client ends through
+    `leave`: the SDK's native threads can abort an interpreter that finalizes under them."""
+    try:
+        return asyncio.run(main)
+    except LoopdslError as exc:
+        click.echo(visible(f"loopdsl: error: {exc.message}"), err=True)
+        if exc.hint:
+            click.echo(visible(f"  hint: {exc.hint}"), err=True)
+        leave(exc.exit_code)
+
+
+def leave(code: int) -> NoReturn:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def repo_root(start: Path) -> Path:
+    """A worker serves the repository it is started in; a client names loop files relative to it."""
+    from ..adapters.git_worktree import find_repo_root
+
+    return find_repo_root(start) or start.resolve()
+
+
+def _connect(address: str, namespace: str) -> Any:
+    return _adapter("client").connect(address, namespace)
+
+
+def serve_worker(address: str, namespace: str, task_queue: str, heartbeat_sticky_s: float) -> None:
+    from ..api.runs import command_environment
+
+    worker = _adapter("worker")
+    root = repo_root(Path.cwd())
+
+    def base_env() -> dict[str, str]:
+        return command_environment(None, {}, root)  # type: ignore[arg-type]  # no loop: no declared secrets
+
+    def ready() -> None:
+        click.echo(f"loopdsl worker: serving {root} on task queue '{task_queue}' at {address} ({namespace}); "
+                   "Ctrl-C stops it", err=True)
+
+    async def main() -> None:
+        client = await _connect(address, namespace)
+        await worker.serve(client, task_queue, root, base_env, sticky_timeout_s=heartbeat_sticky_s, ready=ready)
+
+    try:
+        _run(main())
+    except KeyboardInterrupt:
+        pass
+    leave(0)
+
+
+def _print_events(as_json: bool, quiet: bool, caps: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    progress = None if quiet or as_json else Progress(caps)
+
+    def show(event: dict[str, Any]) -> None:
+        if as_json:
+            click.echo(visible_json(json.dumps(event, ensure_ascii=False, default=str)))
+        elif progress is not None:
+            progress(event)
+
+    return show
+
+
+def finish(record: dict[str, Any], as_json: bool, address: str) -> None:
+    state = RunState.from_json(record)
+    if as_json:
+        click.echo(visible_json(json.dumps({"type": "summary", "run_id": state.run_id, "status": state.status,
+                                            "path": state.path, "outputs": state.outputs, "usage": state.usage,
+                                            "spent": state.ledger}, ensure_ascii=False, default=str)))
+    else:
+        lines = [line for line in summary(state).splitlines() if "loopdsl resume" not in line and "decide with" not in line]
+        if state.status == "waiting":
+            lines.append(f"  decide with: loopdsl approve {state.run_id} --temporal {address}  |  "
+                         f"loopdsl reject {state.run_id} --temporal {address}  (the run continues by itself)")
+        click.echo(visible("\n".join(lines)))
+    leave(EXIT_CODES.get(state.status, 1))
+
+
+def _resolve(loop_ref: str) -> Any:
+    from ..api.runs import resolve_loop
+
+    return resolve_loop(loop_ref)
+
+
+def _request(model: Any, loop_ref: str, script: str | None, values: dict[str, Any], root: Path, *,
+             force: bool) -> dict[str, Any]:
+    """What a worker needs to start the run: paths relative to the repository, the file hashes."""
+    from ..api.runs import _run_date
+
+    loops = _adapter("loops")
+    loop_path = loops.relative(model.source, root) if model.source else loop_ref
+    script_path = loops.relative(script, root) if script else None
+    loops.set_root(root)
+    files = dict(loops.load(loop_path, script_path).files)
+    return {"loop_path": loop_path, "script": script_path, "inputs": values, "files": files,
+            "date": _run_date(model), "force": force,
+            "heartbeat_s": float(os.environ.get("LOOPDSL_TEMPORAL_HEARTBEAT_S", "30")),
+            # Events a history holds before the run continues as new (default in the workflow).
+            "max_history_events": int(os.environ.get("LOOPDSL_TEMPORAL_HISTORY_EVENTS", "0")) or None}
+
+
+def start_run(loop_ref: str, values: dict[str, Any], script: str | None, *, address: str, namespace: str,
+              task_queue: str, detach: bool, as_json: bool, quiet: bool, force: bool = False) -> None:
+    from ..api.durable import budget_caps
+
+    client_mod = _adapter("client")
+    model = _resolve(loop_ref)
+    request = _request(model, loop_ref, script, values, repo_root(Path.cwd()), force=force)
+
+    async def main() -> dict[str, Any] | None:
+        client = await _connect(address, namespace)
+        run_id = client_mod.new_run_id(model.name)
+        await client_mod.start(client, request, task_queue=task_queue, run_id=run_id)
+        click.echo(f"run {run_id} started on task queue '{task_queue}'", err=True)
+        if detach:
+            click.echo(run_id)
+            return None
+        return await client_mod.follow(client, run_id, _print_events(as_json, quiet, budget_caps(model)))
+
+    record = _run(main())
+    if record is not None:
+        finish(record, as_json, address)
+    leave(0)
+
+
+def export_schedule(loop_ref: str, *, address: str, namespace: str, task_queue: str) -> None:
+    from ..project.schedule import require_schedule
+
+    schedules = _adapter("schedules")
+    model = _resolve(loop_ref)
+    require_schedule(model)
+    root = repo_root(Path.cwd())
+    request = _request(model, loop_ref, None, {}, root, force=False)
+    request.pop("date")  # each scheduled run takes its own date, in the schedule's time zone
+    request["timezone"] = model.schedule.timezone
+
+    async def main() -> tuple[str, bool]:
+        return await schedules.export(await _connect(address, namespace), model, request, task_queue, root.name)
+
+    sid, created = _run(main())
+    click.echo(f"{'created' if created else 'updated'} Temporal schedule {sid}: {model.schedule.cron!r} in "
+               f"{model.schedule.timezone}, task queue '{task_queue}'")
+    leave(0)
+
+
+def decide_run(run_id: str, choice: str, comment: str, *, address: str, namespace: str) -> None:
+    from ..adapters.humans import who
+
+    client_mod = _adapter("client")
+
+    async def main() -> dict[str, Any]:
+        client = await _connect(address, namespace)
+        try:
+            return await asyncio.wait_for(client_mod.decide(client, run_id, choice, comment, who()), DECIDE_WAIT_S)
+        except asyncio.TimeoutError:
+            raise LoopdslError(f"run {run_id}: no worker accepted the decision within {DECIDE_WAIT_S:g}s",
+                               "start a worker on the run's task queue: `loopdsl worker --temporal ...`",
+                               exit_code=3) from None
+
+    out = _run(main())
+    click.echo(f"run {run_id}: recorded '{out['decision']}' by {out['by']} at {out['at']}; the run continues on its worker")
+    leave(0)
+
+
+def abort_run(run_id: str, *, address: str, namespace: str) -> None:
+    client_mod = _adapter("client")
+
+    async def main() -> None:
+        await client_mod.abort(await _connect(address, namespace), run_id)
+
+    _run(main())
+    click.echo(f"run {run_id}: abort requested (cancellation); it ends as aborted")
+    leave(0)
+
+
+def list_runs(address: str, namespace: str, as_json: bool) -> None:
+    client_mod = _adapter("client")
+
+    async def main() -> list[dict[str, Any]]:
+        return await client_mod.list_runs(await _connect(address, namespace))
+
+    rows = _run(main())
+    if as_json:
+        click.echo(visible_json(json.dumps(rows, indent=2)))
+    else:
+        click.echo(f"{'ID':<32} {'LOOP':<20} {'STATUS':<17} STARTED")
+        for r in rows:
+            click.echo(visible(f"{r['run_id']:<32} {r.get('loop', '')[:20]:<20} {r['status']:<17} {r['started']}"))
+    leave(0)
+
+
+def show_run(run_id: str, address: str, namespace: str, as_json: bool) -> None:
+    from ..adapters.terminal import show_text
+
+    client_mod = _adapter("client")
+
+    async def main() -> dict[str, Any]:
+        return await client_mod.snapshot(await _connect(address, namespace), run_id)
+
+    view = _run(main())
+    if as_json:
+        click.echo(visible_json(json.dumps(view, indent=2, ensure_ascii=False, default=str)))
+    else:
+        click.echo(visible(show_text(RunState.from_json(view["run"]), view["events"], [])))
+    leave(0)
+
+
+@click.command()
+@temporal_option
+@namespace_option
+@queue_option
+@click.option("--sticky-timeout", "sticky_s", type=float, default=10.0, show_default=True,
+              help="Seconds before another worker takes over a run whose worker stopped answering.")
+def worker(temporal: str | None, namespace: str, task_queue: str, sticky_s: float) -> None:
+    """Run loops from Temporal in this repository (loop files, commands and worktrees are here)."""
+    if not temporal:
+        raise LoopdslError("`loopdsl worker` needs --temporal HOST:PORT (or LOOPDSL_TEMPORAL)",
+                           "e.g. loopdsl worker --temporal localhost:7233")
+    serve_worker(temporal, namespace, task_queue, sticky_s)
+
+
+__all__: Sequence[str] = ["worker", "start_run", "decide_run", "abort_run", "list_runs", "show_run",
+                          "temporal_option", "namespace_option", "queue_option"]

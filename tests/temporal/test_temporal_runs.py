@@ -1,0 +1,199 @@
+"""Loops run as Temporal workflows on a real dev server, driven through the CLI.
+
+Model calls go through LiteLLM to a loopback stub as activities; commands run in the
+worker's checkout; a checkpoint is a durable wait that `approve --temporal` ends from
+anywhere, and that refuses a decision after its timeout.
+"""
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.stub_server import StubServer
+
+from .conftest import Workers, loopdsl
+from .replay import replay
+
+pytestmark = pytest.mark.slow
+
+LOOP = """\
+loopdsl: 1
+name: asks
+models:
+  m: {{model: openai/gpt-4o-mini, api_base: "{api_base}", max_tokens: 50}}
+start: ask
+states:
+  ask:
+    llm: {{model: m, prompt: "name a file"}}
+    next: make
+  make:
+    shell: "echo made > made.txt; echo {{{{ ask.text }}}}"
+    gates:
+      after:
+        - name: made-a-file
+          shell: test -s made.txt
+    next: approve
+  approve:
+    checkpoint: {{message: "Keep {{{{ make.stdout }}}}?"{timeout}}}
+    {on_timeout}
+    transitions:
+      - {{to: done, when: "approve.decision == 'approve'"}}
+      - {{to: dropped}}
+  done: {{end: completed, output: {{said: "{{{{ ask.text }}}}", by: "{{{{ approve.by }}}}"}}}}
+  dropped: {{end: failed}}
+{late}"""
+
+
+def write_loop(repo: Path, api_base: str, timeout: str | None = None) -> Path:
+    repo.mkdir(parents=True, exist_ok=True)
+    text = LOOP.format(api_base=api_base, timeout=f", timeout: {timeout}" if timeout else "",
+                       on_timeout="on_timeout: late" if timeout else "",
+                       late="  late: {end: escalated}\n" if timeout else "")
+    (repo / "loop.yaml").write_text(text)
+    return repo / "loop.yaml"
+
+
+def run_id_of(stderr: str) -> str:
+    for line in stderr.splitlines():
+        if line.startswith("run ") and " started " in line:
+            return line.split()[1]
+    raise AssertionError(stderr)
+
+
+def test_a_run_waits_without_a_worker_and_is_approved_from_elsewhere(tmp_path: Path, workers: Workers) -> None:
+    repo, elsewhere = tmp_path / "repo", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with StubServer() as stub:
+        stub.reply_text("notes", prompt_tokens=12, completion_tokens=3)
+        write_loop(repo, stub.api_base)
+        first = workers.start(repo)
+        started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, cwd=repo)
+        assert started.returncode == 4, started.stdout + started.stderr
+        assert "waiting at 'approve'" in started.stdout and "--temporal" in started.stdout
+        run_id = run_id_of(started.stderr)
+        assert (repo / "made.txt").read_text() == "made\n"  # the command ran in the worker's checkout
+        assert len(stub.requests) == 1
+
+        # No process holds the waiting run: its only worker goes away, another comes.
+        workers.stop_all()
+        assert first.poll() is not None
+        workers.start(repo)
+        decided = loopdsl("approve", run_id, "--temporal", workers.address, "-m", "fine", cwd=elsewhere,
+                          LOOPDSL_USER="reviewer")
+        assert decided.returncode == 0, decided.stderr
+        assert "recorded 'approve' by reviewer" in decided.stdout
+
+        deadline = time.monotonic() + 30
+        while True:
+            shown = loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=elsewhere)
+            assert shown.returncode == 0, shown.stderr
+            view = json.loads(shown.stdout)
+            if view["run"]["status"] != "waiting" or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        run = view["run"]
+        assert run["status"] == "completed", run
+        assert run["path"] == ["ask", "make", "approve", "done"]
+        assert run["outputs"] == {"said": "notes", "by": "reviewer"}
+        assert run["ledger"]["tokens"] == 15
+        assert len(stub.requests) == 1, "the paid reply was read from history, not asked again"
+        assert [e["type"] for e in view["events"]].count("llm") == 1
+
+        again = loopdsl("approve", run_id, "--temporal", workers.address, cwd=elsewhere)
+        assert again.returncode != 0 and "not waiting" in again.stderr
+        listed = loopdsl("runs", "--temporal", workers.address, "--json", cwd=elsewhere)
+        assert any(r["run_id"] == run_id and r["status"] == "completed" for r in json.loads(listed.stdout))
+        assert any(e["type"] == "gate" and e.get("gate") == "made-a-file" and e["passed"] for e in view["events"])
+
+    # Its history (a model call, a gate, a checkpoint and its Update, two workers) replays
+    # against the current code with the engine sandboxed: the workflow is deterministic.
+    history = replay(workers.address, run_id, repo)
+    kinds = {e.event_type for e in history.events}
+    from temporalio.api.enums.v1 import EventType
+
+    assert {EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED} <= kinds
+
+
+def test_a_decision_after_the_timeout_is_refused_and_on_timeout_taken(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    with StubServer() as stub:
+        stub.reply_text("notes")
+        write_loop(repo, stub.api_base, timeout="2s")
+        workers.start(repo)
+        started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, cwd=repo)
+        assert started.returncode == 4, started.stderr
+        run_id = run_id_of(started.stderr)
+        time.sleep(2.5)
+        late = loopdsl("approve", run_id, "--temporal", workers.address, cwd=repo)
+        assert late.returncode != 0
+        assert "refused" in late.stderr or "not waiting" in late.stderr, late.stderr
+        shown = loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo)
+        run = json.loads(shown.stdout)["run"]
+        assert run["status"] == "escalated" and run["path"][-1] == "late", run
+        assert run["decision"] is None
+        # The refused Update left no trace; the durable timer that ended the wait replays.
+        from temporalio.api.enums.v1 import EventType
+
+        kinds = {e.event_type for e in replay(workers.address, run_id, repo).events}
+        assert EventType.EVENT_TYPE_TIMER_FIRED in kinds
+        assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED not in kinds
+
+
+def test_a_decision_within_the_timeout_is_taken(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    with StubServer() as stub:
+        stub.reply_text("notes")
+        write_loop(repo, stub.api_base, timeout="60s")
+        workers.start(repo)
+        started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, cwd=repo)
+        assert started.returncode == 4, started.stderr
+        run_id = run_id_of(started.stderr)
+        bad = loopdsl("decide", run_id, "maybe", "--temporal", workers.address, cwd=repo)
+        assert bad.returncode != 0 and "not a choice" in bad.stderr
+        ok = loopdsl("reject", run_id, "--temporal", workers.address, cwd=repo)
+        assert ok.returncode == 0, ok.stderr
+
+
+def test_an_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
+    from .conftest import free_port
+
+    out = loopdsl("runs", "--temporal", f"127.0.0.1:{free_port()}", cwd=tmp_path, timeout=60)
+    assert out.returncode == 3
+    assert "cannot reach the Temporal server" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_abort_cancels_a_waiting_run(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    with StubServer() as stub:
+        stub.reply_text("notes")
+        write_loop(repo, stub.api_base)
+        workers.start(repo)
+        started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, cwd=repo)
+        assert started.returncode == 4, started.stderr
+        run_id = run_id_of(started.stderr)
+        stopped = loopdsl("abort", run_id, "--temporal", workers.address, cwd=repo)
+        assert stopped.returncode == 0, stopped.stderr
+        deadline = time.monotonic() + 30
+        while True:
+            run = json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"]
+            if run["status"] != "waiting" or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert run["status"] == "aborted" and run["path"] == ["ask", "make", "approve"], run
+
+
+def test_without_the_extra_the_cli_says_how_to_install_it(tmp_path: Path) -> None:
+    # A `temporalio` that cannot be imported, first on the path: as if the extra were missing.
+    shadow = tmp_path / "shadow" / "temporalio"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'temporalio'\")\n")
+    from .conftest import ROOT
+
+    out = loopdsl("runs", "--temporal", "127.0.0.1:1", cwd=tmp_path,
+                  PYTHONPATH=f"{tmp_path / 'shadow'}:{ROOT}")
+    assert out.returncode == 2, out.stderr
+    assert "pip install 'loopdsl[temporal]'" in out.stderr and "Traceback" not in out.stderr
