@@ -166,3 +166,66 @@ def test_a_child_sees_its_parents_remaining_budget_as_locally(tmp_path: Path, wo
                      "--quiet", cwd=repo)
     outputs = [json.loads(out.stdout.splitlines()[-1])["outputs"] for out in (local, remote)]
     assert outputs[0] == outputs[1] == {"seen": {"tokens": 1000, "steps": 48}}, (outputs, remote.stderr)
+
+
+TICKER = """\
+loopdsl: 1
+name: ticker
+models:
+  m: {{model: openai/gpt-4o-mini, api_base: "{api_base}", max_tokens: 50}}
+start: tick
+states:
+  tick:
+    shell: "echo tick >> ticks.txt"
+    idempotent: true
+    max_visits: 20
+    transitions:
+      - {{to: ask, when: "run.visits >= 8"}}
+      - {{to: tick}}
+  ask:
+    llm: {{model: m, prompt: "how many?"}}
+    next: done
+  done: {{end: completed, output: {{said: "{{{{ ask.text }}}}"}}}}
+"""
+HOLDER = """\
+loopdsl: 1
+name: holder
+budget: {tokens: 1000, steps: 100}
+start: each
+states:
+  each:
+    loop: ticker.yaml
+    next: done
+  done: {end: completed, output: {said: "{{ each.outputs.said }}"}}
+"""
+
+
+async def _executions(address: str, run_id: str) -> int:
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    return len([wf async for wf in client.list_workflows(f"WorkflowId = '{run_id}'")])
+
+
+def test_a_child_that_continues_as_new_keeps_asking_the_root(tmp_path: Path, workers: Workers) -> None:
+    import asyncio
+
+    from tests.stub_server import StubServer
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    with StubServer() as stub:
+        stub.reply_text("eight", prompt_tokens=10, completion_tokens=2)
+        (repo / "holder.yaml").write_text(HOLDER)
+        (repo / "ticker.yaml").write_text(TICKER.format(api_base=stub.api_base))
+        workers.start(repo, OPENAI_API_KEY="sk-stub")
+        out = loopdsl("run", "holder.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--json",
+                      "--quiet", cwd=repo, LOOPDSL_TEMPORAL_HISTORY_EVENTS="25")
+        summary = json.loads(out.stdout.splitlines()[-1])
+        assert len(stub.requests) == 1
+    assert summary["status"] == "completed" and summary["outputs"] == {"said": "eight"}, out.stderr[-2000:]
+    # The child's spending reached the root exactly: its last call settled across its executions.
+    assert summary["spent"]["tokens"] == 12 and summary["spent"]["steps"] == 1 + 9 and summary["spent"]["outstanding"] == []
+    child = f"{summary['run_id']}/each"
+    assert asyncio.run(_executions(workers.address, child)) >= 2  # it continued as new on the way
+    replay(workers.address, child, repo)

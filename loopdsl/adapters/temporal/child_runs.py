@@ -68,7 +68,7 @@ class WorkflowChildRuns:
         if self.req.get("script") and concurrency > 1:
             return None
         cid = state.run_id
-        req = {key: self.req.get(key) for key in ("loop_path", "script", "files", "heartbeat_s")}
+        req = {key: self.req.get(key) for key in ("loop_path", "script", "files", "heartbeat_s", "max_history_events")}
         req["child"] = {"root": self.root, "refs": [*self.refs, ref], "state": state.to_json(),
                         "path": [*self.path, {"id": cid, "caps": caps_json(child.compiled.loop.budget)}],
                         "asked": dict(parent.run.meta.get("asked") or {}),
