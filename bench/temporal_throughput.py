@@ -74,11 +74,14 @@ def start_worker(address: str, queue: str, repo: Path) -> subprocess.Popen[str]:
 
 async def temporal_side(address: str, queue: str, repo: Path, runs: int) -> tuple[float, float]:
     from loopdsl.adapters.temporal import client as tc, loops
+    from loopdsl.adapters.temporal.connection import build
 
     loops.set_root(repo)
     files = dict(loops.load("loop.yaml", "replies.yaml").files)
     request = {"loop_path": "loop.yaml", "script": "replies.yaml", "inputs": {}, "files": files}
-    client = await tc.connect(address)
+    conn = build(address, "default")
+    assert conn is not None
+    client = await tc.connect(conn)
     # Warm both workers (imports, loop cache) before timing.
     for i in range(4):
         await (await tc.start(client, request, task_queue=queue, run_id=f"warm-{i}-{os.getpid()}")).result()

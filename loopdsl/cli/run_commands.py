@@ -17,7 +17,7 @@ from ..api.durable import RunConflict, abort as abort_run, budget_caps, decide a
 from ..language.loader import load_text
 from ..project.dry_run import dry_run as walk
 from .output import EXIT_FINDINGS, EXIT_OK, fail, script_option, store_option
-from .temporal_commands import namespace_option, queue_option, temporal_option
+from .temporal_commands import Connection, connection_options, queue_option
 from . import temporal_commands as on_temporal
 
 
@@ -81,13 +81,12 @@ def _finish(result: api.RunResult, as_json: bool, quiet: bool) -> None:
 @click.option("--no-store", is_flag=True, help="Keep the run in memory only (it cannot be resumed).")
 @click.option("--cache", is_flag=True, help="Reuse identical LLM responses across runs (cost 0 when reused).")
 @click.option("--no-publish", is_flag=True, help="Plan the loop's `publish:` writes but make none; `resume` makes them.")
-@temporal_option
-@namespace_option
+@connection_options
 @queue_option
 @click.option("--detach", is_flag=True, help="With --temporal: print the run id and return without following it.")
 def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: str | None, dry_run: bool,
         as_json: bool, quiet: bool, store: str | None, no_store: bool, cache: bool, no_publish: bool,
-        temporal: str | None, namespace: str, task_queue: str, detach: bool) -> None:
+        temporal: Connection | None, task_queue: str, detach: bool) -> None:
     """Run LOOP (a file, or pkg:NAME from an installed loop package)."""
     model = api.resolve_loop(loop)
     if dry_run:
@@ -98,7 +97,7 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
         from ..language.inputs import coerce_inputs
 
         values = coerce_inputs(model, _read_inputs_file(inputs_file), _parse_input_pairs(input_pairs))
-        on_temporal.start_run(loop, values, script, address=temporal, namespace=namespace, task_queue=task_queue,
+        on_temporal.start_run(loop, values, script, conn=temporal, task_queue=task_queue,
                               detach=detach, as_json=as_json, quiet=quiet)
     try:
         result = api.run(model, _read_inputs_file(inputs_file), script=script, store=False if no_store else (store or True),
@@ -127,10 +126,9 @@ def resume(run_id: str, script: str | None, force: bool, as_json: bool, quiet: b
     _finish(result, as_json, quiet)
 
 
-def _decide(run_id: str, choice: str, comment: str, store: str | None, temporal: str | None = None,
-            namespace: str = "default") -> None:
+def _decide(run_id: str, choice: str, comment: str, store: str | None, temporal: Connection | None = None) -> None:
     if temporal:
-        on_temporal.decide_run(run_id, choice, comment, address=temporal, namespace=namespace)
+        on_temporal.decide_run(run_id, choice, comment, conn=temporal)
         return
     state = record_decision(run_id, choice, comment, store=store)
     click.echo(f"run {state.run_id}: recorded '{choice}' by {state.decision['by']} at {state.decision['at']}")  # type: ignore[index]
@@ -144,22 +142,20 @@ _comment_option = click.option("--comment", "-m", default="", help="Why (kept wi
 @click.argument("run_id")
 @_comment_option
 @store_option
-@temporal_option
-@namespace_option
-def approve(run_id: str, comment: str, store: str | None, temporal: str | None, namespace: str) -> None:
+@connection_options
+def approve(run_id: str, comment: str, store: str | None, temporal: Connection | None) -> None:
     """Approve the checkpoint RUN_ID is waiting at."""
-    _decide(run_id, "approve", comment, store, temporal, namespace)
+    _decide(run_id, "approve", comment, store, temporal)
 
 
 @click.command()
 @click.argument("run_id")
 @_comment_option
 @store_option
-@temporal_option
-@namespace_option
-def reject(run_id: str, comment: str, store: str | None, temporal: str | None, namespace: str) -> None:
+@connection_options
+def reject(run_id: str, comment: str, store: str | None, temporal: Connection | None) -> None:
     """Reject the checkpoint RUN_ID is waiting at."""
-    _decide(run_id, "reject", comment, store, temporal, namespace)
+    _decide(run_id, "reject", comment, store, temporal)
 
 
 @click.command()
@@ -167,23 +163,21 @@ def reject(run_id: str, comment: str, store: str | None, temporal: str | None, n
 @click.argument("choice")
 @_comment_option
 @store_option
-@temporal_option
-@namespace_option
-def decide(run_id: str, choice: str, comment: str, store: str | None, temporal: str | None, namespace: str) -> None:
+@connection_options
+def decide(run_id: str, choice: str, comment: str, store: str | None, temporal: Connection | None) -> None:
     """Record CHOICE (one of the checkpoint's `choices`) for RUN_ID."""
-    _decide(run_id, choice, comment, store, temporal, namespace)
+    _decide(run_id, choice, comment, store, temporal)
 
 
 @click.command()
 @click.argument("run_id")
 @click.option("--reason", default="", help="Kept in the run's log.")
 @store_option
-@temporal_option
-@namespace_option
-def abort(run_id: str, reason: str, store: str | None, temporal: str | None, namespace: str) -> None:
+@connection_options
+def abort(run_id: str, reason: str, store: str | None, temporal: Connection | None) -> None:
     """End RUN_ID as aborted (its worktree, if any, is kept)."""
     if temporal:
-        on_temporal.abort_run(run_id, address=temporal, namespace=namespace)
+        on_temporal.abort_run(run_id, conn=temporal)
         return
     state = abort_run(run_id, store=store, reason=reason)
     click.echo(f"run {state.run_id}: aborted")

@@ -12,7 +12,7 @@ from ..project.install_source import resolve as resolve_install_source
 from ..project.schedule import next_runs, require_schedule
 from .loading import load_named
 from .output import fail, parse_when, write_text
-from .temporal_commands import namespace_option, queue_option, temporal_option
+from .temporal_commands import Connection, connection_options, queue_option
 
 
 def _export(model: Loop, loop: str, export: str, output: str | None, keep_store: bool, pip_spec: str | None) -> None:
@@ -43,11 +43,10 @@ def _export(model: Loop, loop: str, export: str, output: str | None, keep_store:
 @click.option("--pip-spec", metavar="SPEC",
               help="github-actions: what the workflow's `pip install` installs (default: this loopdsl, pinned "
                    "from how pip installed it; required for an editable or local-folder install).")
-@temporal_option
-@namespace_option
+@connection_options
 @queue_option
 def schedule(loop: str, count: int, after: str | None, export: str | None, output: str | None,
-             no_store_cache: bool, pip_spec: str | None, temporal: str | None, namespace: str, task_queue: str) -> None:
+             no_store_cache: bool, pip_spec: str | None, temporal: Connection | None, task_queue: str) -> None:
     """The next run times of LOOP (schedule.cron in schedule.timezone), or a scheduler export."""
     if export == "temporal":
         if not temporal:
@@ -55,7 +54,7 @@ def schedule(loop: str, count: int, after: str | None, export: str | None, outpu
                  "e.g. loopdsl schedule loops/x.yaml --export temporal --temporal localhost:7233")
         from .temporal_commands import export_schedule
 
-        export_schedule(loop, address=temporal, namespace=namespace, task_queue=task_queue)
+        export_schedule(loop, conn=temporal, task_queue=task_queue)
     model = load_named(loop)
     if export:
         _export(model, loop, export, output, not no_store_cache, pip_spec)

@@ -12,7 +12,7 @@ from ..adapters.store.run_store import default_store_dir
 from ..api.records import clean as clean_worktrees, list_runs, show_run
 from ..runtime.run_state import RunState
 from .output import store_option, write_text
-from .temporal_commands import namespace_option, temporal_option
+from .temporal_commands import Connection, connection_options
 from . import temporal_commands as on_temporal
 
 LISTED = ("run_id", "loop", "status", "started_at", "ended_at", "ledger")
@@ -21,12 +21,11 @@ LISTED = ("run_id", "loop", "status", "started_at", "ended_at", "ledger")
 @click.command()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
-@temporal_option
-@namespace_option
-def runs(store: str | None, as_json: bool, temporal: str | None, namespace: str) -> None:
+@connection_options
+def runs(store: str | None, as_json: bool, temporal: Connection | None) -> None:
     """List the runs in the store, newest first."""
     if temporal:
-        on_temporal.list_runs(temporal, namespace, as_json)
+        on_temporal.list_runs(temporal, as_json)
         return
     listing = list_runs(store)
     if as_json:
@@ -47,13 +46,12 @@ def runs(store: str | None, as_json: bool, temporal: str | None, namespace: str)
               help="Write the run's page (as `loopdsl ui` shows it) to this file, one static HTML file.")
 @click.option("--transcript", is_flag=True,
               help="Each model call's prompt messages and reply (an agent's tool calls and results too), redacted.")
-@temporal_option
-@namespace_option
+@connection_options
 def show(run_id: str, store: str | None, as_json: bool, html_file: str | None, transcript: bool,
-         temporal: str | None, namespace: str) -> None:
+         temporal: Connection | None) -> None:
     """Show a run: path, per-state results, gates, usage and cost, files."""
     if temporal:
-        on_temporal.show_run(run_id, temporal, namespace, as_json)
+        on_temporal.show_run(run_id, temporal, as_json)
         return
     view = show_run(run_id, store, transcript=transcript or bool(html_file))
     if html_file:

@@ -7,6 +7,7 @@ needs it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
@@ -19,13 +20,45 @@ import click
 from ..adapters.terminal import Progress, summary
 from ..adapters.terminal_safe import visible, visible_json
 from ..language.errors import LoopdslError
+from ..adapters.temporal import connection
+from ..adapters.temporal.connection import ADDRESS_ENV, API_KEY_ENV, NAMESPACE_ENV, TLS_ENV, Connection
 from ..runtime.run_state import RunState
 from .output import EXIT_USAGE
 
-temporal_option = click.option("--temporal", "temporal", envvar="LOOPDSL_TEMPORAL", metavar="HOST:PORT",
-                               help="Act on runs kept by this Temporal server (env LOOPDSL_TEMPORAL).")
-namespace_option = click.option("--namespace", default="default", envvar="LOOPDSL_TEMPORAL_NAMESPACE",
-                                show_default=True, help="Temporal namespace.")
+_CONNECTION_OPTIONS = (
+    click.option("--temporal", "temporal", envvar=ADDRESS_ENV, metavar="HOST:PORT",
+                 help=f"Act on runs kept by this Temporal server (env {ADDRESS_ENV})."),
+    click.option("--namespace", default="default", envvar=NAMESPACE_ENV, show_default=True,
+                 help=f"Temporal namespace (env {NAMESPACE_ENV})."),
+    click.option("--tls-cert", envvar=TLS_ENV["tls_cert"], metavar="PEM",
+                 help="mTLS client certificate for --temporal (env LOOPDSL_TEMPORAL_TLS_CERT)."),
+    click.option("--tls-key", envvar=TLS_ENV["tls_key"], metavar="PEM",
+                 help="Its private key (env LOOPDSL_TEMPORAL_TLS_KEY)."),
+    click.option("--tls-ca", envvar=TLS_ENV["tls_ca"], metavar="PEM",
+                 help="CA that signed the server's certificate (default: the system's; env LOOPDSL_TEMPORAL_TLS_CA)."),
+    click.option("--tls-server-name", metavar="NAME", help="Server name to verify, when it differs from the host."),
+    click.option("--tls/--no-tls", "tls", default=None,
+                 help=f"TLS to the server (default: on with any TLS option or {API_KEY_ENV}, which holds a "
+                      "Temporal Cloud API key: it is read from the environment only)."),
+)
+
+
+def connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The Temporal connection options of every `--temporal` command, given to the command
+    as one `temporal` argument: a Connection, or None (no --temporal: the local backend)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, temporal: str | None, namespace: str, tls_cert: str | None, tls_key: str | None,
+                tls_ca: str | None, tls_server_name: str | None, tls: bool | None, **kwargs: Any) -> Any:
+        conn = connection.build(temporal, namespace, tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca,
+                                tls_server_name=tls_server_name, tls=tls)
+        return command(*args, temporal=conn, **kwargs)
+
+    for option in reversed(_CONNECTION_OPTIONS):
+        wrapper = option(wrapper)
+    return wrapper
+
+
 queue_option = click.option("--task-queue", "task_queue", default="loopdsl", envvar="LOOPDSL_TASK_QUEUE",
                             show_default=True, help="Temporal task queue the workers poll.")
 EXIT_CODES = {"completed": 0, "waiting": 4}
@@ -71,11 +104,11 @@ def repo_root(start: Path) -> Path:
     return find_repo_root(start) or start.resolve()
 
 
-def _connect(address: str, namespace: str) -> Any:
-    return _adapter("client").connect(address, namespace)
+def _connect(conn: Connection) -> Any:
+    return _adapter("client").connect(conn)
 
 
-def serve_worker(address: str, namespace: str, task_queue: str, heartbeat_sticky_s: float) -> None:
+def serve_worker(conn: Connection, task_queue: str, heartbeat_sticky_s: float) -> None:
     from ..api.runs import command_environment
 
     worker = _adapter("worker")
@@ -85,11 +118,11 @@ def serve_worker(address: str, namespace: str, task_queue: str, heartbeat_sticky
         return command_environment(None, {}, root)  # type: ignore[arg-type]  # no loop: no declared secrets
 
     def ready() -> None:
-        click.echo(f"loopdsl worker: serving {root} on task queue '{task_queue}' at {address} ({namespace}); "
+        click.echo(f"loopdsl worker: serving {root} on task queue '{task_queue}' at {conn.describe()}; "
                    "Ctrl-C stops it", err=True)
 
     async def main() -> None:
-        client = await _connect(address, namespace)
+        client = await _connect(conn)
         await worker.serve(client, task_queue, root, base_env, sticky_timeout_s=heartbeat_sticky_s, ready=ready)
 
     try:
@@ -111,7 +144,7 @@ def _print_events(as_json: bool, quiet: bool, caps: dict[str, Any]) -> Callable[
     return show
 
 
-def finish(record: dict[str, Any], as_json: bool, address: str) -> None:
+def finish(record: dict[str, Any], as_json: bool, address: str) -> None:  # address: for the hint it prints
     state = RunState.from_json(record)
     if as_json:
         click.echo(visible_json(json.dumps({"type": "summary", "run_id": state.run_id, "status": state.status,
@@ -149,7 +182,7 @@ def _request(model: Any, loop_ref: str, script: str | None, values: dict[str, An
             "max_history_events": int(os.environ.get("LOOPDSL_TEMPORAL_HISTORY_EVENTS", "0")) or None}
 
 
-def start_run(loop_ref: str, values: dict[str, Any], script: str | None, *, address: str, namespace: str,
+def start_run(loop_ref: str, values: dict[str, Any], script: str | None, *, conn: Connection,
               task_queue: str, detach: bool, as_json: bool, quiet: bool, force: bool = False) -> None:
     from ..api.durable import budget_caps
 
@@ -158,7 +191,7 @@ def start_run(loop_ref: str, values: dict[str, Any], script: str | None, *, addr
     request = _request(model, loop_ref, script, values, repo_root(Path.cwd()), force=force)
 
     async def main() -> dict[str, Any] | None:
-        client = await _connect(address, namespace)
+        client = await _connect(conn)
         run_id = client_mod.new_run_id(model.name)
         await client_mod.start(client, request, task_queue=task_queue, run_id=run_id)
         click.echo(f"run {run_id} started on task queue '{task_queue}'", err=True)
@@ -169,11 +202,11 @@ def start_run(loop_ref: str, values: dict[str, Any], script: str | None, *, addr
 
     record = _run(main())
     if record is not None:
-        finish(record, as_json, address)
+        finish(record, as_json, conn.address)
     leave(0)
 
 
-def export_schedule(loop_ref: str, *, address: str, namespace: str, task_queue: str) -> None:
+def export_schedule(loop_ref: str, *, conn: Connection, task_queue: str) -> None:
     from ..project.schedule import require_schedule
 
     schedules = _adapter("schedules")
@@ -185,7 +218,7 @@ def export_schedule(loop_ref: str, *, address: str, namespace: str, task_queue: 
     request["timezone"] = model.schedule.timezone
 
     async def main() -> tuple[str, bool]:
-        return await schedules.export(await _connect(address, namespace), model, request, task_queue, root.name)
+        return await schedules.export(await _connect(conn), model, request, task_queue, root.name)
 
     sid, created = _run(main())
     click.echo(f"{'created' if created else 'updated'} Temporal schedule {sid}: {model.schedule.cron!r} in "
@@ -193,13 +226,13 @@ def export_schedule(loop_ref: str, *, address: str, namespace: str, task_queue: 
     leave(0)
 
 
-def decide_run(run_id: str, choice: str, comment: str, *, address: str, namespace: str) -> None:
+def decide_run(run_id: str, choice: str, comment: str, *, conn: Connection) -> None:
     from ..adapters.humans import who
 
     client_mod = _adapter("client")
 
     async def main() -> dict[str, Any]:
-        client = await _connect(address, namespace)
+        client = await _connect(conn)
         try:
             return await asyncio.wait_for(client_mod.decide(client, run_id, choice, comment, who()), DECIDE_WAIT_S)
         except asyncio.TimeoutError:
@@ -212,22 +245,22 @@ def decide_run(run_id: str, choice: str, comment: str, *, address: str, namespac
     leave(0)
 
 
-def abort_run(run_id: str, *, address: str, namespace: str) -> None:
+def abort_run(run_id: str, *, conn: Connection) -> None:
     client_mod = _adapter("client")
 
     async def main() -> None:
-        await client_mod.abort(await _connect(address, namespace), run_id)
+        await client_mod.abort(await _connect(conn), run_id)
 
     _run(main())
     click.echo(f"run {run_id}: abort requested (cancellation); it ends as aborted")
     leave(0)
 
 
-def list_runs(address: str, namespace: str, as_json: bool) -> None:
+def list_runs(conn: Connection, as_json: bool) -> None:
     client_mod = _adapter("client")
 
     async def main() -> list[dict[str, Any]]:
-        return await client_mod.list_runs(await _connect(address, namespace))
+        return await client_mod.list_runs(await _connect(conn))
 
     rows = _run(main())
     if as_json:
@@ -239,35 +272,39 @@ def list_runs(address: str, namespace: str, as_json: bool) -> None:
     leave(0)
 
 
-def show_run(run_id: str, address: str, namespace: str, as_json: bool) -> None:
+def show_run(run_id: str, conn: Connection, as_json: bool) -> None:
     from ..adapters.terminal import show_text
 
     client_mod = _adapter("client")
 
     async def main() -> dict[str, Any]:
-        return await client_mod.snapshot(await _connect(address, namespace), run_id)
+        return await client_mod.snapshot(await _connect(conn), run_id)
 
     view = _run(main())
     if as_json:
         click.echo(visible_json(json.dumps(view, indent=2, ensure_ascii=False, default=str)))
+    elif not view["run"]:  # its worker is still loading the loop (the `prepare` activity)
+        click.echo(visible(f"run {run_id}: starting (a worker is loading its loop)"))
     else:
-        click.echo(visible(show_text(RunState.from_json(view["run"]), view["events"], [])))
+        children = [RunState(run_id=c["run_id"], loop=c.get("loop") or "", start="", status=c.get("status") or "",
+                             path=list(c.get("path") or []), ledger=dict(c.get("ledger") or {}))
+                    for c in view.get("children") or []]
+        click.echo(visible(show_text(RunState.from_json(view["run"]), view["events"], children)))
     leave(0)
 
 
 @click.command()
-@temporal_option
-@namespace_option
+@connection_options
 @queue_option
 @click.option("--sticky-timeout", "sticky_s", type=float, default=10.0, show_default=True,
               help="Seconds before another worker takes over a run whose worker stopped answering.")
-def worker(temporal: str | None, namespace: str, task_queue: str, sticky_s: float) -> None:
+def worker(temporal: Connection | None, task_queue: str, sticky_s: float) -> None:
     """Run loops from Temporal in this repository (loop files, commands and worktrees are here)."""
     if not temporal:
         raise LoopdslError("`loopdsl worker` needs --temporal HOST:PORT (or LOOPDSL_TEMPORAL)",
                            "e.g. loopdsl worker --temporal localhost:7233")
-    serve_worker(temporal, namespace, task_queue, sticky_s)
+    serve_worker(temporal, task_queue, sticky_s)
 
 
 __all__: Sequence[str] = ["worker", "start_run", "decide_run", "abort_run", "list_runs", "show_run",
-                          "temporal_option", "namespace_option", "queue_option"]
+                          "connection_options", "queue_option"]

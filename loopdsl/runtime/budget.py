@@ -136,6 +136,11 @@ class Ledger:
         for ledger in chain:
             ledger.steps += 1
 
+    async def hold(self, calls_model: bool = False) -> None:
+        """Confirms with a ledger kept elsewhere what was taken since the last call (a
+        Temporal child asks its root run: adapters/temporal/budget_tree.py); here, nothing.
+        `calls_model`: a model call's reservation follows, which may carry the step."""
+
     def check_wall_time(self, elapsed_s: float) -> None:
         cap = self.caps.wall_time
         if cap is not None and elapsed_s >= cap:

@@ -213,11 +213,13 @@ class Engine:
         attempt = int(pending["attempt"]) if pending else 1
         if pending and pending.get("kind") == "shell":
             await settle_interrupted_command(self, state, pending)
-        if state.kind in ("llm", "evaluate") or (state.kind == "agent" and getattr(state.action, "cli", None) is None):
+        calls_model = state.kind in ("llm", "evaluate") or (state.kind == "agent" and getattr(state.action, "cli", None) is None)
+        if calls_model:
             await self._wait_for_model_client()
         while True:
             if not (pending and pending.get("step_taken") and attempt == int(pending["attempt"])):
                 self.ledger.take_step()
+                await self.ledger.hold(calls_model=calls_model)
             pending = None
             wall = self.loop.budget.wall_time
             if wall is not None:

@@ -83,6 +83,9 @@ class ChildRuns(Protocol):
 
     def open(self, parent: "Loop", ref: str) -> ChildLoop: ...
     def new_state(self, loop: "Loop", run_id: str, inputs: Mapping[str, Any], meta: Mapping[str, Any]) -> RunState: ...
+    # Optional: `async run(parent_engine, ref, child, state, concurrency) -> dict | None` runs
+    # the child apart (a Temporal child workflow) and returns {status, outputs, run_id, error?,
+    # waiting?}, with its spending already on the parent's ledger; None runs it in the engine.
 
 
 class WorkspaceGit(Protocol):

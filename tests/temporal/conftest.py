@@ -19,6 +19,8 @@ from typing import Iterator
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# Namespaces besides `default` that docs/scale-out.md uses (a cluster's and a Temporal Cloud one).
+EXTRA_NAMESPACES = ("team-a", "my-ns.a1b2c")
 pytest.importorskip("temporalio", reason="the temporal extra (pip install 'loopdsl[temporal]')")
 
 
@@ -49,7 +51,8 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     db = tmp_path_factory.mktemp("temporal") / "dev.sqlite"
     port, ui_port = free_port(), free_port()
     proc = subprocess.Popen([binary, "server", "start-dev", "--headless", "--db-filename", str(db), "--port", str(port),
-                             "--ui-port", str(ui_port), "--ip", "127.0.0.1", "--log-level", "error"],
+                             "--ui-port", str(ui_port), "--ip", "127.0.0.1", "--log-level", "error",
+                             *(arg for ns in EXTRA_NAMESPACES for arg in ("--namespace", ns))],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         _wait_for_port(port, proc, 60)
@@ -82,9 +85,10 @@ class Workers:
         self.address, self.queue = address, queue
         self.procs: list[subprocess.Popen[str]] = []
 
-    def start(self, cwd: Path, *, sticky_s: float = 1.0, **env: str) -> subprocess.Popen[str]:
+    def start(self, cwd: Path, *, sticky_s: float = 1.0, extra_args: tuple[str, ...] = (),
+              **env: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen([sys.executable, "-m", "loopdsl", "worker", "--temporal", self.address,
-                                 "--task-queue", self.queue, "--sticky-timeout", str(sticky_s)],
+                                 "--task-queue", self.queue, "--sticky-timeout", str(sticky_s), *extra_args],
                                 cwd=cwd, env=cli_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
         assert proc.stderr is not None

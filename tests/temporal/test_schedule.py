@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
 from pathlib import Path
 
 import pytest
@@ -33,7 +35,7 @@ async def _describe(address: str, sid: str) -> object:
     return await client.get_schedule_handle(sid).describe()
 
 
-async def _trigger_and_wait(address: str, sid: str) -> str:
+async def _trigger_and_wait(address: str, sid: str) -> tuple[str, str, datetime]:
     from temporalio.client import Client
 
     client = await Client.connect(address)
@@ -45,7 +47,7 @@ async def _trigger_and_wait(address: str, sid: str) -> str:
         for action in desc.info.recent_actions:
             run_id = action.action.workflow_id
             result = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
-            return str(result["status"])
+            return str(result["status"]), str(result["date"]), action.scheduled_at
         await asyncio.sleep(0.3)
     raise AssertionError("the schedule never started a run")
 
@@ -66,6 +68,7 @@ def test_a_schedule_is_created_updated_and_starts_runs(tmp_path: Path, workers: 
     assert spec.time_zone_name == "Europe/Paris"
     assert policy.overlap == ScheduleOverlapPolicy.SKIP
     assert desc.schedule.action.retry_policy is None  # type: ignore[attr-defined]
+    assert policy.catchup_window == timedelta(hours=1)  # set, not Temporal's year
 
     (repo / "loop.yaml").write_text(LOOP.replace("CONFLICT", "wait"))
     again = loopdsl("schedule", "loop.yaml", "--export", "temporal", "--temporal", workers.address,
@@ -74,8 +77,20 @@ def test_a_schedule_is_created_updated_and_starts_runs(tmp_path: Path, workers: 
     desc = asyncio.run(_describe(workers.address, sid))
     assert desc.schedule.policy.overlap == ScheduleOverlapPolicy.BUFFER_ALL  # type: ignore[attr-defined]
 
+    # `fail` has no Temporal twin: an overlapping run is skipped; no `concurrency`: all run.
+    for conflict, overlap in (("fail", ScheduleOverlapPolicy.SKIP), (None, ScheduleOverlapPolicy.ALLOW_ALL)):
+        text = LOOP.replace("CONFLICT", str(conflict))
+        (repo / "loop.yaml").write_text(text if conflict else text.replace("concurrency: {group: nightly, on_conflict: None}\n", ""))
+        assert loopdsl("schedule", "loop.yaml", "--export", "temporal", "--temporal", workers.address,
+                       "--task-queue", workers.queue, cwd=repo).returncode == 0
+        desc = asyncio.run(_describe(workers.address, sid))
+        assert desc.schedule.policy.overlap == overlap, conflict  # type: ignore[attr-defined]
+
     workers.start(repo)
-    assert asyncio.run(_trigger_and_wait(workers.address, sid)) == "completed"
+    status, date, scheduled = asyncio.run(_trigger_and_wait(workers.address, sid))
+    assert status == "completed"
+    # run.date: the date the schedule meant the run for, in the schedule's time zone.
+    assert date == scheduled.astimezone(ZoneInfo("Europe/Paris")).date().isoformat()
     assert (repo / "ran.txt").read_text() == "ran\n"
 
 

@@ -67,9 +67,11 @@ class LoopActivities:
 
             from ...language.schedules import time_zone
 
-            out["date"] = datetime.now(time_zone(req["timezone"])).date().isoformat()
+            # The date the schedule meant, in its zone (a late or buffered run keeps it).
+            when = datetime.fromisoformat(req["scheduled"]) if req.get("scheduled") else datetime.now().astimezone()
+            out["date"] = when.astimezone(time_zone(req["timezone"])).date().isoformat()
         loop = loaded.compiled.loop
-        if loop.workspace.worktree:
+        if loop.workspace.worktree and not req.get("child"):  # a child works in its caller's worktree
             try:
                 out["worktree"] = self._new_worktree(req["run_id"], loop.workspace.base)
             except WorkspaceError as exc:

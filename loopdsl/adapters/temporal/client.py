@@ -9,7 +9,8 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.service import RPCError
 
 from ...language.errors import LoopdslError
-from .wire import DECIDE_UPDATE, DEFAULT_NAMESPACE, PROGRESS_QUERY, WORKFLOW
+from .connection import Connection
+from .wire import DECIDE_UPDATE, PROGRESS_QUERY, WORKFLOW
 
 EXIT_UNREACHABLE = 3
 FOLLOW_POLL_S = 0.2
@@ -19,12 +20,13 @@ class TemporalError(LoopdslError):
     """The Temporal server or a run on it said no."""
 
 
-async def connect(address: str, namespace: str = DEFAULT_NAMESPACE, timeout_s: float = 5.0) -> Client:
+async def connect(conn: Connection, timeout_s: float = 5.0) -> Client:
     try:
-        return await asyncio.wait_for(Client.connect(address, namespace=namespace), timeout_s)
+        return await asyncio.wait_for(Client.connect(conn.address, **conn.client_kwargs()), timeout_s)
     except (asyncio.TimeoutError, RuntimeError, OSError, RPCError) as exc:
-        raise TemporalError(f"cannot reach the Temporal server at {address} (namespace {namespace}): {exc}",
-                            "start it (`temporal server start-dev`) or pass --temporal HOST:PORT / set LOOPDSL_TEMPORAL",
+        raise TemporalError(f"cannot reach the Temporal server at {conn.describe()}: {conn.hide(str(exc)) or type(exc).__name__}",
+                            "start it (`temporal server start-dev`) or pass --temporal HOST:PORT / set LOOPDSL_TEMPORAL; "
+                            "for a cluster or Temporal Cloud check --namespace, the TLS options and LOOPDSL_TEMPORAL_API_KEY",
                             exit_code=EXIT_UNREACHABLE) from None
 
 
@@ -99,6 +101,7 @@ async def abort(client: Client, run_id: str) -> None:
 async def snapshot(client: Client, run_id: str) -> dict[str, Any]:
     """The run and all its events: from the workflow while a worker has it, else its result."""
     events: list[dict[str, Any]] = []
+    children: list[dict[str, Any]] = []
     since = 0
     while True:
         try:
@@ -107,15 +110,17 @@ async def snapshot(client: Client, run_id: str) -> dict[str, Any]:
             raise TemporalError(f"run {run_id}: no worker answered", "start a worker: `loopdsl worker --temporal ...`",
                                 exit_code=EXIT_UNREACHABLE) from None
         events.extend(part["events"])
+        children.extend(part.get("children") or [])
         if not part["events"]:
-            return {"run": part["run"], "events": events}
+            return {"run": part["run"], "events": events, "children": children}
         since = part["next"]
 
 
 async def list_runs(client: Client, limit: int = 50) -> list[dict[str, Any]]:
     """Runs newest first; a running workflow says whether it runs or waits (a query)."""
     rows = []
-    async for wf in client.list_workflows(f"WorkflowType = '{WORKFLOW}'", limit=limit):
+    # Sub-loop runs are child workflows: listed by `show PARENT`, not here (as locally).
+    async for wf in client.list_workflows(f"WorkflowType = '{WORKFLOW}' AND ParentWorkflowId IS NULL", limit=limit):
         status = wf.status.name.lower() if wf.status else "unknown"
         memo = await wf.memo()
         if wf.status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED):

@@ -32,6 +32,20 @@ OVERLAP = {None: ScheduleOverlapPolicy.ALLOW_ALL, "skip": ScheduleOverlapPolicy.
            "fail": ScheduleOverlapPolicy.SKIP}
 
 
+SCHEDULED_START = "TemporalScheduledStartTime"
+
+
+def scheduled_start() -> str | None:
+    """In workflow code: when the schedule meant this run to start (ISO, UTC), or None for a
+    run not started by a schedule. `run.date` is that instant's date in the schedule's time
+    zone, so a buffered or late run keeps the date it was scheduled for."""
+    from temporalio import workflow
+    from temporalio.common import SearchAttributeKey
+
+    when = workflow.info().typed_search_attributes.get(SearchAttributeKey.for_datetime(SCHEDULED_START))
+    return when.isoformat() if when is not None else None
+
+
 def schedule_id(repo: str, loop: Loop) -> str:
     return f"loopdsl/{repo}/{loop.name}"
 

@@ -167,27 +167,6 @@ class WorkflowHuman:
                 "at": self.clock.utc_now()}
 
 
-class WorkflowChildren:
-    """`loop:` states run their children in this workflow, on the parent's ledger, as the
-    local backend does; the child's file comes from the worker's cache."""
-
-    def __init__(self, clock: WorkflowClock):
-        self.clock = clock
-
-    def open(self, parent: Loop, ref: str) -> Any:
-        from ...runtime.ports import ChildLoop
-        from . import loops
-
-        with reading_run_files():
-            compiled, skills = loops.child(parent, ref)
-        return ChildLoop(compiled, skills)
-
-    def new_state(self, loop: Loop, run_id: str, inputs: Mapping[str, Any], meta: Mapping[str, Any]) -> RunState:
-        return RunState(run_id=run_id, loop=loop.name, start=loop.start, current=loop.start, path=[loop.start],
-                        visits={loop.start: 1}, inputs=dict(inputs), started_at=self.clock.utc_now(),
-                        date=workflow.now().date().isoformat(), meta=dict(meta))
-
-
 def under(path: str | Path, root: Path) -> str:
     """`path` relative to the worker's root, by the names alone (no file system, no cwd:
     this is workflow code): another worker resolves it against its own root."""

@@ -16,3 +16,7 @@ DEFAULT_HEARTBEAT_S = 30.0
 NO_TIMEOUT = timedelta(hours=24)
 # Carried events a `progress` query returns at most per call.
 EVENTS_PER_QUERY = 500
+# Exact budgets across child workflows (budget_tree.py): a child asks the root, the root answers.
+RESERVE_SIGNAL, ANSWER_SIGNAL = "loopdsl.reserve", "loopdsl.answer"
+# Temporal allows 2,000 pending children per run: a wider `concurrency` is held to this.
+MAX_PENDING_CHILDREN = 2_000

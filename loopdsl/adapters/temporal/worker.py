@@ -56,7 +56,7 @@ def warm_imports() -> None:
 
     for name in ("lint.pipeline", "lint.lockfile", "language.checked_files", "language.skills", "adapters.scripted",
                  "runtime.actions.agent", "runtime.actions.subloop", "runtime.tools.workspace",
-                 "runtime.tools.shell_tools"):
+                 "runtime.tools.shell_tools", "runtime.run_keys"):
         importlib.import_module(f"loopdsl.{name}")
 
 

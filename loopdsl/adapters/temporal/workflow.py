@@ -19,11 +19,13 @@ from ...runtime.engine import Engine, MemoryResponses, Ports
 from ...runtime.shell import named_cwd
 from ...runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState
 from . import loops
+from .budget_tree import BudgetTree
+from .child_runs import ChildSignals, HoldingModel, WorkflowChildRuns, start_child
+from .schedules import scheduled_start
 from .sealed import placeholders
 from .payloads import FIELD_LIMIT, RESULT_LIMIT, cut_text, recent_events, size_of, summary_within_limit
 from .wf_tools import remote_kinds
 from .wf_ports import (
-    WorkflowChildren,
     WorkflowClock,
     WorkflowHuman,
     WorkflowModel,
@@ -51,9 +53,12 @@ TIMEOUT_SLACK_S = 0.05
 
 
 @workflow.defn(name=WORKFLOW)
-class LoopWorkflow:
+class LoopWorkflow(ChildSignals):
     def __init__(self) -> None:
         self.run: RunState | None = None
+        self.engine: Engine | None = None
+        self.tree = BudgetTree(lambda: self.engine.ledger if self.engine else None)  # type: ignore[arg-type,return-value]
+        self.children: WorkflowChildRuns | None = None
         self.events: list[dict[str, Any]] = []
         self.clock = WorkflowClock()
         self._base = 0  # events before this execution (kept by the ones it continues)
@@ -73,9 +78,10 @@ class LoopWorkflow:
             loaded, first = started
         run = self.run
         assert run is not None
+        self.children = WorkflowChildRuns(self, req)
         ports = self._ports(loaded, heartbeat_s)
         while True:
-            engine = Engine(loaded.compiled, run, ports)
+            engine = self.engine = Engine(loaded.compiled, run, ports, ledger=self.remote)
             if first:
                 engine.emit("start", **first)
                 first = {}
@@ -83,7 +89,8 @@ class LoopWorkflow:
                 await engine.execute()
             except AtStateBoundary:  # nothing is pending here: the run goes on in a fresh history
                 # The record leaves out the per-state history (the local store rebuilds it from events).
-                carried = {**run.to_json(), "history": run.history}
+                carried = {**run.to_json(), "history": run.history,
+                           **({"remote": self.remote.carry()} if self.remote is not None else {})}
                 tail = recent_events(self.events, FIELD_LIMIT * 2)  # for a follower that has not read them yet
                 workflow.continue_as_new({**req, "carried": carried, "events": tail,
                                           "events_base": self._base + len(self.events) - len(tail)})
@@ -99,15 +106,18 @@ class LoopWorkflow:
             except asyncio.CancelledError:
                 self._abort("aborted while waiting for a decision")
                 break
-        if run.status == COMPLETED and run.meta.get("worktree"):
+        if run.status == COMPLETED and run.meta.get("worktree") and not req.get("child"):
             await self._commit_worktree(run, heartbeat_s)
+        if self.remote is not None:  # the child's last settlements, for the root
+            return {**self.summary(), "settle": self.remote.take_settlements()}
         return self.summary()
 
     async def _start(self, req: dict[str, Any], heartbeat_s: float) -> tuple[loops.LoadedLoop, dict[str, Any]] | None:
         """A new run: its files loaded (and a worktree made) by an activity; None if that failed."""
         prep = await workflow.execute_activity(
             PREPARE, {"loop_path": req["loop_path"], "script": req.get("script"), "run_id": workflow.info().workflow_id,
-                      "timezone": req.get("timezone"),
+                      "timezone": req.get("timezone"), "child": bool(req.get("child")),
+                      "scheduled": scheduled_start() if req.get("timezone") else None,
                       "files": None if req.get("force") else req.get("files")},
             **activity_options(heartbeat_s, 120))
         if "error" in prep:
@@ -117,7 +127,13 @@ class LoopWorkflow:
             return None
         with reading_run_files():
             loaded = loops.load(req["loop_path"], req.get("script"), prep["files"])
-        run = self.run = self._new_state(req, prep, loaded.compiled.loop.name, loaded.compiled.loop.start)
+            if req.get("child"):  # a sub-loop or fan-out child: child_runs.py
+                loaded, run, self.remote = start_child(loaded, req, workflow.info().task_queue,
+                                                       req["child"].get("worktree"))
+        if req.get("child"):
+            self.run = run
+        else:
+            run = self.run = self._new_state(req, prep, loaded.compiled.loop.name, loaded.compiled.loop.start)
         if prep.get("worktree"):
             run.meta["worktree"] = prep["worktree"]
         first = {"loop": loaded.compiled.loop.name, "run_id": run.run_id, "inputs": dict(run.inputs),
@@ -131,7 +147,12 @@ class LoopWorkflow:
         self._base = int(req.get("events_base") or 0)
         self.events = list(req.get("events") or [])
         with reading_run_files():
-            return loops.load(run.meta["loop_path"], run.meta.get("script"), run.meta["files"])
+            loaded = loops.load(run.meta["loop_path"], run.meta.get("script"), run.meta["files"])
+            if req.get("child"):  # its loop down the refs again, its ledger as it was carried
+                loaded, _, self.remote = start_child(loaded, req, workflow.info().task_queue,
+                                                     req["child"].get("worktree"))
+                self.remote.resume(run.ledger, req["carried"].get("remote") or {})
+        return loaded
 
     def _at_commit(self, run: RunState, events: list[dict[str, Any]]) -> None:
         """At a state's entry (nothing pending, no activity, child or timer open) with the
@@ -170,7 +191,9 @@ class LoopWorkflow:
             asked = self.run.meta.get("asked") if self.run else None
             if asked:  # continued as new: the replies the run already used are behind it
                 scripted.skip_used(asked)
-        model = scripted if scripted is not None else WorkflowModel(loaded.compiled.loop, heartbeat_s)
+        model: Any = scripted if scripted is not None else WorkflowModel(loaded.compiled.loop, heartbeat_s)
+        if self.remote is not None:
+            model = HoldingModel(model, self.remote)
         root = loops.root()
         worktree = (self.run.meta.get("worktree") or {}) if self.run else {}
         workdir = root / worktree["path"] if worktree else root
@@ -179,7 +202,7 @@ class LoopWorkflow:
                      secret_values=placeholders(loaded.compiled.loop.secrets),
                      listeners=[self.events.append], clock=self.clock,
                      shell=WorkflowShell(self, root, workdir, heartbeat_s), keep_events=False,
-                     children=WorkflowChildren(self.clock), confine_cwd=lambda base, cwd: base / named_cwd(cwd),
+                     children=self.children, confine_cwd=lambda base, cwd: base / named_cwd(cwd),
                      tool_kinds=remote_kinds(self._run_arg(workdir, root), lambda t: activity_options(heartbeat_s, t)))
 
     def _run_arg(self, workdir: Path, root: Path) -> dict[str, Any]:
@@ -245,7 +268,8 @@ class LoopWorkflow:
             if tail and room < 0:
                 break  # the rest comes with the next query
             tail.append(event)
-        return {"run": run, "events": tail, "next": self._base + since + len(tail)}
+        return {"run": run, "events": tail, "next": self._base + since + len(tail),
+                "children": self.children.summaries if self.children and not since else []}
 
     @workflow.update(name=DECIDE_UPDATE)
     def decide(self, d: dict[str, Any]) -> dict[str, Any]:

@@ -156,6 +156,13 @@ async def _run_child(parent: "Engine", cs: "CompiledState", child: ChildLoop, sh
         return state
     loop = child.compiled.loop
     async with limit:
+        elsewhere = getattr(parent.ports.children, "run", None)  # a host that runs children apart (Temporal)
+        if elsewhere is not None:
+            action = cs.state.action
+            assert isinstance(action, LoopAction)
+            hosted = await elsewhere(parent, action.path, child, state, action.concurrency if cs.for_each else 1)
+            if hosted is not None:
+                return dict(hosted)
         name = f"sub-loop {run_id}"
         ledger = (Ledger.from_json(loop.budget, state.ledger, parent=parent.ledger, name=name) if state.ledger
                   else parent.ledger.child(loop.budget, name=name))
