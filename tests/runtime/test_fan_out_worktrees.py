@@ -5,15 +5,19 @@ worktree is kept; nothing is merged into the caller's branch. Real git repositor
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import loopdsl
+from loopdsl.adapters.store.run_store import RunStore
 from loopdsl.runtime.model_port import LlmRequest, LlmResponse
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -179,3 +183,58 @@ def test_the_git_guard_of_one_item_lets_its_siblings_commit(repo: Path) -> None:
     result = loopdsl.run(repo / "loop.yaml", workdir=repo, provider=Overlapping(committing))
     assert result.status == "completed", result.state.error
     assert all(i["status"] == "completed" for i in result.state.results["each"]["items"])
+
+
+HOLDING_CHILD = CHILD.replace("tools: [write_file, list_files]", "tools: [write_file, hold]").replace(
+    "start: work", "tools:\n  hold:\n    description: Wait while the test holds.\n"
+    "    shell: while [ -f \"$TMPDIR/hold\" ]; do sleep 0.05; done\n    idempotent: true\nstart: work")
+DRIVER = Path(__file__).with_name("fan_out_crash_driver.py")
+
+
+def test_a_fan_out_killed_mid_way_resumes_in_the_same_item_worktrees(repo: Path, tmp_path: Path) -> None:
+    """kill -9 while item b's tool holds and item a has finished: the resume reopens both
+    worktrees (a is not run again), b's cut-off call reruns in its own, and both end on
+    their branches as an uninterrupted run would."""
+    store, temp = tmp_path / "store", tmp_path / "tmp"
+    temp.mkdir()
+    (temp / "hold").touch()
+    (repo / "child.yaml").write_text(HOLDING_CHILD)
+    (repo / "loop.yaml").write_text(PARENT.replace("['a', 'b', 'c']", "['a', 'b']"))
+    _git(repo, "add", "child.yaml", "loop.yaml")
+    _git(repo, "commit", "-q", "-m", "loops")
+    env = dict(os.environ, TMPDIR=str(temp), PYTHONUNBUFFERED="1")
+    env.pop("LOOPDSL_STORE", None)
+    proc = subprocess.Popen([sys.executable, str(DRIVER), "run", str(store), str(repo)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    worktrees = store / "worktrees"
+    while not (list(worktrees.glob("*--each--1/b.txt")) and _children_done(store) >= 1):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.3)  # b is inside its `hold` call
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    [run_id] = [r["run_id"] for r in RunStore(store).list_runs() if "/" not in r["run_id"] and "." not in r["run_id"]]
+    assert sorted(p.name for p in worktrees.iterdir() if p.is_dir()) == sorted(
+        [run_id, f"{run_id}--each--0", f"{run_id}--each--1"])  # both items' worktrees outlived the kill
+    (temp / "hold").unlink()
+    done = subprocess.run([sys.executable, str(DRIVER), "resume", str(store), run_id], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    ended = json.loads(done.stdout.strip().splitlines()[-1])
+    assert ended["status"] == "completed", ended
+    for index, name in enumerate("ab"):
+        item = ended["items"][index]
+        assert item["status"] == "completed" and item["outputs"]["seen"] == f"{name} done"
+        assert _git(repo, "show", f"{item['branch']}:{name}.txt") == f"{name}\n"
+    assert _git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+def _children_done(store: Path) -> int:
+    """How many item runs have ended (committed `completed` in the store)."""
+    try:
+        runs = RunStore(store).list_runs()
+    except Exception:  # noqa: BLE001 - the store is still being made by the other process
+        return 0
+    return sum(1 for r in runs if r.get("status") == "completed")
