@@ -15,9 +15,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ...language import bounded_json
-from ..commands import LEFTOVER_GRACE_S
 from ..errors import StepFailure
-from ..process_tree import CommandRef, command_pids, stop_command
+from ..process_tree import CommandRef
 from .checkpoint import wait_for_person
 
 if TYPE_CHECKING:
@@ -37,10 +36,9 @@ async def same_call(attempt: "AgentAttempt", stored: dict[str, Any], call: dict[
     running it again or skipping it would both act on a guess: the run fails (neither
     retried nor routed by `on_failure`), saying so."""
     cut_off = stored.get("status") != "done"
-    ref = CommandRef.from_json(stored.get("process")) if cut_off else None
-    if ref is not None and command_pids(ref):
-        attempt.engine.emit("stopped_leftover", state=attempt.state.name, pgid=ref.pgid)
-        await stop_command(ref, LEFTOVER_GRACE_S)
+    if cut_off:
+        ref = CommandRef.from_json(stored.get("process"))
+        await attempt.engine.commands.stop_leftover(ref, attempt.engine.emit, state=attempt.state.name)
     recorded, now = stored.get("args_hash"), args_hash(call)
     if recorded is None or recorded == now:
         return  # None: a result stored before results kept the hash (started records always had it)
