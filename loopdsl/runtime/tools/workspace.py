@@ -148,8 +148,12 @@ class WorkspaceTools:
     def _quick(self, name: str, args: Mapping[str, Any]) -> bool:
         """A read_file of a small regular file tracked at the start: no git process to wait
         for, one short read. The lstat is only where to run it; `call_sync` checks everything."""
-        if name != "read_file" or self._listing is not None or not isinstance(args, Mapping):
+        if name != "read_file" or not isinstance(args, Mapping):
             return False
+        if self._listing is not None:
+            if not self._listing.done():  # git still lists: wait for it in the thread
+                return False
+            self._collect_listing()
         path = args.get("path")
         if not isinstance(path, str) or path not in self._tracked:
             return False

@@ -138,6 +138,10 @@ class StartListing:
         self._thread = threading.Thread(target=self._list, name="loopdsl-git-listing", daemon=True)
         self._thread.start()
 
+    def done(self) -> bool:
+        """Whether git has answered (or failed): `result` then returns at once."""
+        return not self._thread.is_alive()
+
     def result(self) -> tuple[frozenset[str], frozenset[str]]:
         """The two sets; GitUnusable when git could not list (again at every call)."""
         self._thread.join()
