@@ -53,6 +53,7 @@ class AgentAttempt:
         self.models: list[str] = []
         self.turn = 0
         self.text = ""
+        self.ready = False  # `_tools_ready` has run
 
     # ------------------------------------------------------------ the attempt
     async def run(self) -> dict[str, Any]:
@@ -231,6 +232,7 @@ class AgentAttempt:
             refused = await self._approval(name, call, args)
             if refused is not None:
                 return self._finish_call(key, call, args, ToolOutcome.failure(refused))
+        await self._tools_ready()
         started = {"status": "started", "args_hash": args_hash(call)}
         planned = getattr(box, "planned_edit", None) if name == "edit_file" else None
         if planned is not None:  # the file's hash once this edit is done: a resume can tell it happened
@@ -252,6 +254,17 @@ class AgentAttempt:
         except Exception as exc:  # noqa: BLE001 - a tool's bug goes back to the model, never crashes the run
             outcome = ToolOutcome.failure(f"{name} failed: {type(exc).__name__}: {exc}")
         return self._finish_call(key, call, args, outcome)
+
+    async def _tools_ready(self) -> None:
+        """Before the attempt's first tool runs, what its tools take at the start is taken
+        (the workspace tools' git listing runs behind the first turn)."""
+        if self.ready:
+            return
+        for box in {id(b): b for b in self.boxes.values()}.values():
+            ready = getattr(box, "ready", None)
+            if ready is not None:
+                await ready()
+        self.ready = True
 
     def _needs_approval(self, name: str) -> bool:
         tool, use = self.owners.get(name, (None, None))

@@ -124,6 +124,14 @@ class WorkspaceTools:
         self._tracked: frozenset[str] = frozenset()  # read without asking git (a tracked file is not ignored)
         self._git_problem: GitUnusable | None = None  # reported by every call that needs git
 
+    async def ready(self) -> None:
+        """Waits for git's listing taken at the start: an agent calls this before the first
+        call of any of its tools, so none (a shell tool, say) can change a `.gitignore`
+        before git has read it."""
+        if self._listing is not None and not self._listing.done():
+            await asyncio.to_thread(self._listing.result)  # waits off the event loop (a hung git)
+        self._collect_listing()
+
     def _collect_listing(self) -> None:
         if self._listing is None:
             return
