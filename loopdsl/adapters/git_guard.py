@@ -11,7 +11,8 @@ Watched: the shared config (`config`, `config.worktree`, every worktree's
 the `core.hooksPath` directory when it lies inside the repository, every ref other than
 the run's own branch (loose or packed), the HEAD of every other worktree, and the run
 worktree's `.git` file (which says which repository it is). The run's own branch and its
-worktree's HEAD may move: that is the run's work, and `reset_workspace` moves them back.
+worktree's HEAD may move: that is the run's work, and `reset_workspace` moves them back;
+so may the branches of the other items of a concurrent fan-out, for an item's attempt.
 """
 from __future__ import annotations
 
@@ -89,6 +90,7 @@ class RepoGuard:
 
     repo: Path
     branch: str  # the run's own branch, e.g. loopdsl/<run-id>
+    shared: str = ""  # a fan-out item's: its siblings' branch prefix (their work moves them)
     common: Path = field(init=False)
     own_admin: str | None = field(init=False, default=None)
     before: dict[str, str] = field(init=False, default_factory=dict)
@@ -120,8 +122,9 @@ class RepoGuard:
                 # The `.git` file of the run's checkout: which repository its git commands use.
                 state["file <run worktree>/.git"] = _digest(Path(_read(admin / "gitdir"))) or "absent"
         state["ref HEAD"] = _digest(self.common / "HEAD") or "absent"  # the main checkout's
-        own = f"refs/heads/{self.branch}"
-        state.update({f"ref {k}": v for k, v in _refs(self.repo).items() if k != own})
+        own, siblings = f"refs/heads/{self.branch}", f"refs/heads/{self.shared}" if self.shared else None
+        state.update({f"ref {k}": v for k, v in _refs(self.repo).items()
+                      if k != own and not (siblings and k.startswith(siblings))})
         return state
 
     def changes(self) -> list[str]:
@@ -154,9 +157,10 @@ def _inside(path: Path, root: Path) -> bool:
     return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))
 
 
-def guard_repository(repo: Path, branch: str) -> RepoGuard:
-    """Take the repository's git setup before an agent attempt on branch `branch`."""
-    return RepoGuard(repo, branch)
+def guard_repository(repo: Path, branch: str, shared: str = "") -> RepoGuard:
+    """Take the repository's git setup before an agent attempt on branch `branch` (`shared`:
+    the prefix of sibling branches a fan-out's items move concurrently)."""
+    return RepoGuard(repo, branch, shared)
 
 
 def describe_changes(changes: list[str], limit: int = 10) -> str:

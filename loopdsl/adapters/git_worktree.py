@@ -34,11 +34,13 @@ from .git_safe import (
 from .git_snapshot import Snapshot, diff_names, resolve
 
 # Re-exported: callers and tests name them from here, where the worktree lives.
-__all__ = ["BRANCH_PREFIX", "CREDENTIAL_FILE", "FALLBACK_EMAIL", "FALLBACK_NAME", "SecretInCommit", "WorkspaceError",
-           "Worktree", "clean_worktrees", "create_worktree", "find_repo_root", "finish_worktree", "keep_worktree",
+__all__ = ["BRANCH_PREFIX", "CREDENTIAL_FILE", "ITEM_SEPARATOR", "FALLBACK_EMAIL", "FALLBACK_NAME", "SecretInCommit",
+           "WorkspaceError", "Worktree", "clean_worktrees", "create_worktree", "find_repo_root", "finish_worktree", "keep_worktree",
            "open_worktree"]
 
 BRANCH_PREFIX = "loopdsl/"
+# A fan-out item's worktree and branch: `<run-id>--<state>--<index>` (git_workspace.py).
+ITEM_SEPARATOR = "--"
 
 
 # Files that hold credentials by convention. A run never commits one it created, whatever
@@ -297,7 +299,7 @@ def clean_worktrees(repo: Path, worktrees_dir: Path, keep: Iterable[str] = ()) -
         if not _same_path(path.parent, worktrees_dir):
             continue  # the main checkout or a worktree the user made themselves
         run_id = path.name
-        if run_id in keep_ids or "locked" in entry:
+        if run_id.split(ITEM_SEPARATOR)[0] in keep_ids or "locked" in entry:  # a run's item worktrees too
             continue
         if path.exists():
             # --force: a kept worktree has uncommitted work by design; cleaning discards it.

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
-import math
 import re
 import time
 import traceback
@@ -34,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..language.prices import without_cost_params
 from .litellm_loading import ensure_litellm, is_loaded, wait_until_loaded
-from ..language.prices import model_provider
 from ..runtime.redaction import Redactor
 from ..runtime.model_port import LlmRequest, LlmResponse, PROVIDER_ERROR_KINDS, Provider, ProviderError, json_copy
 from .litellm_response import response_to_llm
+from .litellm_tokens import (ESTIMATE_MARGIN, EXACT_TOKENIZER_PROVIDERS, TokenTally, count_prompt_tokens,
+                             tokenizer_is_exact)
 
 if TYPE_CHECKING:
     # Re-exported lazily (see `__getattr__` at the bottom): `scripted` imports this module.
@@ -46,9 +46,6 @@ if TYPE_CHECKING:
 
 # LiteLLM needs some key even for a local OpenAI-compatible server that checks none.
 LOCAL_PLACEHOLDER_KEY = "sk-local"
-# Providers whose prompts LiteLLM counts with the provider's real tokenizer (tiktoken).
-EXACT_TOKENIZER_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "azure_text"})
-ESTIMATE_MARGIN = 1.25
 # Grace beyond the request's own timeout before we stop waiting on LiteLLM ourselves.
 _TIMEOUT_GRACE_S = 5.0
 # Providers word an over-long prompt differently; LiteLLM recognises only some phrasings.
@@ -69,21 +66,6 @@ _UNREADABLE = frozenset({"ValidationError", "TypeError", "AttributeError", "KeyE
 _DETAIL_LIMIT = 500
 # Down an exception chain: the network failed (the reply did not arrive whole).
 _NETWORK = frozenset({"TransportError", "ClientError", "OSError", "APIConnectionError"})
-
-
-# -- token counts -----------------------------------------------------------------------
-def tokenizer_is_exact(model: str) -> bool:
-    """Whether LiteLLM's `token_counter` uses the provider's real tokenizer for `model`."""
-    return model_provider(model) in EXACT_TOKENIZER_PROVIDERS
-
-
-def count_prompt_tokens(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> int:
-    """Prompt tokens to reserve, tool definitions included: exact for OpenAI models, else
-    ceil(1.25 x LiteLLM's estimate)."""
-    litellm = ensure_litellm()
-    counted = int(litellm.token_counter(model=model, messages=[dict(m) for m in messages],
-                                        tools=[dict(t) for t in tools] or None))
-    return counted if tokenizer_is_exact(model) else math.ceil(ESTIMATE_MARGIN * counted)
 
 
 # -- exception mapping ----------------------------------------------------------------
@@ -292,6 +274,9 @@ def _tool_kwargs(request: LlmRequest) -> dict[str, Any]:
 class LiteLLMProvider:
     """Real calls through `litellm.acompletion`, one HTTP request per `complete()`."""
 
+    def __init__(self) -> None:
+        self._tally = TokenTally()  # an agent's growing conversation is counted once per message
+
     def loaded(self) -> bool:
         """Whether LiteLLM is imported; until then a call first waits for it (see the engine)."""
         return is_loaded()
@@ -326,7 +311,7 @@ class LiteLLMProvider:
 
     def count_tokens(self, model: str, messages: Sequence[Mapping[str, Any]],
                      tools: Sequence[Mapping[str, Any]] = ()) -> int:
-        return count_prompt_tokens(model, messages, tools)
+        return self._tally.count(model, messages, tools)
 
 
 # -- re-exports from `scripted` ---------------------------------------------------------

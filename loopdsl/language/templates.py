@@ -6,6 +6,7 @@ shell_template.py; the names other modules import from here are re-exported belo
 """
 from __future__ import annotations
 
+import functools
 import json
 from collections import ChainMap
 from collections.abc import Iterator, Mapping
@@ -286,10 +287,16 @@ class Template:
         return f"Template({self.source!r})"
 
 
+# Compiled once per source in a process: a long-lived process (the API, `ui`, a fan-out of
+# runs) compiles the same loop for every run, and Jinja's parse and compile is most of that.
+# Both kinds are safe to share: a Template keeps nothing between renders, and an Expression
+# only keeps a context for the dict it was last called with (another dict gets a new one).
+@functools.lru_cache(maxsize=2048)
 def compile_expression(source: str) -> Expression:
     return Expression(source)
 
 
+@functools.lru_cache(maxsize=2048)
 def compile_template(source: str) -> Template:
     return Template(source)
 

@@ -7,7 +7,9 @@ here with its `CommandRef` and committed to the store before it is waited on; it
 when it ends (written with the next commit). After `kill -9` of loopdsl the entries of
 the commands it was running are still in the store, and `resume` stops every one that
 is still alive before anything runs again. The one exception is a non-idempotent
-`shell:` state's command, which a person decides about (actions/checkpoint.py).
+`shell:` state's command, which a person decides about (actions/checkpoint.py) before
+`stop_leftover` stops it; an agent's cut-off tool call is stopped the same way
+(actions/agent_resume.py).
 """
 from __future__ import annotations
 
@@ -87,9 +89,25 @@ class RunCommands:
         for marker, entry in list(entries.items()):
             if marker == keep:
                 continue
-            ref = CommandRef.from_json(entry)
-            running = (command_pids(ref) or []) if ref is not None else []
-            if ref is not None and running:
-                emit("stopped_leftover", state=self.run.current, pgid=ref.pgid, pids=running, what=entry.get("what"))
-                await stop_command(ref, LEFTOVER_GRACE_S)
+            await self.stop_leftover(CommandRef.from_json(entry), emit, state=self.run.current, what=entry.get("what"))
             self._forget(marker)
+
+    async def stop_leftover(self, ref: CommandRef | None, emit: Callable[..., None], *, state: str | None,
+                            clock: Any = None, **shown: Any) -> list[int]:
+        """Stop one command a killed loopdsl left running, if any of it still is (the one home
+        of that stop: every recorded command at resume, an interrupted shell state's own once
+        settled, an agent's cut-off tool call), saying so in a `stopped_leftover` event. The
+        pids that were running; [] when none (or no ref). `clock`: the engine's clock port;
+        `shown`: more fields of the event (`what` the command was)."""
+        running = leftover_pids(ref)
+        if ref is None or not running:
+            return []
+        emit("stopped_leftover", state=state, pgid=ref.pgid, pids=running, **shown)
+        timing = {"monotonic": clock.monotonic, "sleep": clock.sleep} if clock is not None else {}
+        await stop_command(ref, LEFTOVER_GRACE_S, **timing)
+        return running
+
+
+def leftover_pids(ref: CommandRef | None) -> list[int]:
+    """The processes of a recorded command still alive ([] when none, or no ref)."""
+    return (command_pids(ref) or []) if ref is not None else []

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from .process_tree import CommandRef
 from .run_state import RunState
@@ -99,6 +99,21 @@ class WorkspaceGit(Protocol):
     # Takes the repository's git setup now; the returned check says what changed since
     # (a message for the run's failure), or None.
     def guard(self) -> Callable[[], str | None]: ...
+    # The worktrees of a concurrent fan-out's items that write, one each, made (or reopened)
+    # from this worktree as it is now (adapters/git_workspace.py).
+    def item_worktrees(self, label: str, count: int) -> Sequence["ItemWorktree"]: ...
+
+
+class ItemWorktree(Protocol):
+    """One fan-out item's worktree; `path` and `git` are None when it was finished before a crash."""
+
+    branch: str
+    path: Path | None
+    git: WorkspaceGit | None
+
+    # Commits and removes a completed item's worktree, keeps another's (blocking); returns
+    # what the item's result says of it: {branch, commit} or {branch, worktree[, error]}.
+    def finish(self, completed: bool, message: str, secrets: Iterable[str]) -> dict[str, Any]: ...
 
 
 class Human(Protocol):

@@ -16,6 +16,7 @@ import pytest
 
 from loopdsl.adapters.store.run_store import RunStore
 from loopdsl.api.durable import decide
+from loopdsl.runtime.actions.agent_turns import agent_key
 
 DRIVER = Path(__file__).with_name("agent_crash_driver.py")
 PRICE = "price: {input_per_mtok: 1, output_per_mtok: 2}"
@@ -143,3 +144,55 @@ def test_a_turn_in_flight_at_the_kill_is_charged_its_reservation_and_sent_again(
     ledger = RunStore(store).load_run(run_id)["ledger"]
     # Four answered turns as reported, plus the lost one's whole reservation (100 counted + 50 max_tokens).
     assert ledger["tokens"] == 4 * 110 + 150
+
+
+def tamper_with_reply(store: Path, run_id: str, turn: int, arguments: dict) -> None:
+    """Edit the stored model reply of `turn` in the run store, as a person or a bug might."""
+    key = agent_key("turn", run=run_id, state="work", visit=1, attempt=1, turn=turn, fallback=0,
+                    model="openai/gpt-4o-mini")
+    opened = RunStore(store)
+    reply = opened.get_response(key)
+    assert reply is not None and reply["tool_calls"], "the turn's reply is where the test expects it"
+    reply["tool_calls"][0]["arguments"] = json.dumps(arguments)
+    opened.put_response(key, reply)
+    opened.close()
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_a_cut_off_call_whose_stored_reply_changed_fails_the_run(tmp_path: Path, idempotent: bool) -> None:
+    """Rerunning (idempotent) or asking a person (not) would act on arguments that were
+    never started: the recorded args hash does not match, so the run fails instead."""
+    workdir, store = tmp_path / "w", tmp_path / "store"
+    write_loop(workdir, idempotent=idempotent)
+    run_id = crash_in_second_call(tmp_path, workdir, store)
+    tamper_with_reply(store, run_id, 2, {"n": 7, "sleep": 0})
+    ended = driver(tmp_path, "resume", str(store), run_id)
+    assert ended["status"] == "failed"
+    error = RunStore(store).load_run(run_id)["error"]
+    assert error["kind"] == "interrupted"
+    assert "call_2_1 (mark) was cut off by a crash" in error["message"]
+    assert "other arguments" in error["message"] and "start a new run" in error["message"]
+    assert (workdir / "ran.txt").read_text().split() == ["1", "2"]  # neither rerun (n=7 or 2) nor skipped on
+    assert not leftover_alive(workdir)  # what was left of the call is stopped all the same
+    assert turns_paid(tmp_path) == ["turn 1", "turn 2"]  # nothing more was asked of the model
+
+
+def test_a_finished_call_whose_stored_reply_changed_fails_the_run(tmp_path: Path) -> None:
+    workdir, store = tmp_path / "w", tmp_path / "store"
+    write_loop(workdir, idempotent=True)
+    run_id = crash_in_second_call(tmp_path, workdir, store)
+    tamper_with_reply(store, run_id, 1, {"n": 5, "sleep": 0})
+    ended = driver(tmp_path, "resume", str(store), run_id)
+    assert ended["status"] == "failed"
+    error = RunStore(store).load_run(run_id)["error"]
+    assert "call_1_1 (mark) finished before the crash" in error["message"]
+    assert (workdir / "ran.txt").read_text().split() == ["1", "2"]
+
+
+def test_an_untouched_store_resumes_as_before(tmp_path: Path) -> None:
+    """The check itself: the same store, read and written back unchanged, still resumes."""
+    workdir, store = tmp_path / "w", tmp_path / "store"
+    write_loop(workdir, idempotent=True)
+    run_id = crash_in_second_call(tmp_path, workdir, store)
+    tamper_with_reply(store, run_id, 2, {"n": 2, "sleep": 30})  # what the model sent: same arguments
+    assert driver(tmp_path, "resume", str(store), run_id)["status"] == "completed"

@@ -3,7 +3,12 @@ on a built-in applies to that listing only, not to the other built-ins the agent
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from test_agent import Conversation, loop_text, run, tool_messages
 
@@ -156,3 +161,27 @@ def test_an_mcp_tools_own_timeout_bounds_its_calls(tmp_path: Path) -> None:
     [call] = result.state.results["work"]["tool_calls"]
     assert call["name"] == "srv__slow" and call["ok"] is False and "timed out" in call["error"], call
     assert elapsed < 25  # not the 30 s the tool asked for, nor the 120 s default
+
+
+def test_no_tool_runs_before_git_has_listed_what_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """git's listing of the ignored files runs behind the first turn; a shell tool of the
+    first turn that rewrites `.gitignore` (un-ignoring `.env`) still runs after git read the
+    old one, so `.env` stays unreadable. git is slowed down here to widen the window."""
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / ".gitignore").write_text(".env\n")
+    (tmp_path / ".env").write_text("TOKEN=abc\n")
+    subprocess.run(["git", "add", ".gitignore"], cwd=tmp_path, check=True)
+    shims = tmp_path.parent / f"{tmp_path.name}-shims"
+    shims.mkdir()
+    real = shutil.which("git")
+    (shims / "git").write_text(f'#!/bin/sh\ncase "$*" in *ls-files*) sleep 1;; esac\nexec "{real}" "$@"\n')
+    (shims / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}{os.pathsep}{os.environ['PATH']}")
+    calls = {1: [("unignore", {})], 2: [("read_file", {"path": ".env"})]}
+    provider = Conversation(lambda turn, r: calls.get(turn, "ok"))
+    tools = ("  unignore:\n    description: Empty .gitignore.\n    shell: ': > .gitignore'\n")
+    result = run(tmp_path, loop_text("tools: [unignore, read_file]\nmax_turns: 4", tools=tools), provider)
+    assert result.status == "completed", result.state.error
+    read = result.state.results["work"]["tool_calls"][1]
+    assert read["name"] == "read_file" and not read["ok"] and "ignored" in read["error"]
+    assert "abc" not in json.dumps([m for r in provider.requests for m in r.messages])

@@ -260,3 +260,50 @@ def test_outside_a_git_repository_files_are_walked(tmp_path: Path) -> None:
     tools = WorkspaceTools(tmp_path / "plain")
     assert call(tools, "list_files").result == "g.txt"
     assert call(tools, "search_files", pattern="found").result == "g.txt:1:found too"
+
+
+def test_git_listing_runs_behind_the_first_turn_and_is_stopped_when_no_tool_is_called(
+        ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two `git ls-files` start with the tools and are waited for by the first call; an
+    attempt that ends before any call kills them rather than waiting (a hung git too)."""
+    shims, pids = tmp_path / "shims", tmp_path / "pids"
+    shims.mkdir()
+    pids.mkdir()
+    (shims / "git").write_text(f'#!/bin/sh\necho $$ > "{pids}/$$"\nexec sleep 60\n')
+    (shims / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}{os.pathsep}{os.environ['PATH']}")
+    started = time.monotonic()
+    tools = tools_for(ws)
+    assert time.monotonic() - started < 5  # opening does not wait for git
+    deadline = time.monotonic() + 10
+    while len(list(pids.iterdir())) < 2:
+        assert time.monotonic() < deadline, "both listings started"
+        time.sleep(0.01)
+    asyncio.run(tools.aclose())
+    assert time.monotonic() - started < 10
+    for pid_file in pids.iterdir():
+        assert not Path(f"/proc/{int(pid_file.read_text())}").exists()  # killed and reaped
+
+
+def test_a_call_on_the_event_loop_or_in_a_thread_gives_the_same_answers(ws: Path) -> None:
+    """A small tracked file is read on the event loop (the thread hop costs more than the
+    read); a big one, an untracked one and a tracked path swapped for a symlink go to a
+    thread. Either way the answer is call_sync's."""
+    (ws / "big.txt").write_text("x" * 100 + "\n" * 3000)  # 3,000 lines, ~3 KB: small
+    (ws / "huge.txt").write_text(("y" * 199 + "\n") * 2000)  # 400 KB: past the inline limit
+    git(ws, "add", "big.txt", "huge.txt")
+    git(ws, "commit", "-q", "-m", "more")
+    tools = tools_for(ws)
+
+    def awaited(path: str) -> tuple[bool, object]:
+        outcome = asyncio.run(tools.call("read_file", {"path": path}, call_id="c", timeout=30))
+        return outcome.ok, outcome.result or outcome.error
+
+    for path in ("README.md", "big.txt", "huge.txt", "untracked.txt", "missing.txt"):
+        expected = call(tools, "read_file", path=path)
+        assert awaited(path) == (expected.ok, expected.result or expected.error), path
+    (ws / "README.md").unlink()
+    (ws / "README.md").symlink_to(ws / "src" / "app.py")  # tracked name, now a symlink
+    ok, answer = awaited("README.md")
+    assert not ok and "symlink" in str(answer)
+    asyncio.run(tools.aclose())

@@ -7,11 +7,11 @@ A resumed attempt runs the same loop again from the stored first request: stored
 are not paid again, finished calls are not run again, and a call that was started but
 never finished is killed if still running, then run again only if its tool is idempotent;
 otherwise a person decides (rerun, skip, fail), or in an unattended loop the attempt fails
-with kind `interrupted`.
+with kind `interrupted`. A recorded call whose arguments differ from the stored reply's
+fails the run (agent_resume.py).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -20,19 +20,16 @@ from ...language.agent_model import AgentAction, ToolDef, ToolUse, resolve_tool
 from ...language.compile import CompiledState, input_facts
 from ..budget import BudgetExceeded
 from ..errors import StepFailure
-from ..process_tree import CommandRef, command_pids, stop_command
 from ..tools.base import ToolBox, ToolOutcome, ToolSpec, safe_output
 from ..tools.registry import ToolEnv, factory_for, group_by_kind
 from .agent_turns import TurnCaller, agent_key
-from ..commands import LEFTOVER_GRACE_S
+from .agent_resume import args_hash, cut_off, same_call
 from .agent_workspace import AttemptWorkspace
 from .checkpoint import wait_for_person
 from .llm import llm_result, render_or_fail
 
 if TYPE_CHECKING:
     from ..engine import Engine
-
-INTERRUPTED_CHOICES = ("rerun", "skip", "fail")
 
 
 class AgentAttempt:
@@ -56,6 +53,7 @@ class AgentAttempt:
         self.models: list[str] = []
         self.turn = 0
         self.text = ""
+        self.ready = False  # `_tools_ready` has run
 
     # ------------------------------------------------------------ the attempt
     async def run(self) -> dict[str, Any]:
@@ -212,8 +210,10 @@ class AgentAttempt:
     async def _call_tool(self, call: dict[str, Any]) -> tuple[dict[str, Any], str]:
         key = self._tool_key(call["id"])
         stored = self.store.get_response(key)
-        if stored is not None and stored.get("status") == "done":
-            return dict(stored["record"]), str(stored["content"])
+        if stored is not None:
+            await same_call(self, stored, call)
+            if stored.get("status") == "done":
+                return dict(stored["record"]), str(stored["content"])
         name = str(call.get("name"))
         args, problem = _parse_args(call.get("arguments"))
         box = self.boxes.get(name)
@@ -222,7 +222,7 @@ class AgentAttempt:
         if problem is not None:
             return self._finish_call(key, call, args, ToolOutcome.failure(problem))
         if stored is not None:
-            settled = await self._cut_off(stored, name, call)
+            settled = await cut_off(self, stored, name, call)
             if settled == "skip":
                 return self._finish_call(key, call, args, ToolOutcome.failure("interrupted"))
             if settled == "done":  # an edit_file the crash cut off after it wrote the file
@@ -232,7 +232,8 @@ class AgentAttempt:
             refused = await self._approval(name, call, args)
             if refused is not None:
                 return self._finish_call(key, call, args, ToolOutcome.failure(refused))
-        started = {"status": "started", "args_hash": hashlib.sha256(str(call.get("arguments")).encode()).hexdigest()}
+        await self._tools_ready()
+        started = {"status": "started", "args_hash": args_hash(call)}
         planned = getattr(box, "planned_edit", None) if name == "edit_file" else None
         if planned is not None:  # the file's hash once this edit is done: a resume can tell it happened
             started["edit_sha256"] = planned(args)
@@ -253,6 +254,17 @@ class AgentAttempt:
         except Exception as exc:  # noqa: BLE001 - a tool's bug goes back to the model, never crashes the run
             outcome = ToolOutcome.failure(f"{name} failed: {type(exc).__name__}: {exc}")
         return self._finish_call(key, call, args, outcome)
+
+    async def _tools_ready(self) -> None:
+        """Before the attempt's first tool runs, what its tools take at the start is taken
+        (the workspace tools' git listing runs behind the first turn)."""
+        if self.ready:
+            return
+        for box in {id(b): b for b in self.boxes.values()}.values():
+            ready = getattr(box, "ready", None)
+            if ready is not None:
+                await ready()
+        self.ready = True
 
     def _needs_approval(self, name: str) -> bool:
         tool, use = self.owners.get(name, (None, None))
@@ -292,49 +304,12 @@ class AgentAttempt:
         content, cut = safe_output(tool_content(outcome), limit=2 * self.action.tool_output_limit, redact=redact)
         outcome.truncated = outcome.truncated or cut
         record = _record(call, self.turn, engine.redact.redact_obj(args) if engine.redact else args, outcome)
-        self.store.put_response(key, {"status": "done", "record": record, "content": content})
+        self.store.put_response(key, {"status": "done", "args_hash": args_hash(call), "record": record, "content": content})
         engine.emit("tool_call", state=self.state.name, attempt=self.ids["attempt"], turn=self.turn, id=record["id"],
                     name=record["name"], summary=_summary(record["args"]), ok=record["ok"], error=record["error"],
                     truncated=record["truncated"], duration_s=record["duration_s"])
         engine.commit()
         return record, content
-
-    async def _cut_off(self, stored: dict[str, Any], name: str, call: dict[str, Any]) -> str:
-        """A call started before a crash and never finished: stop what is left of it, then
-        "rerun" it (idempotent, or a person said so), "skip" it, or take it as "done" (an
-        edit_file whose file already has the hash recorded when it started)."""
-        ref = CommandRef.from_json(stored.get("process"))
-        if ref is not None and command_pids(ref):
-            self.engine.emit("stopped_leftover", state=self.state.name, pgid=ref.pgid)
-            await stop_command(ref, LEFTOVER_GRACE_S)
-        if self.specs[name].idempotent:
-            return "rerun"
-        edit_done = getattr(self.boxes[name], "edit_done", None) if stored.get("edit_sha256") else None
-        path = call_path(call)
-        if edit_done is not None and path is not None and edit_done(path, stored["edit_sha256"]):
-            return "done"
-        engine = self.engine
-        decision = engine.run.decision
-        if decision is not None and decision.get("decision") in INTERRUPTED_CHOICES:
-            engine.run.decision = None
-            if decision["decision"] == "fail":
-                raise StepFailure("interrupted", f"a person chose to fail after tool call {call['id']} ({name}) "
-                                  "was cut off", result=self.result("error"))
-            return str(decision["decision"])
-        message = (f"agent '{self.state.name}': tool call {call['id']} ({name}) was cut off by a crash and "
-                   "its tool is not idempotent; rerun it, skip it (the model is told it was interrupted) or fail")
-        if engine.loop.unattended:
-            raise StepFailure("interrupted", message, result=self.result("error"))
-        wait_for_person(engine, self.state, reason="tool_interrupted", message=message,
-                        choices=INTERRUPTED_CHOICES, timeout=None)
-        raise AssertionError("unreachable")  # wait_for_person raises Waiting
-
-
-def call_path(call: dict[str, Any]) -> str | None:
-    args, _ = _parse_args(call.get("arguments"))
-    path = (args or {}).get("path")
-    return path if isinstance(path, str) else None
-
 
 def _offered_names(tool: ToolDef) -> list[str]:
     if tool.kind == "mcp":

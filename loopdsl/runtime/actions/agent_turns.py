@@ -85,7 +85,7 @@ class TurnCaller:
                              pending_extra={"turn": turn})
             try:
                 reply = await self.engine.llm._paid_call(request, self.priced, self.key(turn, index),
-                                                         request.canonical(), cc, reserve_from=index,
+                                                         None, cc, reserve_from=index,
                                                          keep_messages=False)
             except ProviderError as exc:
                 last = exc

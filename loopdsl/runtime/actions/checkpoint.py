@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from ...language.compile import TIME_OUT, CompiledState
 from ..errors import StepFailure
 from .llm import render_or_fail
-from ..commands import LEFTOVER_GRACE_S
-from ..process_tree import CommandRef, command_pids, stop_command
+from ..commands import leftover_pids
+from ..process_tree import CommandRef
 from ...language.model import CheckpointAction, State
 from ..run_state import FAILED, RUNNING, WAITING
 
@@ -64,7 +64,7 @@ async def settle_interrupted_command(engine: "Engine", state: State, pending: di
     (loopdsl was killed, not the command). An idempotent one is stopped, a non-idempotent
     one needs a person's go-ahead first (and is stopped once given)."""
     ref = CommandRef.from_json(pending.get("command"))
-    running = (command_pids(ref) or []) if ref is not None else []
+    running = leftover_pids(ref)
     if not state.idempotent and not engine.run.meta.pop("rerun_approved", False):
         if running:
             assert ref is not None
@@ -76,11 +76,7 @@ async def settle_interrupted_command(engine: "Engine", state: State, pending: di
                        "approve to run it again, reject to end the run")
         wait_for_person(engine, state, reason="interrupted", message=message, choices=("approve", "reject"),
                         timeout=None)
-    if running:
-        assert ref is not None
-        engine.emit("stopped_leftover", state=state.name, pgid=ref.pgid, pids=running)
-        clock = engine.ports.clock
-        await stop_command(ref, LEFTOVER_GRACE_S, monotonic=clock.monotonic, sleep=clock.sleep)
+    await engine.commands.stop_leftover(ref, engine.emit, state=state.name, clock=engine.ports.clock)
 
 
 def resume_waiting(engine: "Engine") -> bool:

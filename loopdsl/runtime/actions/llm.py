@@ -207,12 +207,13 @@ class LlmCaller:
         self.ledger.settle(reservation, response.prompt_tokens + response.completion_tokens, cost_usd)
         return {"prompt_tokens": response.prompt_tokens, "completion_tokens": response.completion_tokens}, cost_usd
 
-    async def _paid_call(self, request: LlmRequest, priced: list[tuple[str, Price | None]], key: str, canonical: dict,
+    async def _paid_call(self, request: LlmRequest, priced: list[tuple[str, Price | None]], key: str, canonical: dict | None,
                          cc: CallContext, reserve_from: int = 0, keep_messages: bool = True) -> dict[str, Any]:
         """`reserve_from`: the first chain entry still in play (an agent's sticky fallback);
         the call is reserved at the dearest price from there on. `keep_messages`: store the
         request's messages beside the reply, for `show --transcript` (an agent's turns keep
-        only their first request, the rest follows from the replies and tool results)."""
+        only their first request, the rest follows from the replies and tool results).
+        `canonical`: the request's canonical form, made here when None and the cache needs it."""
         provider = self.provider()
         prompt_tokens = prompt_tokens_for(provider, request, cc.state)
         if request.tools:  # an agent's turn grows each turn: past the model's window it is not sent
@@ -259,7 +260,7 @@ class LlmCaller:
         # before the state ends (a gate's command starting) must not let `resume` settle it again.
         pending["settled"] = True
         if self.use_cache:
-            self.responses.put_cached(cache_key(canonical), kept)
+            self.responses.put_cached(cache_key(canonical if canonical is not None else request.canonical()), kept)
         return {k: v for k, v in kept.items() if k != "messages"}
 
 

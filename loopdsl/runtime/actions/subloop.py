@@ -15,10 +15,11 @@ from ..budget import BudgetExceeded, Ledger
 from ...language.inputs import InputError, coerce_inputs
 from ..errors import StepFailure
 from ...language.model import ERROR_KINDS, LoopAction
-from ..run_state import BUDGET_EXHAUSTED, COMPLETED, WAITING, RunState, history_from_events
+from ..run_state import BUDGET_EXHAUSTED, COMPLETED, FAILED, WAITING, RunState, history_from_events
 from ...language.templates import Expression, RenderError
-from ..ports import ChildLoop, Ports
+from ..ports import ChildLoop, ItemWorktree, Ports
 from ...language.agent_model import AgentAction, WRITING_BUILTINS
+from ...language.errors import LoopdslError
 from .checkpoint import wait_for_person
 
 if TYPE_CHECKING:
@@ -94,18 +95,23 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         raise StepFailure("parse", problem, fatal=True)
     limit = asyncio.Semaphore(max(1, action.concurrency))
     visit = parent.run.visits.get(cs.state.name, 1)
+    label = cs.state.name + (f"@{visit}" if visit > 1 else "")
     # Display ids nest under the parent (`<parent>/<state>[/<index>]`); store keys use '.'.
-    base_id = f"{parent.run.run_id}/{cs.state.name}" + (f"@{visit}" if visit > 1 else "")
+    base_id = f"{parent.run.run_id}/{label}"
     shared = _shared_child_ports(parent, child)
+    # Concurrent items that write: each in a worktree of its own (checked above: there is a git port).
+    own = await _item_worktrees(parent, label, len(items)) if concurrent and writing_agents(child) else None
 
     async def one(index: int, item: Any) -> dict[str, Any]:
         if cs.for_each is None:
             return await _run_child(parent, cs, child, shared, base_id, dict(ctx), {}, limit)
         scope = dict(ctx, item=item, index=index)
         return await _run_child(parent, cs, child, shared, f"{base_id}/{index}", scope, {"item": item, "index": index},
-                                limit)
+                                limit, own[index] if own else None)
 
     results = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+    if own:
+        await _finish_items(parent, label, own, results)
     _wait_if_a_child_waits(parent, cs, results)
     if cs.for_each is None:
         return _one_child_result(action, results[0])
@@ -118,21 +124,49 @@ def child_workspace_problem(parent: "Engine", child: ChildLoop, ref: str, *, con
     A child runs in its caller's workspace. One that declares `workspace: {worktree: true}`
     expects a run branch to write on: under a caller without a worktree that would be a
     person's checkout, so it is refused. Children of a `for_each` running concurrently
-    would write into the same worktree at once, so those whose agents hold writing tools
-    or coding-agent CLIs are refused too: run them with `concurrency: 1`."""
+    whose agents hold writing tools or coding-agent CLIs each get a worktree of their own
+    (adapters/git_workspace.py), made from the caller's: a caller without one is refused."""
     loop = child.compiled.loop
     if loop.workspace.worktree and not (parent.loop.workspace.worktree or parent.ports.git is not None):
         return (f"the sub-loop {ref} declares `workspace: {{worktree: true}}` but loop '{parent.loop.name}' runs "
                 "without a worktree, so the child would write into a person's checkout; set "
                 "`workspace: {worktree: true}` on the calling loop")
-    if concurrent:
-        writers = [s.name for s in loop.states.values() if isinstance(s.action, AgentAction)
-                   and (s.action.cli is not None or any(u.name in WRITING_BUILTINS for u in s.action.tools))]
-        if writers:
-            return (f"the sub-loop {ref} has agent '{writers[0]}' with writing tools or a coding-agent CLI, and "
-                    "for_each runs its children concurrently in one workspace, where they would overwrite each "
-                    "other; set `concurrency: 1`")
+    writers = writing_agents(child) if concurrent else []
+    if writers and parent.ports.git is None:
+        return (f"the sub-loop {ref} has agent '{writers[0]}' with writing tools or a coding-agent CLI, and "
+                f"for_each runs its children concurrently: each needs a worktree of its own, made from the "
+                f"caller's, but loop '{parent.loop.name}' runs without a worktree; set "
+                "`workspace: {worktree: true}` on the calling loop, or `concurrency: 1`")
     return None
+
+
+def writing_agents(child: ChildLoop) -> list[str]:
+    """The child's agent states that can change files: writing built-in tools or a CLI."""
+    return [s.name for s in child.compiled.loop.states.values() if isinstance(s.action, AgentAction)
+            and (s.action.cli is not None or any(u.name in WRITING_BUILTINS for u in s.action.tools))]
+
+
+async def _item_worktrees(parent: "Engine", label: str, count: int) -> list[ItemWorktree]:
+    git = parent.ports.git
+    assert git is not None  # child_workspace_problem refused a fan-out of writers without one
+    try:
+        return list(await asyncio.to_thread(git.item_worktrees, label, count))
+    except LoopdslError as exc:  # a branch or directory in the way: the run cannot go on safely
+        raise StepFailure("workspace", f"making the worktrees of '{label}' items: {exc.message}"
+                          + (f"; {exc.hint}" if exc.hint else ""), fatal=True) from None
+
+
+async def _finish_items(parent: "Engine", label: str, own: list[ItemWorktree], results: list[dict[str, Any]]) -> None:
+    """Each item's worktree ends like a run's: committed on its branch and removed when the
+    item completed, kept otherwise (and while it waits for a person, untouched)."""
+    for index, (item, result) in enumerate(zip(own, results)):
+        if result["status"] == WAITING:
+            continue
+        message = f"loopdsl: {parent.run.loop} run {parent.run.run_id}, item {index} of '{label}'"
+        info = await asyncio.to_thread(item.finish, result["status"] == COMPLETED, message, parent.redact.values)
+        if info.get("error"):  # its changes hold a secret: not committed, the item failed
+            result.update(status=FAILED, error={"kind": "workspace", "message": info.pop("error")})
+        result["workspace"] = info
 
 
 def _items(cs: "CompiledState", ctx: Mapping[str, Any]) -> list[Any]:
@@ -145,7 +179,8 @@ def _items(cs: "CompiledState", ctx: Mapping[str, Any]) -> list[Any]:
 
 
 async def _run_child(parent: "Engine", cs: "CompiledState", child: ChildLoop, shared: Ports, run_id: str,
-                     scope: dict[str, Any], meta: dict[str, Any], limit: asyncio.Semaphore) -> dict[str, Any]:
+                     scope: dict[str, Any], meta: dict[str, Any], limit: asyncio.Semaphore,
+                     own: ItemWorktree | None = None) -> dict[str, Any]:
     from ..engine import Engine
     from ..run_keys import child_run_id
 
@@ -154,6 +189,10 @@ async def _run_child(parent: "Engine", cs: "CompiledState", child: ChildLoop, sh
     state = _child_state(parent, cs, child, run_log, run_id, scope, meta)
     if isinstance(state, dict):  # finished before a crash, or its inputs do not fit: not run
         return state
+    if own is not None and own.path is None:  # its worktree was finished, yet the child never ended
+        return {"status": FAILED, "outputs": {}, "run_id": run_id, "error": {
+            "kind": "workspace", "message": f"the worktree of {run_id} was finished before the child ended; "
+            f"its branch {own.branch} holds what it did: start a new run"}}
     loop = child.compiled.loop
     async with limit:
         elsewhere = getattr(parent.ports.children, "run", None)  # a host that runs children apart (Temporal)
@@ -167,6 +206,8 @@ async def _run_child(parent: "Engine", cs: "CompiledState", child: ChildLoop, sh
         ledger = (Ledger.from_json(loop.budget, state.ledger, parent=parent.ledger, name=name) if state.ledger
                   else parent.ledger.child(loop.budget, name=name))
         ports = replace(shared, run_log=run_log, env=dict(shared.env), listeners=[_forward_to(parent, run_id)])
+        if own is not None:  # a concurrent item that writes: its own worktree and branch
+            ports = replace(ports, workdir=own.path, git=own.git)
         engine = Engine(child.compiled, state, ports, ledger=ledger, parent=parent)
         await engine.execute()
     out: dict[str, Any] = {"status": state.status, "outputs": state.outputs, "run_id": run_id}
@@ -253,7 +294,7 @@ def _one_child_result(action: LoopAction, only: dict[str, Any]) -> dict[str, Any
 def _fan_out_result(cs: "CompiledState", action: LoopAction, results: list[dict[str, Any]]) -> dict[str, Any]:
     exhausted = [r for r in results if r["status"] == BUDGET_EXHAUSTED]
     failures = sum(1 for r in results if r["status"] != COMPLETED)
-    shaped = [{"status": r["status"], "outputs": r["outputs"]} for r in results]
+    shaped = [{"status": r["status"], "outputs": r["outputs"], **r.get("workspace", {})} for r in results]
     if failures > action.tolerate_failures and exhausted:
         err = exhausted[0].get("error") or {}
         raise BudgetExceeded(str(err.get("which") or "tokens"),

@@ -126,6 +126,12 @@ class ToolBoxes:
     async def call(self, name: str, args: Mapping[str, Any], *, call_id: str, timeout: float) -> Any:
         return await self._by_name[name].call(name, args, call_id=call_id, timeout=timeout)
 
+    async def ready(self) -> None:
+        for box in self.boxes:
+            ready = getattr(box, "ready", None)  # only some kinds take something at the start
+            if ready is not None:
+                await ready()
+
     async def aclose(self) -> None:
         for box in self.boxes:
             await box.aclose()

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -31,7 +33,7 @@ from .workspace_files import (
     MAX_SEARCH_MATCHES,
     candidate_files,
     confined_files,
-    files_at_start,
+    StartListing,
     is_binary,
     is_ignored,
     pattern_too_big,
@@ -44,6 +46,9 @@ WRITE_TOOLS = ("write_file", "edit_file")
 BUILTIN_TOOLS = READ_TOOLS + WRITE_TOOLS
 DEFAULT_READ_LINES = 2000
 MAX_FILE_BYTES = 64 * 1024 * 1024  # read_file/edit_file hold a file in memory: bounded
+# A read_file of a tracked file up to this size runs on the event loop: handing it to a thread
+# and back costs more (~0.5 ms under load) than reading it.
+INLINE_READ_BYTES = 256 * 1024
 SEARCH_TIME_LIMIT_S = 20.0  # a search stops here even when the tool's timeout is longer
 
 _PATH = {"type": "string", "description": "relative to the workspace root, '/'-separated"}
@@ -112,27 +117,63 @@ class WorkspaceTools:
         if unknown:
             raise ValueError(f"not built-in tools: {unknown}")
         self.names = names
-        # Taken now, at the attempt's start, before any tool of it can edit a `.gitignore`.
+        # Started now, at the attempt's start, and collected before any tool of it runs (so
+        # before one can edit a `.gitignore`): `_collect_listing`, first thing of every call.
+        self._listing = None if read_ignored else StartListing(self.root, timeout=30.0)
         self._ignored: frozenset[str] = frozenset()
         self._tracked: frozenset[str] = frozenset()  # read without asking git (a tracked file is not ignored)
         self._git_problem: GitUnusable | None = None  # reported by every call that needs git
+
+    async def ready(self) -> None:
+        """Waits for git's listing taken at the start: an agent calls this before the first
+        call of any of its tools, so none (a shell tool, say) can change a `.gitignore`
+        before git has read it."""
+        if self._listing is not None and not self._listing.done():
+            await asyncio.to_thread(self._listing.result)  # waits off the event loop (a hung git)
+        self._collect_listing()
+
+    def _collect_listing(self) -> None:
+        if self._listing is None:
+            return
         try:
-            if not read_ignored:
-                self._ignored, self._tracked = files_at_start(self.root, timeout=30.0)
+            self._ignored, self._tracked = self._listing.result()
         except GitUnusable as exc:
             self._git_problem = exc
+        self._listing = None
 
     def specs(self) -> Sequence[ToolSpec]:
         return [SPECS[name] for name in self.names]
 
     async def call(self, name: str, args: Mapping[str, Any], *, call_id: str, timeout: float) -> ToolOutcome:
         started = time.monotonic()
-        outcome = await asyncio.to_thread(self.call_sync, name, args, timeout)
+        if self._quick(name, args):
+            outcome = self.call_sync(name, args, timeout)
+        else:  # git processes, directory walks, big files: off the event loop
+            outcome = await asyncio.to_thread(self.call_sync, name, args, timeout)
         outcome.duration_s = time.monotonic() - started
         return outcome
 
+    def _quick(self, name: str, args: Mapping[str, Any]) -> bool:
+        """A read_file of a small regular file tracked at the start: no git process to wait
+        for, one short read. The lstat is only where to run it; `call_sync` checks everything."""
+        if name != "read_file" or not isinstance(args, Mapping):
+            return False
+        if self._listing is not None:
+            if not self._listing.done():  # git still lists: wait for it in the thread
+                return False
+            self._collect_listing()
+        path = args.get("path")
+        if not isinstance(path, str) or path not in self._tracked:
+            return False
+        try:
+            found = os.stat(path, dir_fd=self.root.fd, follow_symlinks=False)
+        except (OSError, ValueError):
+            return False
+        return stat.S_ISREG(found.st_mode) and found.st_size <= INLINE_READ_BYTES
+
     def call_sync(self, name: str, args: Mapping[str, Any], timeout: float) -> ToolOutcome:
         """The call itself (blocking); `call` runs it in a thread."""
+        self._collect_listing()
         try:
             if name not in self.names:
                 raise ToolFailure(f"unknown tool {name!r}; this agent has: {', '.join(self.names)}")
@@ -155,6 +196,8 @@ class WorkspaceTools:
         return ToolOutcome(ok=True, result=shown, extra=extra)
 
     async def aclose(self) -> None:
+        if self._listing is not None:  # no tool was called: git's listing is not waited for
+            self._listing.close()
         self.root.close()
 
     def _failed(self, message: str) -> ToolOutcome:
@@ -306,6 +349,7 @@ class WorkspaceTools:
     def planned_edit(self, args: Mapping[str, Any]) -> str | None:
         """The sha256 the file will have once this edit_file call is done (None if it would
         fail): recorded before the call so a resume can tell whether it happened."""
+        self._collect_listing()
         try:
             rel, parts = self._resolve(args, writing=True)
             return sha256_hex(self._edited(rel, parts, args, time.monotonic() + 30.0)[1])

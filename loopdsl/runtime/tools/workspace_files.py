@@ -13,6 +13,7 @@ import math
 import os
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -116,28 +117,82 @@ def candidate_files(root: ConfinedRoot, *, ignored: bool, timeout: float) -> lis
                   and not any(is_dot_git(part) for part in name.split("/")))
 
 
-def files_at_start(root: ConfinedRoot, *, timeout: float) -> tuple[frozenset[str], frozenset[str]]:
+class StartListing:
     """(ignored, tracked) when the tools start, from two git processes run side by side.
 
     Ignored: files, and directories as `dir/`; a model that can write `.gitignore` could
     otherwise un-ignore `.env` and then read it. Tracked: the index; git never ignores a
-    tracked file, so reading one needs no `check-ignore` process (one a read otherwise)."""
-    queries = (("--others", "--ignored", "--exclude-standard", "--directory"), ("--cached",))
-    procs = [subprocess.Popen(["git", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
-                               "ls-files", "-z", *query], cwd=root.path, env=_git_env(), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for query in queries]
-    sets: list[frozenset[str]] = []
-    try:
-        for proc, query in zip(procs, queries):
-            out, err = proc.communicate(timeout=min(timeout, _GIT_TIMEOUT_S))
-            done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-            sets.append(frozenset() if _outside_a_repository(done) else frozenset(_names(out)))
-    finally:
-        for proc in procs:  # a timeout or GitUnusable leaves none running
+    tracked file, so reading one needs no `check-ignore` process (one a read otherwise).
+    A thread starts the processes when the tools open and reads their answers; the first
+    call of any tool waits for it, so git runs while the first turn's request is out (no
+    tool can change a file before git has answered)."""
+
+    def __init__(self, root: ConfinedRoot, *, timeout: float) -> None:
+        self._root = root.path
+        self._timeout = min(timeout, _GIT_TIMEOUT_S)
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._closed = False
+        self._lock = threading.Lock()  # between the thread starting processes and `close`
+        self._sets: tuple[frozenset[str], frozenset[str]] | None = None
+        self._problem: Exception | None = None
+        self._thread = threading.Thread(target=self._list, name="loopdsl-git-listing", daemon=True)
+        self._thread.start()
+
+    def done(self) -> bool:
+        """Whether git has answered (or failed): `result` then returns at once."""
+        return not self._thread.is_alive()
+
+    def result(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The two sets; GitUnusable when git could not list (again at every call)."""
+        self._thread.join()
+        if self._problem is not None:
+            raise self._problem
+        assert self._sets is not None
+        return self._sets
+
+    def _list(self) -> None:
+        queries = (("--others", "--ignored", "--exclude-standard", "--directory"), ("--cached",))
+        try:
+            for query in queries:
+                with self._lock:
+                    if self._closed:
+                        raise GitUnusable("the tools closed before git listed the workspace")
+                    self._procs.append(subprocess.Popen(
+                        ["git", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false", "ls-files", "-z",
+                         *query], cwd=self._root, env=_git_env(), stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            sets: list[frozenset[str]] = []
+            for proc in self._procs:
+                out, err = proc.communicate(timeout=self._timeout)
+                done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+                sets.append(frozenset() if _outside_a_repository(done) else frozenset(_names(out)))
+            self._sets = (sets[0], sets[1])
+        except subprocess.TimeoutExpired:
+            self._problem = GitUnusable(f"git did not list the workspace within {self._timeout:g}s")
+        except OSError as exc:  # no git on PATH: the tools that need it say so
+            self._problem = GitUnusable(f"git cannot run: {exc.strerror or exc}")
+        except Exception as exc:  # noqa: BLE001 - raised again by `result`, in the caller's thread
+            self._problem = exc
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        for proc in self._procs:  # a timeout or GitUnusable leaves none running
             if proc.poll() is None:
                 proc.kill()
-                proc.wait()
-    return sets[0], sets[1]
+            proc.wait()
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+
+    def close(self) -> None:
+        """The attempt ended before any tool call: stop git if it still runs, and wait."""
+        with self._lock:
+            self._closed = True
+            for proc in self._procs:
+                if proc.poll() is None:
+                    proc.kill()
+        self._thread.join()
 
 
 def was_ignored(ignored: frozenset[str], rel: str) -> bool:
