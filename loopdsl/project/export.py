@@ -15,7 +15,6 @@ import math
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
