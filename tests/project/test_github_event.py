@@ -249,3 +249,44 @@ def test_restore_writes_only_plain_files_inside_the_store(repo: Path, tmp_path: 
     done = loopdsl(job, "github-store", "restore", "loops/asker.yaml")
     assert done.returncode == 0 and "restored 1 file(s)" in done.stdout, done.stdout + done.stderr
     assert not (job / ".loopdsl" / "loopdsl-store.json").exists()
+
+
+def test_a_checkpoint_is_posted_once_and_decided_only_by_a_writer(repo: Path, tmp_path: Path) -> None:
+    """Against the loopback fake GitHub: the apply job comments the checkpoint on the issue
+    (once, its text fenced), a reader's `/loopdsl approve` is refused, a writer's decides."""
+    pytest.importorskip("githubkit")
+    from github_fake import FakeGitHub
+
+    with FakeGitHub() as fake:
+        fake.state.issues[5] = {"number": 5, "title": "t", "body": "", "state": "open", "html_url": ""}
+        fake.state.permissions.update({"ada": "write", "mallory": "read"})
+        github = {"GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": fake.repository, "GITHUB_TOKEN": fake.token}
+        title = "@octocat closes #1 ``` [x](http://evil.example)"
+        issue = {"action": "opened", "repository": REPOSITORY, "issue": {"number": 5, "title": title}}
+        done = loopdsl(repo, "github-event", "loops/asker.yaml", "--out", "out", event=("issues", issue), **github)
+        assert done.returncode == 0, done.stderr
+        [run] = runs(repo)
+        for _ in range(2):  # a re-run of the apply job posts nothing new
+            applied = loopdsl(repo, "github-apply", "loops/asker.yaml", "out", **github)
+            assert applied.returncode == 0, applied.stderr
+        [comment] = [w.body["body"] for w in fake.writes_to("POST", r"/issues/5/comments")]
+        assert f"`/loopdsl approve {run['run_id']}`" in comment
+        fence = "````"  # longer than the ``` in the title, so the title cannot end the block
+        assert f"{fence}text\nLabel the issue {title}?\n{fence}" in comment
+
+        def comment_event(login: str) -> tuple[str, dict]:
+            return ("issue_comment", {"action": "created", "repository": REPOSITORY, "issue": {"number": 5},
+                                      "comment": {"body": f"/loopdsl approve {run['run_id']}\nlooks right",
+                                                  "user": {"login": login}}})
+
+        refused = loopdsl(repo, "github-event", "loops/asker.yaml", event=comment_event("mallory"), **github)
+        assert refused.returncode == 2 and "mallory may not decide runs" in refused.stderr, refused.stderr
+        assert [r["status"] for r in runs(repo)] == ["waiting"]
+        nobody = loopdsl(repo, "github-event", "loops/asker.yaml", event=comment_event("ghost"), **github)
+        assert nobody.returncode == 2 and "'none'" in nobody.stderr  # not a collaborator at all (404)
+        decided = loopdsl(repo, "github-event", "loops/asker.yaml", event=comment_event("ada"), **github)
+        assert decided.returncode == 0, decided.stderr
+        assert f"run {run['run_id']}: recorded 'approve' by github:ada" in decided.stdout
+        shown = json.loads(loopdsl(repo, "show", run["run_id"], "--json").stdout)["run"]
+        assert shown["status"] == "completed" and shown["results"]["ask"]["comment"] == "looks right", shown["results"]
+        assert [w.path for w in fake.writes] == [fake.writes_to("POST", r"/issues/5/comments")[0].path]
