@@ -15,7 +15,7 @@ from ..adapters.terminal import Progress, summary
 from ..adapters.terminal_safe import visible
 from ..api import runs as api
 from ..api.durable import budget_caps, decide as record_decision, resume_durable
-from ..project import github_checkpoints as checkpoints, runs_branch
+from ..project import github_checkpoints as checkpoints, runs_branch, worktree_carry
 from ..project.github_event import GitHubEventError, plan, read_event
 from ..runtime.errors import StoreError
 from ..runtime.run_keys import default_store_dir
@@ -84,9 +84,12 @@ def github_store() -> None:
 def store_restore(loop: str, store: str | None) -> None:
     """Put LOOP's runs from origin's loopdsl-runs branch into the (empty) run store."""
     model = api.resolve_loop(loop)
-    count = runs_branch.restore(_repo(), model.name, _store_dir(store), os.environ.get("GITHUB_TOKEN"))
+    repo, where = _repo(), _store_dir(store)
+    count = runs_branch.restore(repo, model.name, where, os.environ.get("GITHUB_TOKEN"))
     click.echo(f"restored {count} file(s) of {model.name}'s run store" if count
                else f"no stored runs of {model.name} on {runs_branch.BRANCH} yet: a fresh store")
+    for run_id in worktree_carry.carry_in(repo, where):
+        click.echo(f"restored the worktree of waiting run {run_id}")
 
 
 @github_store.command("pack")

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..adapters.git_safe import run_git
 from ..runtime.redaction import redact_printed
-from . import runs_branch
+from . import runs_branch, worktree_carry
 from .github_event import DECISION_COMMAND, GitHubEventError
 
 CHECKPOINT_FILE = "checkpoint.json"
@@ -99,7 +99,11 @@ def post_checkpoint(out_dir: Path) -> str:
 def pack(repo: Path, store_dir: Path, out_dir: Path, keep_store: bool) -> tuple[int, int]:
     """Copy the store and bundle the runs' branches (loopdsl/*) into `out_dir`: (files, branches)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = runs_branch.copy_store(store_dir, out_dir / STORE_FOLDER) if keep_store else 0
+    files = 0
+    if keep_store:
+        # Worktrees carried in by the restore are carried out afresh: only those of runs still waiting.
+        files = runs_branch.copy_store(store_dir, out_dir / STORE_FOLDER, frozenset({worktree_carry.CARRY_DIR}))
+        files += 2 * len(worktree_carry.carry_out(repo, store_dir, out_dir / STORE_FOLDER))
     refs = run_git(repo, "for-each-ref", "--format=%(refname)", "refs/heads/loopdsl/").stdout.split()
     if refs:
         bundle = str((out_dir / BUNDLE_FILE).resolve())

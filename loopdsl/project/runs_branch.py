@@ -114,12 +114,12 @@ def run_git_bytes(repo: Path, *args: str) -> bytes:
     return proc.stdout
 
 
-def store_files(store_dir: Path) -> list[Path]:
-    """The files of a store that belong on the branch, relative to it."""
+def store_files(store_dir: Path, skip: frozenset[str] = frozenset()) -> list[Path]:
+    """The files of a store that belong on the branch, relative to it (but the folders `skip`)."""
     out = []
     for path in sorted(store_dir.rglob("*")):
         rel = path.relative_to(store_dir)
-        if rel.parts[0] in _SKIPPED or not path.is_file() or path.is_symlink():
+        if rel.parts[0] in _SKIPPED | skip or not path.is_file() or path.is_symlink():
             continue
         if path.name.endswith(("-wal", "-shm")):
             continue  # the store is closed when saved: its WAL is folded into cache.db
@@ -164,9 +164,9 @@ def save(repo: Path, loop_name: str, store_dir: Path, token: str | None, message
                           "run the workflow again; its run store is in the job's artifact meanwhile")
 
 
-def copy_store(store_dir: Path, target: Path) -> int:
-    """Copy the store's files (not its worktrees) into `target`; how many."""
-    files = store_files(store_dir) if store_dir.is_dir() else []
+def copy_store(store_dir: Path, target: Path, skip: frozenset[str] = frozenset()) -> int:
+    """Copy the store's files (not its worktrees, nor the folders `skip`) into `target`; how many."""
+    files = store_files(store_dir, skip) if store_dir.is_dir() else []
     for rel in files:
         (target / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(store_dir / rel, target / rel)
