@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.git_safe import run_git
+from ..adapters.github.push import git_token
 from ..runtime.redaction import redact_printed
 from . import runs_branch, worktree_carry
 from .github_event import DECISION_COMMAND, GitHubEventError
@@ -126,7 +127,7 @@ def push_run_branches(repo: Path, out_dir: Path, token: str | None) -> list[str]
     refs = run_git(repo, "for-each-ref", "--format=%(refname)", "refs/loopdsl-runs-in/").stdout.split()
     names = [ref.removeprefix("refs/loopdsl-runs-in/") for ref in refs]
     if names:
-        with runs_branch.token_config(token) as config:
+        with git_token(token) as config:
             pushed = run_git(repo, "push", "--porcelain", "origin",
                              *[f"{ref}:refs/heads/loopdsl/{name}" for ref, name in zip(refs, names)],
                              check=False, config=config)

@@ -15,47 +15,25 @@ write-tree, commit-tree), never in the user's checkout, and pushed without force
 """
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from ..adapters.git_safe import HARDENED, git_env, run_git
+from ..adapters.github.push import git_token
 from ..language.errors import LoopdslError
 
 BRANCH = "loopdsl-runs"
 _TRACKING = f"refs/loopdsl/{BRANCH}"  # where the fetched tip is kept (not a branch the user sees)
 _PUSH_ATTEMPTS = 5
 _BOT = {"user.name": "github-actions[bot]", "user.email": "41898282+github-actions[bot]@users.noreply.github.com"}
-_TOKEN_VAR = "LOOPDSL_GIT_TOKEN"
-# A fixed text (never built from a value): git's credential helper reads the token from the
-# environment, so it is on no command line and in no config file.
-_HELPER = f'!f() {{ echo username=x-access-token; echo "password=${_TOKEN_VAR}"; }}; f'
 # Files of the store that are the runs themselves; worktrees and locks stay on the machine.
 _SKIPPED = {"worktrees"}
 
 
 class RunsBranchError(LoopdslError):
     """The runs branch cannot be read or written; exit 2."""
-
-
-@contextmanager
-def token_config(token: str | None) -> Iterator[dict[str, str]]:
-    """The git config that hands `token` to git for this call only."""
-    if not token:
-        yield {}
-        return
-    previous = os.environ.get(_TOKEN_VAR)
-    os.environ[_TOKEN_VAR] = token
-    try:
-        yield {"credential.helper": _HELPER}
-    finally:
-        os.environ.pop(_TOKEN_VAR, None)
-        if previous is not None:
-            os.environ[_TOKEN_VAR] = previous
 
 
 def push_failure(action: str, detail: str, token: str | None) -> RunsBranchError:
@@ -67,7 +45,7 @@ def push_failure(action: str, detail: str, token: str | None) -> RunsBranchError
 
 def fetch(repo: Path, token: str | None, remote: str = "origin") -> str | None:
     """Fetch the runs branch; its tip, or None when the remote has no such branch yet."""
-    with token_config(token) as config:
+    with git_token(token) as config:
         listed = run_git(repo, "ls-remote", "--heads", remote, f"refs/heads/{BRANCH}", check=False, config=config)
         if listed.returncode != 0:
             raise push_failure(f"reading remote {remote!r}", listed.stderr, token)
@@ -152,7 +130,7 @@ def save(repo: Path, loop_name: str, store_dir: Path, token: str | None, message
             return None
         commit = run_git(repo, "commit-tree", tree, *(["-p", parent] if parent else []), "-m", message,
                          config=_BOT).stdout.strip()
-        with token_config(token) as config:
+        with git_token(token) as config:
             pushed = run_git(repo, "push", "--porcelain", "origin", f"{commit}:refs/heads/{BRANCH}",
                              check=False, config=config)
         if pushed.returncode == 0:
