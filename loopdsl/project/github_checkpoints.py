@@ -38,8 +38,8 @@ def require_writer(actor: str) -> None:
         raise GitHubEventError("the comment has no author; the decision is refused")
     level = GitHubClient(settings_from_env()).permission(actor)
     if level not in WRITERS:
-        raise GitHubEventError(f"{actor} may not decide runs: their permission on the repository is {level!r}",
-                               "a person with write access must comment the decision")
+        raise GitHubEventError(f"{actor} may not start or decide runs: their permission on the repository is {level!r}",
+                               "a person with write access must comment the command")
 
 
 def checkpoint_record(run_id: str, loop_name: str, waiting: dict[str, Any], number: int | None) -> dict[str, Any]:

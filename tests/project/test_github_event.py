@@ -27,6 +27,9 @@ on:
   ci_failure:
     workflow: CI
     branches: [main]
+  issue_comment:
+    command: /greet
+    inputs: {title: event.comment.body, number: event.issue.number}
 start: say
 states:
   say:
@@ -280,7 +283,7 @@ def test_a_checkpoint_is_posted_once_and_decided_only_by_a_writer(repo: Path, tm
                                                   "user": {"login": login}}})
 
         refused = loopdsl(repo, "github-event", "loops/asker.yaml", event=comment_event("mallory"), **github)
-        assert refused.returncode == 2 and "mallory may not decide runs" in refused.stderr, refused.stderr
+        assert refused.returncode == 2 and "mallory may not start or decide runs" in refused.stderr, refused.stderr
         assert [r["status"] for r in runs(repo)] == ["waiting"]
         nobody = loopdsl(repo, "github-event", "loops/asker.yaml", event=comment_event("ghost"), **github)
         assert nobody.returncode == 2 and "'none'" in nobody.stderr  # not a collaborator at all (404)
@@ -290,3 +293,31 @@ def test_a_checkpoint_is_posted_once_and_decided_only_by_a_writer(repo: Path, tm
         shown = json.loads(loopdsl(repo, "show", run["run_id"], "--json").stdout)["run"]
         assert shown["status"] == "completed" and shown["results"]["ask"]["comment"] == "looks right", shown["results"]
         assert [w.path for w in fake.writes] == [fake.writes_to("POST", r"/issues/5/comments")[0].path]
+
+
+def test_a_comment_command_starts_a_run_only_for_a_writer(repo: Path) -> None:
+    pytest.importorskip("githubkit")
+    from github_fake import FakeGitHub
+
+    with FakeGitHub() as fake:
+        fake.state.permissions.update({"ada": "admin", "mallory": "read"})
+        github = {"GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": fake.repository, "GITHUB_TOKEN": fake.token}
+
+        def comment(login: str, body: str) -> tuple[str, dict]:
+            return ("issue_comment", {"action": "created", "repository": REPOSITORY, "issue": {"number": 9},
+                                      "comment": {"body": body, "user": {"login": login}}})
+
+        refused = loopdsl(repo, "github-event", "loops/greeter.yaml", event=comment("mallory", "/greet me"), **github)
+        assert refused.returncode == 2 and "mallory may not start or decide runs" in refused.stderr, refused.stderr
+        assert not (repo / ".loopdsl").exists() or runs(repo) == []
+        done = loopdsl(repo, "github-event", "loops/greeter.yaml", event=comment("ada", "/greet me"), **github)
+        assert done.returncode == 0, done.stderr
+        [run] = runs(repo)
+        assert outputs(repo, run["run_id"]) == {"said": "/greet me", "number": 9, "base": "main"}
+        # A decision for a run this loop's store does not hold is another loop's: nothing to do.
+        other = loopdsl(repo, "github-event", "loops/greeter.yaml", event=comment("ada", "/loopdsl approve zzzz9999"),
+                        **github)
+        assert other.returncode == 0 and "no run zzzz9999 in this loop's store" in other.stdout, other.stderr
+        half = loopdsl(repo, "github-event", "loops/greeter.yaml", event=comment("ada", "/loopdsl decide abc"), **github)
+        assert half.returncode == 2 and "needs a run and a choice" in half.stderr
+        assert fake.writes == []  # the run job writes nothing to GitHub
