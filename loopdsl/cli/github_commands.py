@@ -56,7 +56,8 @@ def github_event(loop: str, script: str | None, store: str | None, out_dir: str 
         checkpoints.require_writer(todo.actor)
     listeners = [Progress(budget_caps(model))]
     if todo.action == "run":
-        result = api.run(model, todo.inputs, script=script, store=store or True, listeners=listeners)
+        # publish=False: this job's token cannot write; `github-apply` makes the planned writes.
+        result = api.run(model, todo.inputs, script=script, store=store or True, listeners=listeners, publish=False)
     else:
         try:
             run_id = api.open_store(store, Path.cwd(), create=False).resolve(todo.run_ref)
@@ -65,7 +66,7 @@ def github_event(loop: str, script: str | None, store: str | None, out_dir: str 
             sys.exit(EXIT_OK)
         record_decision(run_id, todo.choice, todo.comment, store=store, by=todo.by or None)
         click.echo(visible(f"run {run_id}: recorded '{todo.choice}' by {todo.by}"))
-        result = asyncio.run(resume_durable(run_id, store=store, script=script, listeners=listeners))
+        result = asyncio.run(resume_durable(run_id, store=store, script=script, listeners=listeners, publish=False))
     click.echo(visible(summary(result.state, result.store_dir)), err=True)
     if result.status == "waiting" and out_dir and result.state.waiting:
         checkpoints.write_checkpoint(Path(out_dir), checkpoints.checkpoint_record(
@@ -108,13 +109,19 @@ def store_pack(loop: str, out_dir: str, store: str | None, no_store: bool) -> No
 @click.argument("loop")
 @click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
 def github_apply(loop: str, out_dir: str) -> None:
-    """The write job: save OUT_DIR's run store on loopdsl-runs, push the runs' branches, post a checkpoint."""
+    """The write job: push OUT_DIR's run branches, make the runs' planned `publish:` writes,
+    save the run store on loopdsl-runs, post a waiting run's checkpoint."""
     model = api.resolve_loop(loop)
     repo, out, token = _repo(), Path(out_dir), os.environ.get("GITHUB_TOKEN")
     store = out / checkpoints.STORE_FOLDER
-    if store.is_dir():
-        tip = runs_branch.save(repo, model.name, store, token, f"loopdsl: {model.name} run store")
-        click.echo(f"saved the run store on {runs_branch.BRANCH} ({tip[:12]})" if tip else "the run store is unchanged")
     for branch in checkpoints.push_run_branches(repo, out, token):
         click.echo(f"pushed {branch}")
+    published, failures = checkpoints.publish_pending_runs(store)
+    for run_id in published:
+        click.echo(f"published run {run_id}")
+    if store.is_dir():  # saved after publishing: the store records what was written
+        tip = runs_branch.save(repo, model.name, store, token, f"loopdsl: {model.name} run store")
+        click.echo(f"saved the run store on {runs_branch.BRANCH} ({tip[:12]})" if tip else "the run store is unchanged")
     click.echo(checkpoints.post_checkpoint(out))
+    if failures:
+        raise failures[0]

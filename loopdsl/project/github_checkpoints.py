@@ -12,6 +12,7 @@ nothing and closes no issue.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -19,7 +20,11 @@ from typing import Any
 
 from ..adapters.git_safe import run_git
 from ..adapters.github.push import git_token
+from ..api.runs import open_store
+from ..language.errors import LoopdslError
+from ..runtime.publish_apply import publish_pending
 from ..runtime.redaction import redact_printed
+from ..runtime.run_state import RunState
 from . import runs_branch, worktree_carry
 from .github_event import DECISION_COMMAND, GitHubEventError
 
@@ -116,6 +121,30 @@ def pack(repo: Path, store_dir: Path, out_dir: Path, keep_store: bool) -> tuple[
     # Never an empty folder: the artifact upload treats one as a broken run job.
     (out_dir / "manifest.json").write_text(json.dumps({"store_files": files, "branches": refs}), encoding="utf-8")
     return files, len(refs)
+
+
+def publish_pending_runs(store_dir: Path) -> tuple[list[str], list[LoopdslError]]:
+    """Make the `publish:` writes the run job planned and left (it held no write token): each
+    completed run whose writes are not all made is resumed, which makes only those. Returns
+    the runs published and the errors of those that could not be (their store records why)."""
+    from ..api.durable import resume_durable
+
+    if not store_dir.is_dir():
+        return [], []
+    store = open_store(store_dir, store_dir, create=False)
+    try:
+        due = [r["run_id"] for r in store.list_runs() if r.get("status") == "completed"
+               and publish_pending(RunState.from_json(store.load_run(r["run_id"])))]
+    finally:
+        store.close()
+    done, failed = [], []
+    for run_id in due:
+        try:
+            asyncio.run(resume_durable(run_id, store=store_dir))
+            done.append(run_id)
+        except LoopdslError as exc:
+            failed.append(exc)
+    return done, failed
 
 
 def push_run_branches(repo: Path, out_dir: Path, token: str | None) -> list[str]:

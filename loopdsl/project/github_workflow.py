@@ -8,9 +8,10 @@ from the `loopdsl-runs` branch (runs_branch.py says why a branch), hands the eve
 name would run as shell code), and uploads what the run produced as an artifact: the store,
 its branches as a git bundle, the checkpoint to post.
 
-`apply` receives only that artifact and holds the write permissions: it saves the store on
-the runs branch, pushes the runs' branches and posts a waiting run's checkpoint as a
-comment. It runs no loop and no code from the run.
+`apply` receives only that artifact and holds the write permissions: it pushes the runs'
+branches, makes the `publish:` writes the run job planned (rendered, checked and stored in
+the run; the run job ran with `publish=False`), saves the store on the runs branch and posts
+a waiting run's checkpoint as a comment. It runs no state of the loop and no code of the run.
 """
 from __future__ import annotations
 
@@ -126,17 +127,36 @@ def run_job(loop: Loop, loop_path: str, env_names: list[str], *, worktree: bool,
             "timeout-minutes": timeout_minutes, "steps": steps}
 
 
+def apply_permissions(loop: Loop, waits: bool) -> dict[str, str]:
+    """What the apply job writes: the runs branch and branches always, then per `publish:` write
+    and checkpoint comment, the scope that GitHub checks for it."""
+    scopes = {"contents"}
+    publish = loop.publish
+    if publish is not None:
+        if publish.pull_request is not None or publish.review is not None:
+            scopes.add("pull-requests")
+        if publish.issue is not None:
+            scopes.add("issues")
+        for write in (publish.comment, publish.labels):
+            if write is not None:
+                scopes.add("issues" if write.on == "issue" else "pull-requests")
+    if waits:  # a checkpoint comment goes on the event's issue or pull request, whichever it is
+        scopes |= {"issues", "pull-requests"}
+    return {scope: "write" for scope in ("contents", "issues", "pull-requests") if scope in scopes}
+
+
 def apply_job(loop: Loop, loop_path: str, *, waits: bool, pip_spec: str, python: str) -> dict[str, Any]:
-    permissions = {"contents": "write"}
-    if waits:
-        permissions.update({"issues": "write", "pull-requests": "write"})  # the checkpoint comment
+    env = {"GITHUB_TOKEN": "${{ github.token }}"}
+    publish = loop.publish
+    if publish is not None and publish.token != "GITHUB_TOKEN":
+        env[publish.token] = f"${{{{ secrets.{publish.token} }}}}"  # the loop publishes with a token of its own
     steps = [
         # Full history: the runs' branches arrive as a bundle of the commits origin lacks.
         {"uses": _SETUP[0], "with": {"fetch-depth": 0, "persist-credentials": False}}, *_install(pip_spec, python),
         {"uses": "actions/download-artifact@v4", "with": {"name": ARTIFACT, "path": OUT_DIR}},
-        {"name": "Save the run store, push the runs' branches, post a checkpoint",
-         "env": {"GITHUB_TOKEN": "${{ github.token }}"},
+        {"name": "Push the runs' branches, publish, save the run store, post a checkpoint", "env": env,
          "run": f"loopdsl github-apply {shlex.quote(loop_path)} {OUT_DIR}"},
     ]
     return {"needs": "run", "if": "always() && needs.run.result != 'skipped' && needs.run.result != 'cancelled'",
-            "runs-on": "ubuntu-latest", "permissions": permissions, "timeout-minutes": 15, "steps": steps}
+            "runs-on": "ubuntu-latest", "permissions": apply_permissions(loop, waits), "timeout-minutes": 15,
+            "steps": steps}

@@ -16,11 +16,13 @@ write-tree, commit-tree), never in the user's checkout, and pushed without force
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import subprocess
 import tempfile
 from pathlib import Path
 
 from ..adapters.git_safe import HARDENED, git_env, run_git
+from ..adapters.store.disk import DB_NAME
 from ..adapters.github.push import git_token
 from ..language.errors import LoopdslError
 
@@ -92,15 +94,29 @@ def run_git_bytes(repo: Path, *args: str) -> bytes:
     return proc.stdout
 
 
+def _fold_wal(store_dir: Path) -> None:
+    """Fold the database's write-ahead log into it, so the database file alone holds every
+    commit: runs published in this very process are still in the log, which is not copied."""
+    database = store_dir / DB_NAME
+    if not database.is_file():
+        return
+    connection = sqlite3.connect(str(database), timeout=30)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        connection.close()
+
+
 def store_files(store_dir: Path, skip: frozenset[str] = frozenset()) -> list[Path]:
     """The files of a store that belong on the branch, relative to it (but the folders `skip`)."""
+    _fold_wal(store_dir)
     out = []
     for path in sorted(store_dir.rglob("*")):
         rel = path.relative_to(store_dir)
         if rel.parts[0] in _SKIPPED | skip or not path.is_file() or path.is_symlink():
             continue
         if path.name.endswith(("-wal", "-shm")):
-            continue  # the store is closed when saved: its WAL is folded into cache.db
+            continue  # folded into the database above
         out.append(rel)
     return out
 
