@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -131,12 +132,16 @@ def publish_pending_runs(store_dir: Path) -> tuple[list[str], list[LoopdslError]
 
     if not store_dir.is_dir():
         return [], []
-    store = open_store(store_dir, store_dir, create=False)
-    try:
-        due = [r["run_id"] for r in store.list_runs() if r.get("status") == "completed"
-               and publish_pending(RunState.from_json(store.load_run(r["run_id"])))]
-    finally:
-        store.close()
+    # Read from a copy: opening a store writes to its database, and an untouched store must
+    # stay byte-for-byte the same so that saving it adds no commit.
+    with tempfile.TemporaryDirectory() as scratch:
+        runs_branch.copy_store(store_dir, Path(scratch) / "store")
+        store = open_store(Path(scratch) / "store", store_dir, create=False)
+        try:
+            due = [r["run_id"] for r in store.list_runs() if r.get("status") == "completed"
+                   and publish_pending(RunState.from_json(store.load_run(r["run_id"])))]
+        finally:
+            store.close()
     done, failed = [], []
     for run_id in due:
         try:
