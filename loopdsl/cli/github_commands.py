@@ -108,7 +108,8 @@ def store_pack(loop: str, out_dir: str, store: str | None, no_store: bool) -> No
 @click.command("github-apply")
 @click.argument("loop")
 @click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
-def github_apply(loop: str, out_dir: str) -> None:
+@click.option("--no-publish", is_flag=True, help="Leave the runs' `publish:` writes due (a rehearsal without GitHub).")
+def github_apply(loop: str, out_dir: str, no_publish: bool) -> None:
     """The write job: push OUT_DIR's run branches, make the runs' planned `publish:` writes,
     save the run store on loopdsl-runs, post a waiting run's checkpoint."""
     model = api.resolve_loop(loop)
@@ -116,7 +117,7 @@ def github_apply(loop: str, out_dir: str) -> None:
     store = out / checkpoints.STORE_FOLDER
     for branch in checkpoints.push_run_branches(repo, out, token):
         click.echo(f"pushed {branch}")
-    published, failures = checkpoints.publish_pending_runs(store)
+    published, failures = ([], []) if no_publish else checkpoints.publish_pending_runs(store)
     for run_id in published:
         click.echo(f"published run {run_id}")
     if store.is_dir():  # saved after publishing: the store records what was written
