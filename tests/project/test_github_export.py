@@ -43,7 +43,7 @@ def test_each_trigger_becomes_its_github_event_with_its_filter(tmp_path: Path) -
     sweeper = export(ROOT / "loops" / "ci-sweeper.yaml", tmp_path / "a.yml")
     header = (tmp_path / "a.yml").read_text().split("\nname:", 1)[0]
     # GitHub gives every job its GITHUB_TOKEN: the header asks only for the provider keys.
-    assert "secrets to create (Settings > Secrets and variables > Actions): OPENAI_API_KEY, ANTHROPIC_API_KEY\n" in header
+    assert "secrets to create (Settings > Secrets and variables > Actions): OPENAI_API_KEY, ANTHROPIC_API_KEY" in header
     assert sweeper["on"]["workflow_run"] == {"workflows": ["CI"], "types": ["completed"]}
     condition = sweeper["jobs"]["run"]["if"]
     assert "github.event.workflow_run.conclusion == 'failure'" in condition
