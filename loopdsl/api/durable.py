@@ -237,7 +237,10 @@ def _diff_summary(state: RunState, changed: list[str]) -> str:
 
 async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = None, script: Any = None,
                          provider: Any = None, human: Any = None, force: bool = False, cache: bool = False,
-                         listeners: Iterable[Callable[[dict[str, Any]], None]] = ()) -> RunResult:
+                         listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
+                         publish: bool = True) -> RunResult:
+    """Continue a run; `publish=False` plans a completed end's `publish:` writes and makes none
+    (a job without a write token: a later `resume` makes them)."""
     store = open_store(store, Path.cwd(), create=False)
     run_id = store.resolve(run_ref)
     with store.lock(run_id) as lock:
@@ -266,7 +269,7 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
         first = [{"type": "resume", "from_state": state.current, "status": state.status, "forced": bool(changed),
                   "caps": budget_caps(compiled.loop), "spent": {k: state.ledger.get(k, 0) for k in ("tokens", "cost_usd", "steps")}}]
         return await _execute(compiled, state, store, lock, workdir=workdir, script=script, provider=provider,
-                              human=human, cache=cache, listeners=listeners, first=first)
+                              human=human, cache=cache, listeners=listeners, first=first, publish=publish)
 
 
 def decide(run_ref: str, choice: str, comment: str = "", *, store: str | Path | RunStore | None = None,

@@ -33,6 +33,7 @@ _COMMANDS = {
     "init": "loopdsl.cli.init_command:init",
     "ui": "loopdsl.cli.ui_command:ui",
     "worker": "loopdsl.cli.temporal_commands:worker",
+    **{name: f"loopdsl.cli.github_commands:{name.replace('-', '_')}" for name in ("github-event", "github-store", "github-apply")},
 }
 
 

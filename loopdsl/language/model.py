@@ -321,6 +321,19 @@ class Notify:
 
 
 @dataclass(frozen=True)
+class Trigger:
+    """One `on:` entry: a GitHub event that starts the loop, and payload paths for its inputs."""
+
+    event: Literal["ci_failure", "pull_request", "issues", "issue_comment"]
+    workflows: tuple[str, ...] = ()  # ci_failure: the watched workflows' names
+    types: tuple[str, ...] = ()  # pull_request, issues: the activities (empty: GitHub's default)
+    branches: tuple[str, ...] = ()
+    command: str | None = None  # issue_comment: the word a comment starts with
+    inputs: Mapping[str, str] = field(default_factory=dict)  # input name -> `event.` path
+    yaml_path: YamlPath = ()
+
+
+@dataclass(frozen=True)
 class Loop:
     name: str
     start: str
@@ -340,6 +353,7 @@ class Loop:
     concurrency: Concurrency | None = None
     notify: tuple[Notify, ...] = ()
     publish: Any = None  # publish_model.Publish: the GitHub writes after a `completed` end
+    on: tuple[Trigger, ...] = ()
     outputs: Mapping[str, Any] = field(default_factory=dict)
     source: Path | None = None  # the loop file, when loaded from disk
 

@@ -33,6 +33,7 @@ from .model import (
     Price,
     RetryPolicy,
     Schedule,
+    Trigger,
     SetAction,
     ShellSpec,
     State,
@@ -261,6 +262,25 @@ def _notify(raw: Any) -> tuple[Notify, ...]:
     return tuple(out)
 
 
+def _triggers(raw: Any) -> tuple[Trigger, ...]:
+    out = []
+    for event, item in (raw.items() if isinstance(raw, Mapping) else ()):
+        if event not in ("ci_failure", "pull_request", "issues", "issue_comment") or not isinstance(item, Mapping):
+            continue
+        workflow = item.get("workflow")
+        inputs = item.get("inputs")
+        out.append(Trigger(
+            event=event,
+            workflows=(str(workflow),) if isinstance(workflow, str) else _tuple_str(workflow),
+            types=_tuple_str(item.get("types")),
+            branches=_tuple_str(item.get("branches")),
+            command=str(item["command"]) if item.get("command") is not None else None,
+            inputs={str(k): str(v) for k, v in inputs.items()} if isinstance(inputs, Mapping) else {},
+            yaml_path=("on", event),
+        ))
+    return tuple(out)
+
+
 def build_loop(data: Mapping[str, Any], source: Path | None = None) -> Loop:
     """Schema-valid plain data (dicts, lists, scalars) -> Loop."""
     budget = dict(data.get("budget") or {})
@@ -301,6 +321,7 @@ def build_loop(data: Mapping[str, Any], source: Path | None = None) -> Loop:
         else None,
         notify=_notify(data.get("notify")),
         publish=build_publish(data.get("publish")),
+        on=_triggers(data.get("on")),
         outputs=dict(data.get("outputs") or {}),
         source=source,
     )

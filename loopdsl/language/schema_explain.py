@@ -52,6 +52,7 @@ PATTERN_HELP: dict[str, str] = {
     ),
     r"^[A-Z_][A-Z0-9_]*$": "an environment variable name: uppercase letters, digits and '_'",
     r"^[A-Za-z_][A-Za-z0-9_]*$": "an environment variable name: letters, digits and '_', not starting with a digit",
+    r"^/[A-Za-z][A-Za-z0-9_-]*$": "a comment command is '/' then a word, e.g. /triage",
     r"^https?://": "a URL starting with http:// or https://",
 }
 _NAME_NOUNS = {

@@ -23,6 +23,7 @@ from .rules import (
     secrets as rules_secrets,
     sub_loops as rules_sub_loops,
     templates as rules_templates,
+    triggers as rules_triggers,
 )  # noqa: F401  (importing registers their rules)
 from . import salvage
 from ..language.diagnostics import Diagnostic, LoopError, Severity

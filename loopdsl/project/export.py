@@ -1,10 +1,11 @@
 """`loopdsl schedule --export`: a GitHub Actions workflow or a crontab entry for a loop.
 
-The workflow runs the loop on its schedule (converted to UTC, GitHub's only time zone),
-passes the loop's declared secrets and the provider keys its models need from
-`${{ secrets.NAME }}`, and keeps the run store between workflow runs with actions/cache
-(restored first, saved even when the run fails) so a run waiting at a checkpoint can be
-decided and resumed by a manual dispatch with `run_id` and `decision`.
+The workflow runs the loop on its schedule (converted to UTC, GitHub's only time zone) and
+on the GitHub events of its `on:`, passes the loop's declared secrets and the provider keys
+its models need from `${{ secrets.NAME }}`, and keeps the run store between workflow runs on
+the `loopdsl-runs` branch, so a run waiting at a checkpoint can be decided and resumed by a
+`/loopdsl approve RUN` comment or a manual dispatch with `run_id` and `decision`. Its jobs
+and triggers are built in github_workflow.py.
 """
 from __future__ import annotations
 
@@ -14,15 +15,14 @@ import math
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
-from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
 
 from ..adapters.git_worktree import find_repo_root
 from ..language.model import Loop
 from ..language.prices import model_provider
+from . import github_workflow, runs_branch
 from .discover import loop_tree
 from .schedule import ScheduleError, require_schedule, to_utc_cron
 
@@ -76,83 +76,24 @@ def yaml_quoted(value: str) -> str:
     return json.dumps(value)
 
 
-def _dispatch_inputs() -> dict[str, Any]:
-    """The manual run that decides (and resumes) a run waiting at a checkpoint."""
-    return {
-        "run_id": {"description": "A run waiting at a checkpoint (see the last run's log); empty starts a new run",
-                   "required": False, "default": ""},
-        "decision": {"description": "The decision for run_id: approve, reject, or one of the checkpoint's choices",
-                     "required": False, "default": "approve"},
-    }
-
-
-def _run_script(loop: Loop, loop_path: str, keep_store: bool, worktree: bool) -> str:
-    """The bash script of the run step: run (or decide and resume), a wait for a person is no failure."""
-    body = []
-    if worktree:
-        body += ['git config user.name "github-actions[bot]"',
-                 'git config user.email "41898282+github-actions[bot]@users.noreply.github.com"']
-    body.append("status=0")
-    run_cmd = f"loopdsl run {shlex.quote(loop_path)}"
-    if keep_store:
-        body += [
-            'if [ -n "${RUN_ID:-}" ]; then',
-            '  loopdsl decide "$RUN_ID" "$DECISION" --comment "workflow_dispatch by $GITHUB_ACTOR"',
-            '  loopdsl resume "$RUN_ID" || status=$?',
-            "else",
-            f"  {run_cmd} || status=$?",
-            "fi",
-            'if [ "$status" -eq 4 ]; then',
-            f'  echo "::notice::{loop.name} waits for a person. Run this workflow by hand with run_id and decision."',
-            "  loopdsl runs",
-            "  status=0",
-            "fi",
-        ]
-    else:
-        body.append(f"{run_cmd} || status=$?")
-    body.append('exit "$status"')
-    return "\n".join(body) + "\n"
-
-
-def _steps(loop: Loop, loop_path: str, env_names: list[str], *, keep_store: bool, worktree: bool,
-           pip_spec: str, python: str) -> list[dict[str, Any]]:
-    store_key = f"loopdsl-store-{loop.name}-"
-    steps: list[dict[str, Any]] = [
-        {"uses": "actions/checkout@v4", "with": {"fetch-depth": 0}},
-        {"uses": "actions/setup-python@v5", "with": {"python-version": DoubleQuotedScalarString(python)}},
-        {"name": "Install loopdsl", "run": f"python -m pip install {shlex.quote(pip_spec)}"},
-    ]
-    if keep_store:
-        steps.append({"name": "Restore the run store", "uses": "actions/cache/restore@v4",
-                      "with": {"path": STORE_DIR, "key": store_key + "${{ github.run_id }}",
-                               "restore-keys": LiteralScalarString(store_key + "\n")}})
-    env = {name: f"${{{{ secrets.{name} }}}}" for name in env_names}
-    env["LOOPDSL_STORE"] = STORE_DIR
-    if keep_store:
-        env.update({"RUN_ID": "${{ inputs.run_id }}", "DECISION": "${{ inputs.decision }}"})
-    steps.append({"name": f"Run {loop.name}", "env": env,
-                  "run": LiteralScalarString(_run_script(loop, loop_path, keep_store, worktree))})
-    if keep_store:
-        steps.append({"name": "Save the run store", "if": "always()", "uses": "actions/cache/save@v4",
-                      "with": {"path": STORE_DIR, "key": store_key + "${{ github.run_id }}"}})
-    if worktree:
-        steps.append({"name": "Push the runs' branches (loopdsl/<run-id>)", "run": LiteralScalarString(
-            "branches=$(git for-each-ref --format='%(refname)' refs/heads/loopdsl/)\n"
-            'if [ -n "$branches" ]; then git push origin $branches; fi\n')})
-    return steps
-
-
-def _header(loop: Loop, loop_path: str, cron: str, tz: object, keep_store: bool, warnings: list[str],
+def _header(loop: Loop, loop_path: str, cron: str | None, keep_store: bool, warnings: list[str],
             env_names: list[str]) -> list[str]:
-    zone_note = "" if str(tz) in ("UTC", "utc") else f" (the loop's {loop.schedule.timezone} schedule {cron!r}, in UTC)"  # type: ignore[union-attr]
+    when = []
+    if cron is not None:
+        zone = loop.schedule.timezone if loop.schedule else "UTC"
+        when.append("on its schedule" + ("" if zone in ("UTC", "utc") else f" (the loop's {zone} schedule {cron!r}, in UTC)"))
+    when += [f"on {t.event}" for t in loop.on]
     lines = [f"Generated by `loopdsl schedule {loop_path} --export github-actions`.",
-             f"Runs the loop {loop.name!r} on its schedule{zone_note}."]
+             f"Runs the loop {loop.name!r} {', '.join(when) or 'by hand'}; the job `run` holds a read-only token, "
+             "the job `apply` alone writes (the run store, the runs' branches, publish: writes, checkpoint comments)."]
     if keep_store:
-        lines.append("The run store (.loopdsl/) is kept between runs; to decide a run waiting at a checkpoint,"
-                     " run this workflow by hand with run_id and decision.")
+        lines.append(f"The run store is kept on the {runs_branch.BRANCH} branch; a run waiting at a checkpoint is decided "
+                     "by a comment `/loopdsl approve RUN` from a person with write access, or by running this workflow by "
+                     "hand with run_id and decision.")
     lines += [f"WARNING: {w}" for w in warnings]
-    if env_names:
-        lines.append(f"Repository secrets to create (Settings > Secrets and variables > Actions): {', '.join(env_names)}")
+    to_create = [name for name in env_names if name != "GITHUB_TOKEN"]  # GitHub gives every job that one
+    if to_create:
+        lines.append(f"Repository secrets to create (Settings > Secrets and variables > Actions): {', '.join(to_create)}")
     # A comment line ends at a line break: one inside a value must not start uncommented YAML.
     return [" ".join(line.splitlines()) for line in lines]
 
@@ -161,32 +102,36 @@ def github_actions(loop: Loop, loop_path: str, *, keep_store: bool = True, pip_s
                    python: str = "3.11") -> tuple[str, list[str]]:
     """(workflow YAML, warnings): the workflow is built as a mapping and written by ruamel.yaml,
     which quotes every value that needs it."""
-    cron, tz = require_schedule(loop)
+    if loop.schedule is not None or not loop.on:
+        cron, tz = require_schedule(loop)
+        utc = to_utc_cron(cron, tz)
+        warnings, utc_cron = list(utc.notes), utc.cron
+    else:
+        cron, warnings, utc_cron = None, [], None
     waiting = checkpoints(loop)
     if not keep_store and not loop.unattended:
         what = f"it has checkpoint(s) {', '.join(waiting)}" if waiting else "it is not marked `unattended: true`"
         raise ExportError(
             f"refusing to export {loop.name} without a kept run store: {what}. A run that waits for a person "
             "stops with its state in the run store; a fresh CI machine would lose it, and the decision could never be resumed",
-            "export without --no-store-cache (the workflow keeps .loopdsl/ with actions/cache), "
+            f"export without --no-store-cache (the workflow keeps the store on the {runs_branch.BRANCH} branch), "
             "or remove the checkpoints and declare `unattended: true`")
-    utc = to_utc_cron(cron, tz)
-    warnings = list(utc.notes)
     env_names = list(dict.fromkeys(declared_secrets(loop) + provider_keys(loop)))
     wall = loop.budget.wall_time
-    worktree = any(m.workspace.worktree for m in _tree(loop))
-    dispatch = {"inputs": _dispatch_inputs()} if keep_store else None
+    on = github_workflow.triggers(loop, utc_cron, bool(waiting))
+    jobs = {"run": github_workflow.run_job(
+        loop, loop_path, env_names, worktree=any(m.workspace.worktree for m in _tree(loop)), pip_spec=pip_spec,
+        python=python, timeout_minutes=int(math.ceil(wall / 60)) + 15 if wall else 60, keep_store=keep_store,
+        condition=github_workflow.job_condition(loop, on)),
+        "apply": github_workflow.apply_job(loop, loop_path, waits=bool(waiting), pip_spec=pip_spec, python=python)}
     workflow = CommentedMap({
         "name": f"loopdsl: {loop.name}",
-        "on": {"schedule": [{"cron": utc.cron}], "workflow_dispatch": dispatch},
-        "permissions": {"contents": "write" if worktree else "read"},
+        "on": on,
+        "permissions": {},  # nothing by default: each job asks for what it needs
         "concurrency": {"group": f"loopdsl-{loop.name}", "cancel-in-progress": False},
-        "jobs": {"run": {"runs-on": "ubuntu-latest",
-                         "timeout-minutes": int(math.ceil(wall / 60)) + 15 if wall else 60,
-                         "steps": _steps(loop, loop_path, env_names, keep_store=keep_store, worktree=worktree,
-                                         pip_spec=pip_spec, python=python)}},
+        "jobs": jobs,
     })
-    workflow.yaml_set_start_comment("\n".join(_header(loop, loop_path, cron, tz, keep_store, warnings, env_names)))
+    workflow.yaml_set_start_comment("\n".join(_header(loop, loop_path, cron, keep_store, warnings, env_names)))
     yaml = YAML()
     yaml.width = 4096  # long commands and descriptions stay on one line
     yaml.indent(mapping=2, sequence=4, offset=2)

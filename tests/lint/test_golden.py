@@ -75,6 +75,7 @@ def test_every_rule_has_a_failing_case() -> None:
         "cli-max-cost", "cli-full-permissions", "agent-tool-choice", "agent-unreviewed", "mcp-env",
         "notify-status", "notify-url", "notify-url-credential", "notify-secret",
         "publish-token", "publish-worktree", "publish-number", "publish-branch", "publish-ends",
+        "on-input-unknown", "on-event-path", "on-input-type", "on-input-missing",
     }
     loader = {
         "yaml-syntax", "yaml-duplicate-key", "yaml-tag", "yaml-anchor-bomb", "yaml-too-deep",

@@ -73,7 +73,8 @@ def test_a_git_url_install_is_exported_pinned_to_its_commit(source: tuple[Path, 
     done = _run([python, "-m", "loopdsl", "schedule", "loops/notes.yaml", "--export", "github-actions",
                  "-o", str(workflow)], cwd=project)
     assert done.returncode == 0, done.stderr
-    assert _install_step(workflow) == f"python -m pip install 'loopdsl @ git+{url}@{commit}'"
+    # The jobs talk to GitHub: the pinned install gets the `github` extra.
+    assert _install_step(workflow) == f"python -m pip install 'loopdsl[github] @ git+{url}@{commit}'"
     assert "only this machine can reach" in done.stderr  # a file:// URL: said, not hidden
     assert lint_workflow(actionlint, workflow) == []
 
@@ -115,8 +116,8 @@ def test_an_archive_url_install_is_exported_with_its_hash(served: str, tmp_path:
     assert done.returncode == 0, done.stderr
     # pip records the archive's hash (recent pip always; older pip only when the URL had one).
     digest = hashlib.sha256(urlopen(served).read()).hexdigest()
-    assert _install_step(workflow) in (f"python -m pip install 'loopdsl @ {served}#sha256={digest}'",
-                                       f"python -m pip install 'loopdsl @ {served}'")
+    assert _install_step(workflow) in (f"python -m pip install 'loopdsl[github] @ {served}#sha256={digest}'",
+                                       f"python -m pip install 'loopdsl[github] @ {served}'")
     assert lint_workflow(actionlint, workflow) == []
 
 
@@ -138,7 +139,7 @@ def test_an_editable_install_is_refused_until_pip_spec_says_where_ci_gets_it(sou
     given = _run([python, "-m", "loopdsl", "schedule", "loops/notes.yaml", "--export", "github-actions",
                   "--pip-spec", spec, "-o", str(workflow)], cwd=project)
     assert given.returncode == 0, given.stderr
-    assert _install_step(workflow) == f"python -m pip install '{spec}'"
+    assert _install_step(workflow) == "python -m pip install 'loopdsl[github] @ git+https://github.com/example/loopdsl@v0.1.0'"
 
 
 def test_the_hint_spells_out_the_checkouts_remote_and_commit(tmp_path: Path) -> None:

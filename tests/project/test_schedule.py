@@ -120,18 +120,31 @@ def test_github_actions_export_passes_actionlint_and_keeps_the_store(tmp_path: P
     on = data["on"]
     assert on["schedule"] == [{"cron": "0 0 * * 1-5"}]  # 09:00 in Tokyo (UTC+9, no DST) is 00:00 UTC
     assert "workflow_dispatch" in on and set(on["workflow_dispatch"]["inputs"]) == {"run_id", "decision"}
-    steps = data["jobs"]["run"]["steps"]
+    assert data["permissions"] == {}  # nothing by default; each job asks for its own
+    run_job, apply_job = data["jobs"]["run"], data["jobs"]["apply"]
+    assert run_job["permissions"] == {"contents": "read"}
+    assert apply_job["permissions"] == {"contents": "write"} and apply_job["needs"] == "run"
+    steps = run_job["steps"]
     uses = [s.get("uses", "") for s in steps]
     assert uses[:2] == ["actions/checkout@v4", "actions/setup-python@v5"]
-    assert "actions/cache/restore@v4" in uses and "actions/cache/save@v4" in uses
-    save = next(s for s in steps if s.get("uses") == "actions/cache/save@v4")
-    assert save["if"] == "always()" and save["with"]["path"] == ".loopdsl"
-    assert any(f"pip install '{PIP_SPEC}'" in s.get("run", "") for s in steps)
-    run = next(s for s in steps if "loopdsl run" in s.get("run", ""))
+    assert steps[0]["with"]["persist-credentials"] is False  # no token left in .git/config for the loop's tools
+    assert not any("actions/cache" in u for u in uses)  # an evictable cache would lose waiting runs
+    scripts = [s.get("run", "") for s in steps]
+    restore = next(r for r in scripts if "loopdsl github-store restore " in r)
+    loop_arg = restore.split("restore ", 1)[1].strip()  # the loop's path as the export wrote it
+    assert loop_arg.endswith("notes.yaml")
+    pack = next(s for s in steps if "github-store pack" in s.get("run", ""))
+    assert pack["if"] == "always()"
+    upload = next(s for s in steps if s.get("uses") == "actions/upload-artifact@v4")
+    assert upload["if"] == "always()" and upload["with"]["path"] == "loopdsl-out"
+    assert any(f"github-apply {loop_arg} loopdsl-out" in s.get("run", "") for s in apply_job["steps"])
+    spec_with_extra = PIP_SPEC.replace("loopdsl @", "loopdsl[github] @")
+    assert any(f"pip install '{spec_with_extra}'" in r for r in scripts)
+    run = next(s for s in steps if "loopdsl github-event" in s.get("run", ""))
     assert run["env"]["DEPLOY_TOKEN"] == "${{ secrets.DEPLOY_TOKEN }}"
     assert run["env"]["OPENAI_API_KEY"] == "${{ secrets.OPENAI_API_KEY }}"
     assert run["env"]["ANTHROPIC_API_KEY"] == "${{ secrets.ANTHROPIC_API_KEY }}"
-    assert "loopdsl run loops/notes.yaml" in run["run"] or "notes.yaml" in run["run"]
+    assert f"loopdsl github-event {loop_arg} --out loopdsl-out" in run["run"]
     for step in steps:  # every script is valid bash
         if "run" in step:
             assert subprocess.run(["bash", "-n", "-c", step["run"]], capture_output=True).returncode == 0, step["run"]
@@ -165,7 +178,7 @@ def test_a_loop_with_checkpoints_is_not_exported_without_its_store(tmp_path: Pat
     code, _, err = invoke("schedule", str(unattended), "--export", "github-actions", "--no-store-cache", "--pip-spec", PIP_SPEC,
                        "-o", str(workflow))
     assert code == 0, err
-    assert "actions/cache" not in workflow.read_text()
+    assert "github-store restore" not in workflow.read_text() and "loopdsl-out --no-store" in workflow.read_text()
     assert lint_workflow(actionlint, workflow) == []
 
 
@@ -190,4 +203,4 @@ def test_github_actions_export_keeps_yaml_significant_text_as_values(tmp_path: P
     assert code == 0, err
     steps = YAML(typ="safe").load(out)["jobs"]["run"]["steps"]
     install = next(s for s in steps if s.get("name") == "Install loopdsl")
-    assert install["run"] == "python -m pip install 'loopdsl @ https://example.com/x.tar.gz #egg=loopdsl: see'"
+    assert install["run"] == "python -m pip install 'loopdsl[github] @ https://example.com/x.tar.gz #egg=loopdsl: see'"

@@ -11,6 +11,8 @@ bare repository) needs no credentials at all.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..git_safe import WorkspaceError, run_git
@@ -19,6 +21,23 @@ from .settings import GitHubError
 _TOKEN_VAR = "LOOPDSL_GIT_PUSH_TOKEN"
 # A fixed shell text (never built from a value): the token is read from the environment.
 _HELPER = f'!f() {{ echo username=x-access-token; echo "password=${_TOKEN_VAR}"; }}; f'
+
+
+@contextmanager
+def git_token(token: str | None) -> Iterator[dict[str, str]]:
+    """The git config that hands `token` to the git commands run inside, through the helper
+    (the token is set in this process's environment meanwhile; nothing when there is none)."""
+    if not token:
+        yield {}
+        return
+    previous = os.environ.get(_TOKEN_VAR)
+    os.environ[_TOKEN_VAR] = token  # read by the helper git runs; removed right after
+    try:
+        yield {"credential.helper": _HELPER}
+    finally:
+        os.environ.pop(_TOKEN_VAR, None)
+        if previous is not None:
+            os.environ[_TOKEN_VAR] = previous
 
 
 def remote_sha(repo: Path, branch: str, remote: str = "origin") -> str | None:
@@ -48,18 +67,9 @@ def push_branch(repo: Path, local_ref: str, branch: str, token: str | None,
                           "publish from the repository the run worked in, or fetch the run's branch into "
                           "this one first (e.g. `git fetch RUN.bundle 'refs/heads/loopdsl/*:refs/heads/loopdsl/*'` "
                           "from a `git bundle` the run's job made)") from None
-    config = {"credential.helper": _HELPER} if token else {}
     spec = f"{'+' if force else ''}{sha}:refs/heads/{branch}"
-    previous = os.environ.get(_TOKEN_VAR)
-    if token:
-        os.environ[_TOKEN_VAR] = token  # read by the helper git runs; removed right after
-    try:
+    with git_token(token) as config:
         proc = run_git(repo, "push", "--porcelain", remote, spec, check=False, config=config)
-    finally:
-        if token:
-            os.environ.pop(_TOKEN_VAR, None)
-            if previous is not None:
-                os.environ[_TOKEN_VAR] = previous
     if proc.returncode != 0:
         detail = _clean(f"{proc.stdout} {proc.stderr}").replace(token or "\0", "[REDACTED]")
         hint = ("the remote branch has commits the run's branch lacks: delete it or use `branch: run`"

@@ -1,0 +1,170 @@
+"""Checkpoints reachable on GitHub, and what the write job applies.
+
+A run that waits at a checkpoint leaves `checkpoint.json` (run id, message, choices, the
+issue or pull request of its event) in the run job's output folder; the apply job posts it
+as a comment there, once (a marker in the body finds an earlier post). A person answers
+with `/loopdsl approve RUN`; `github-event` lets the decision through only when GitHub
+says that person may write to the repository.
+
+The message is the loop's rendered checkpoint text and may quote model output: it is posted
+inside a fenced code block, where GitHub renders no markdown, so it mentions nobody, links
+nothing and closes no issue.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..adapters.git_safe import run_git
+from ..adapters.github.push import git_token
+from ..api.runs import open_store
+from ..language.errors import LoopdslError
+from ..runtime.publish_apply import publish_pending
+from ..runtime.redaction import redact_printed
+from ..runtime.run_state import RunState
+from . import runs_branch, worktree_carry
+from .github_event import DECISION_COMMAND, GitHubEventError
+
+CHECKPOINT_FILE = "checkpoint.json"
+BUNDLE_FILE = "branches.bundle"
+STORE_FOLDER = "store"
+MAX_MESSAGE_CHARS = 20_000
+WRITERS = ("admin", "write")  # what GitHub's permission endpoint says for admin, maintain and write
+
+
+def require_writer(actor: str) -> None:
+    """Refuse unless `actor` has write access to GITHUB_REPOSITORY (asked of GITHUB_API_URL)."""
+    from ..adapters.github import GitHubClient, settings_from_env  # deferred: the optional `github` extra
+
+    if not actor:
+        raise GitHubEventError("the comment has no author; the decision is refused")
+    level = GitHubClient(settings_from_env()).permission(actor)
+    if level not in WRITERS:
+        raise GitHubEventError(f"{actor} may not start or decide runs: their permission on the repository is {level!r}",
+                               "a person with write access must comment the command")
+
+
+def checkpoint_record(run_id: str, loop_name: str, waiting: dict[str, Any], number: int | None) -> dict[str, Any]:
+    return {"run_id": run_id, "loop": loop_name, "state": str(waiting.get("state", "")),
+            "message": redact_printed(str(waiting.get("message", "")))[:MAX_MESSAGE_CHARS],
+            "choices": [str(c) for c in waiting.get("choices") or ("approve", "reject")], "number": number}
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any backtick run in `text`, so the text cannot close it."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def checkpoint_comment(record: dict[str, Any]) -> tuple[str, str]:
+    """(marker, body) of the comment that asks for a decision."""
+    run_id, state = record["run_id"], record["state"]
+    marker = f"<!-- loopdsl:checkpoint {run_id} {state} -->"
+    fence = _fence(record["message"])
+    choices = record["choices"]
+    how = [f"`{DECISION_COMMAND} approve {run_id}`", f"`{DECISION_COMMAND} reject {run_id}`"] \
+        if set(choices) <= {"approve", "reject"} else [f"`{DECISION_COMMAND} decide {run_id} {c}`" for c in choices]
+    body = "\n".join([
+        marker,
+        f"**loopdsl: run `{run_id}` of `{record['loop']}` waits at checkpoint `{state}`.**",
+        "", f"{fence}text", record["message"], fence, "",
+        "Decide with a comment (a person with write access to this repository): " + " or ".join(how) + ".",
+        "Lines after the first are kept as the decision's comment.",
+    ])
+    return marker, body
+
+
+def write_checkpoint(out_dir: Path, record: dict[str, Any]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / CHECKPOINT_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
+
+
+def post_checkpoint(out_dir: Path) -> str:
+    """Post the waiting run's checkpoint comment (once); what was done, in words."""
+    path = out_dir / CHECKPOINT_FILE
+    if not path.is_file():
+        return "no run waits"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    number = record.get("number")
+    if not isinstance(number, int) or isinstance(number, bool):
+        return (f"run {record.get('run_id')} waits at {record.get('state')}; the event has no issue or pull request "
+                "to comment on: decide it by running the workflow by hand with run_id and decision")
+    from ..adapters.github import GitHubClient, settings_from_env  # deferred: the optional `github` extra
+
+    client = GitHubClient(settings_from_env())
+    marker, body = checkpoint_comment(record)
+    if client.find_comment(number, marker) is not None:
+        return f"the checkpoint comment of run {record['run_id']} is already on #{number}"
+    client.create_comment(number, body)
+    return f"posted the checkpoint of run {record['run_id']} on #{number}"
+
+
+def pack(repo: Path, store_dir: Path, out_dir: Path, keep_store: bool) -> tuple[int, int]:
+    """Copy the store and bundle the runs' branches (loopdsl/*) into `out_dir`: (files, branches)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = 0
+    if keep_store:
+        # Worktrees carried in by the restore are carried out afresh: only those of runs still waiting.
+        files = runs_branch.copy_store(store_dir, out_dir / STORE_FOLDER, frozenset({worktree_carry.CARRY_DIR}))
+        files += 2 * len(worktree_carry.carry_out(repo, store_dir, out_dir / STORE_FOLDER))
+    refs = run_git(repo, "for-each-ref", "--format=%(refname)", "refs/heads/loopdsl/").stdout.split()
+    if refs:
+        bundle = str((out_dir / BUNDLE_FILE).resolve())
+        # Only the commits origin lacks (the apply job has a full clone); a branch with no new
+        # commit makes that bundle empty, which git refuses: then the whole history goes.
+        if run_git(repo, "bundle", "create", "--quiet", bundle, *refs, "--not", "--remotes=origin",
+                   check=False).returncode != 0:
+            run_git(repo, "bundle", "create", "--quiet", bundle, *refs)
+    # Never an empty folder: the artifact upload treats one as a broken run job.
+    (out_dir / "manifest.json").write_text(json.dumps({"store_files": files, "branches": refs}), encoding="utf-8")
+    return files, len(refs)
+
+
+def publish_pending_runs(store_dir: Path) -> tuple[list[str], list[LoopdslError]]:
+    """Make the `publish:` writes the run job planned and left (it held no write token): each
+    completed run whose writes are not all made is resumed, which makes only those. Returns
+    the runs published and the errors of those that could not be (their store records why)."""
+    from ..api.durable import resume_durable
+
+    if not store_dir.is_dir():
+        return [], []
+    # Read from a copy: opening a store writes to its database, and an untouched store must
+    # stay byte-for-byte the same so that saving it adds no commit.
+    with tempfile.TemporaryDirectory() as scratch:
+        runs_branch.copy_store(store_dir, Path(scratch) / "store")
+        store = open_store(Path(scratch) / "store", store_dir, create=False)
+        try:
+            due = [r["run_id"] for r in store.list_runs() if r.get("status") == "completed"
+                   and publish_pending(RunState.from_json(store.load_run(r["run_id"])))]
+        finally:
+            store.close()
+    done, failed = [], []
+    for run_id in due:
+        try:
+            asyncio.run(resume_durable(run_id, store=store_dir))
+            done.append(run_id)
+        except LoopdslError as exc:
+            failed.append(exc)
+    return done, failed
+
+
+def push_run_branches(repo: Path, out_dir: Path, token: str | None) -> list[str]:
+    """Push the branches of the bundle (only loopdsl/* ones) to origin; their names."""
+    bundle = out_dir / BUNDLE_FILE
+    if not bundle.is_file():
+        return []
+    run_git(repo, "fetch", "--no-tags", "--quiet", str(bundle.resolve()), "+refs/heads/loopdsl/*:refs/loopdsl-runs-in/*")
+    refs = run_git(repo, "for-each-ref", "--format=%(refname)", "refs/loopdsl-runs-in/").stdout.split()
+    names = [ref.removeprefix("refs/loopdsl-runs-in/") for ref in refs]
+    if names:
+        with git_token(token) as config:
+            pushed = run_git(repo, "push", "--porcelain", "origin",
+                             *[f"{ref}:refs/heads/loopdsl/{name}" for ref, name in zip(refs, names)],
+                             check=False, config=config)
+        if pushed.returncode != 0:
+            raise runs_branch.push_failure("pushing the runs' branches", f"{pushed.stdout} {pushed.stderr}", token)
+    return [f"loopdsl/{name}" for name in names]
