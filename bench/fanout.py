@@ -23,10 +23,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # stub_server and the helpers it imports
 
 CHILD = """loopdsl: 1
 name: fanout-child
@@ -87,7 +89,11 @@ def child_process(mode: str, api_base: str, n: int, budget: str) -> dict:
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     fan = result.state.results.get("fan") or {}
     items = fan.get("items") or []
+    # Why children failed, by error (the children's events reach the parent tagged `child`).
+    failures = Counter(f"{e['event'].get('kind')}: {str(e['event'].get('message'))[:200]}" for e in result.events
+                       if e.get("type") == "child" and e["event"].get("type") == "failed")
     return {
+        "failures": dict(failures.most_common(5)),
         "seconds": seconds,
         "cpu_s": cpu,  # CPU time of the process: what the load of the machine moves least
         "status": result.status,
@@ -98,8 +104,23 @@ def child_process(mode: str, api_base: str, n: int, budget: str) -> dict:
     }
 
 
+def listen_overflows() -> int | None:
+    """Connections this host's kernel dropped because a listening socket's accept queue was
+    full (Linux's TcpExt ListenOverflows, host-wide); None where it cannot be read."""
+    try:
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+    except OSError:
+        return None
+    for names, values in zip(lines, lines[1:]):
+        if names.startswith("TcpExt:") and values.startswith("TcpExt:"):
+            counters = dict(zip(names.split(), values.split()))
+            return int(counters["ListenOverflows"]) if "ListenOverflows" in counters else None
+    return None
+
+
 def measure(mode: str, api_base: str, n: int, budget: str = "{}", root: Path = ROOT) -> dict:
     """One side in a fresh process; `root` is the checkout whose loopdsl it imports."""
+    before = listen_overflows()
     out = subprocess.run(
         [sys.executable, __file__, "--child", mode, "--api-base", api_base, "--children", str(n), "--budget", budget,
          "--root", str(root)],
@@ -107,7 +128,10 @@ def measure(mode: str, api_base: str, n: int, budget: str = "{}", root: Path = R
     )
     if out.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    after = listen_overflows()
+    figures["listen_overflows"] = None if before is None or after is None else after - before
+    return figures
 
 
 def main() -> None:
@@ -125,7 +149,7 @@ def main() -> None:
         figures["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps(figures))
         return
-    from tests.stub_server import StubReply, StubServer
+    from stub_server import StubReply, StubServer
 
     calls = args.children * 5
     with StubServer() as stub:
@@ -147,6 +171,10 @@ def main() -> None:
           f"max RSS {bare['max_rss_mb']:.0f} MB")
     print(f"loopdsl fan-out (concurrency {args.children}):    {ours['seconds']:.2f} s (CPU {ours['cpu_s']:.2f} s), max RSS {ours['max_rss_mb']:.0f} MB, "
           f"status {ours['status']}, {ours['children_completed']} children completed, {served_ours} requests served")
+    for error, count in ours["failures"].items():
+        print(f"  {count} failed calls: {error}")
+    print("connections the kernel dropped from a full accept queue (ListenOverflows, whole host): "
+          f"bare {bare['listen_overflows']}, loopdsl {ours['listen_overflows']}, capped {capped['listen_overflows']}")
     print(f"ratio loopdsl / bare: {ours['seconds'] / bare['seconds']:.2f}x (target <= 1.3x)")
     within = capped["tokens"] <= 10000
     print(f"capped run (tokens 10000): spent {capped['tokens']} tokens, status {capped['status']}, "
