@@ -18,6 +18,16 @@ settings.register_profile("thorough", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Under pytest-xdist (`-n`), distribute as `load` does but keep each `xdist_group` on one
+    # worker: a module whose tests share an expensive module-scoped setup (a venv with a package
+    # built into it, a browser, LiteLLM imported in-process) marks itself
+    # `pytestmark = pytest.mark.xdist_group("NAME")` and pays that setup once, not once per
+    # worker its tests happen to land on. Other modes asked for on the command line are kept.
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+
+
 @pytest.fixture
 def stub_server() -> Iterator[StubServer]:
     """An OpenAI-compatible stub on 127.0.0.1 (free port), serving only during the test."""

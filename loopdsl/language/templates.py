@@ -6,6 +6,7 @@ shell_template.py; the names other modules import from here are re-exported belo
 """
 from __future__ import annotations
 
+import functools
 import json
 from collections import ChainMap
 from collections.abc import Iterator, Mapping
@@ -290,7 +291,11 @@ def compile_expression(source: str) -> Expression:
     return Expression(source)
 
 
+@functools.lru_cache(maxsize=256)
 def compile_template(source: str) -> Template:
+    # Cached: a process that runs loops again and again (a host application, a test suite,
+    # the children of a fan-out built from several files) compiles each source once. A
+    # Template keeps no state between renders and the Jinja environment is one per process.
     return Template(source)
 
 
