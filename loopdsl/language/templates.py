@@ -287,15 +287,17 @@ class Template:
         return f"Template({self.source!r})"
 
 
+# Both cached by source: a process that runs loops again and again (a host application, a
+# test suite) compiles each source once. The Jinja environment is one per process; a Template
+# keeps no state between renders, and an Expression only a Jinja context tied to the mapping
+# it last evaluated over (rebuilt for another), as when a fan-out's children share one loop.
+@functools.lru_cache(maxsize=512)
 def compile_expression(source: str) -> Expression:
     return Expression(source)
 
 
 @functools.lru_cache(maxsize=256)
 def compile_template(source: str) -> Template:
-    # Cached: a process that runs loops again and again (a host application, a test suite,
-    # the children of a fan-out built from several files) compiles each source once. A
-    # Template keeps no state between renders and the Jinja environment is one per process.
     return Template(source)
 
 
