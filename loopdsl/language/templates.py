@@ -287,15 +287,15 @@ class Template:
         return f"Template({self.source!r})"
 
 
-# Both cached by source: a process that runs loops again and again (a host application, a
-# test suite) compiles each source once. The Jinja environment is one per process; a Template
-# keeps no state between renders, and an Expression only a Jinja context tied to the mapping
-# it last evaluated over (rebuilt for another), as when a fan-out's children share one loop.
-@functools.lru_cache(maxsize=512)
 def compile_expression(source: str) -> Expression:
+    # Not cached: an Expression keeps the Jinja context of the mapping it last evaluated over,
+    # which a process-wide cache would keep alive with everything that run held.
     return Expression(source)
 
 
+# Cached by source: a process that runs loops again and again (a host application, a test
+# suite) compiles each template once. The Jinja environment is one per process and a
+# Template keeps no state between renders.
 @functools.lru_cache(maxsize=256)
 def compile_template(source: str) -> Template:
     return Template(source)
