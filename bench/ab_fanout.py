@@ -15,6 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "bench"))
+sys.path.insert(0, str(HERE / "tests"))  # stub_server and the helpers it imports
 
 
 def main() -> None:
@@ -24,7 +25,7 @@ def main() -> None:
     parser.add_argument("--children", type=int, default=200)
     parser.add_argument("--latency", type=float, default=0.1)
     args = parser.parse_args()
-    from tests.stub_server import StubReply, StubServer
+    from stub_server import StubReply, StubServer
 
     import fanout as this  # this driver; each side's process imports its own checkout's loopdsl
     seconds: dict[str, list[float]] = {"bare": [], "base": [], "this": []}

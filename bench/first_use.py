@@ -33,6 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # stub_server and the helpers it imports
 
 REAL_LOOP = textwrap.dedent("""\
     loopdsl: 1
@@ -101,7 +102,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--base", default="main", help="git ref to compare with (default: main)")
     args = parser.parse_args()
-    from tests.stub_server import StubReply, StubServer
+    from stub_server import StubReply, StubServer
 
     with tempfile.TemporaryDirectory() as tmp, StubServer() as stub:
         scratch = Path(tmp)

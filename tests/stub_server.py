@@ -88,6 +88,12 @@ class RecordedRequest:
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    # The listen backlog (socketserver's default is 5). Clients open hundreds of connections at
+    # once (bench/fanout.py: 200 children); past the backlog Linux drops the connection attempt
+    # (TcpExt ListenOverflows) and the client retries after 1, 3, 7 ... s, or, once the
+    # handshake had completed on its side, gets the connection reset (a failed call). Under
+    # load, when this thread accepts slowly, that made fan-out times swing 5x and failed calls.
+    request_queue_size = 1024
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that gives up (the timeout tests) resets its connection; that is

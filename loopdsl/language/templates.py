@@ -287,15 +287,15 @@ class Template:
         return f"Template({self.source!r})"
 
 
-# Compiled once per source in a process: a long-lived process (the API, `ui`, a fan-out of
-# runs) compiles the same loop for every run, and Jinja's parse and compile is most of that.
-# Both kinds are safe to share: a Template keeps nothing between renders, and an Expression
-# only keeps a context for the dict it was last called with (another dict gets a new one).
-@functools.lru_cache(maxsize=2048)
 def compile_expression(source: str) -> Expression:
+    # Not cached: an Expression keeps the Jinja context of the mapping it last evaluated over,
+    # which a process-wide cache would keep alive with everything that run held.
     return Expression(source)
 
 
+# Cached by source: a long-lived process (the API, `ui`, a fan-out of runs, a test suite)
+# compiles the same loop's templates again and again, and Jinja's parse and compile is most of
+# that. The Jinja environment is one per process and a Template keeps no state between renders.
 @functools.lru_cache(maxsize=2048)
 def compile_template(source: str) -> Template:
     return Template(source)

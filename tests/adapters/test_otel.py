@@ -17,6 +17,7 @@ from otlp_receiver import OtlpReceiver, only, otel_env as clean_env, run_loopdsl
 from loopdsl.adapters.otel import trace_id_for
 from loopdsl.adapters.store.run_store import RunStore
 
+pytestmark = pytest.mark.xdist_group("otel-traced-run")  # the traced run, once (tests/conftest.py)
 SECRET = "otel-SECRET-9Qm2vXz8Lr"
 VARIANTS = [SECRET.encode(), base64.b64encode(SECRET.encode()).rstrip(b"=")]
 MODEL = "openai/gpt-4o-mini"

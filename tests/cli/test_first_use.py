@@ -19,6 +19,7 @@ from stub_server import StubServer
 
 import loopdsl
 
+pytestmark = pytest.mark.xdist_group("first-use-scaffold")  # the scaffolded project, once (tests/conftest.py)
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "deterministic-multistep"
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.invalid",

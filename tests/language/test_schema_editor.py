@@ -27,6 +27,7 @@ import pytest
 
 from loopdsl.language.schema import load_schema
 
+pytestmark = pytest.mark.xdist_group("yaml-language-server")  # one language server process, once (tests/conftest.py)
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "tests" / "lsp"
 SERVER_SCRIPT = Path("node_modules") / "yaml-language-server" / "bin" / "yaml-language-server"

@@ -21,6 +21,7 @@ import pytest
 import loopdsl
 from loopdsl.language.model import build_loop
 
+pytestmark = pytest.mark.xdist_group("secret-forms-run")  # the run every test inspects, once (tests/conftest.py)
 SECRET = 'zq9-S"ECRET/7Vx3kL+w8uniq'
 PREFIXES = ["a:", "ab:", "abc:", "user:"]  # the secret at offsets 2, 0, 1, 2 (mod 3) of a base64 stream
 

@@ -29,7 +29,7 @@ from loopdsl.project.install_source import InstallSourceError, from_direct_url, 
 
 __all__ = ["actionlint"]  # a fixture, imported for its use below
 DATA = Path(__file__).parents[1] / "data" / "project"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("install-source")]  # its module fixtures: once, on one worker
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -37,6 +37,7 @@ import loopdsl
 from loopdsl.cli import cli
 from loopdsl.adapters.store.run_store import RunStore
 
+pytestmark = pytest.mark.xdist_group("acme-venv")  # the venv with the package built into it, once (tests/conftest.py)
 VERSION = "1.4.0"  # tests/data/sharing/package/pyproject.toml
 
 

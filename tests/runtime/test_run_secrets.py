@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.xdist_group("leaky-run")  # the run every test inspects, once (tests/conftest.py)
 SECRET = "zq9-SECRET-7Vx3kLw8uniq"
 VARIANTS = [SECRET.encode(), base64.b64encode(SECRET.encode()), base64.b64encode(SECRET.encode()).rstrip(b"=")]
 

@@ -18,6 +18,7 @@ import pytest
 from ui_support import HOSTILE, WaitingRun, cli
 from playwright.sync_api import sync_playwright
 
+pytestmark = pytest.mark.xdist_group("chromium")  # one headless Chromium, once (tests/conftest.py)
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # --no-sandbox: containers lack the user namespaces Chromium's sandbox needs; the rest keep a
 # headless browser from reaching the network or a GPU on a CI machine.
