@@ -79,7 +79,7 @@ def _decided_run(loop_name: str, todo: Plan, store: str | None) -> str:
         sys.exit(EXIT_OK)
     try:
         if todo.action == "review" and todo.number is not None:
-            run_id, why = checkpoints.review_target(opened, todo.number, todo.choice)
+            run_id, why = checkpoints.review_target(opened, loop_name, todo.number, todo.choice)
             if run_id is not None:
                 return run_id
             _notice(f"{loop_name}: pull_request_review ignored: {why}")

@@ -96,16 +96,16 @@ def checkpoint_runs(number: int) -> list[tuple[str, str]]:
     return found[::-1]
 
 
-def review_target(store: Any, number: int, choice: str) -> tuple[str | None, str]:
-    """(run id, "") of the run waiting on pull request #`number` that a review's `choice` decides,
-    or (None, why not). `store` is the loop's open run store."""
+def review_target(store: Any, loop_name: str, number: int, choice: str) -> tuple[str | None, str]:
+    """(run id, "") of `loop_name`'s run waiting on pull request #`number` that a review's
+    `choice` decides, or (None, why not). `store` is the loop's open run store."""
     for run_ref, state_name in checkpoint_runs(number):
         try:
             run_id = store.resolve(run_ref)
         except StoreError:
             continue  # another loop's run: its own workflow decides it
         state = RunState.from_json(store.load_run(run_id))
-        if state.status != "waiting" or not state.waiting or state.waiting.get("state") != state_name:
+        if state.loop != loop_name or state.status != "waiting" or not state.waiting or state.waiting.get("state") != state_name:
             continue
         choices = [str(c) for c in state.waiting.get("choices") or ("approve", "reject")]
         if choice not in choices:
