@@ -15,7 +15,7 @@ from ..adapters.terminal import Progress, summary
 from ..adapters.terminal_safe import visible
 from ..api import runs as api
 from ..api.durable import budget_caps, decide as record_decision, resume_durable
-from ..project import github_checkpoints as checkpoints, runs_branch, worktree_carry
+from ..project import github_checkpoints as checkpoints, github_trust, runs_branch, worktree_carry
 from ..project.github_event import GitHubEventError, Plan, plan, read_event
 from ..runtime.errors import StoreError
 from ..runtime.run_keys import default_store_dir
@@ -134,6 +134,8 @@ def github_apply(loop: str, out_dir: str, no_publish: bool) -> None:
     model = api.resolve_loop(loop)
     repo, out, token = _repo(), Path(out_dir), os.environ.get("GITHUB_TOKEN")
     store = out / checkpoints.STORE_FOLDER
+    # Before any write: the artifact comes from a job that ran the repository's code.
+    github_trust.verify_artifact(model, store)
     for branch in checkpoints.push_run_branches(repo, out, token):
         click.echo(f"pushed {branch}")
     published, failures = ([], []) if no_publish else checkpoints.publish_pending_runs(store)
