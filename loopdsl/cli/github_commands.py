@@ -135,7 +135,7 @@ def github_apply(loop: str, out_dir: str, no_publish: bool) -> None:
     repo, out, token = _repo(), Path(out_dir), os.environ.get("GITHUB_TOKEN")
     store = out / checkpoints.STORE_FOLDER
     # Before any write: the artifact comes from a job that ran the repository's code.
-    github_trust.verify_artifact(model, store)
+    github_trust.verify_artifact(model, out, repo)
     for branch in checkpoints.push_run_branches(repo, out, token):
         click.echo(f"pushed {branch}")
     published, failures = ([], []) if no_publish else checkpoints.publish_pending_runs(store)

@@ -83,7 +83,7 @@ def _text(payload: Any, *parts: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _number(payload: Mapping[str, Any]) -> int | None:
+def event_number(payload: Mapping[str, Any]) -> int | None:
     """The issue or pull request the event is about (a failed CI run: its first pull request)."""
     pulls = read_path(payload, ["workflow_run", "pull_requests"])
     first = pulls[0] if isinstance(pulls, list) and pulls else None
@@ -157,7 +157,7 @@ def plan(loop: Loop, name: str, payload: Mapping[str, Any]) -> Plan:
                 problem = "the pull request's base branch is not one of `branches`"
     if problem:
         return Plan("ignore", problem)
-    return Plan("run", inputs=map_inputs(loop, trigger, payload), number=_number(payload))
+    return Plan("run", inputs=map_inputs(loop, trigger, payload), number=event_number(payload))
 
 
 def _ci_failure_problem(trigger: Trigger, payload: Mapping[str, Any], action: str) -> str:
@@ -180,7 +180,7 @@ def _comment(loop: Loop, payload: Mapping[str, Any]) -> Plan:
     first, _, rest = body.strip().partition("\n")
     words = first.split()
     actor = _text(payload, "comment", "user", "login")
-    number = _number(payload)
+    number = event_number(payload)
     if not words:
         return Plan("ignore", "an empty comment")
     if words[0] == DECISION_COMMAND and len(words) >= 3 and words[1] in ("approve", "reject", "decide"):
@@ -204,7 +204,7 @@ def _review(payload: Mapping[str, Any]) -> Plan:
     if choice is None:
         return Plan("ignore", f"a review that is {state or 'without a state'!r} decides nothing "
                               "(approved approves, changes_requested rejects)")
-    number = _number(payload)
+    number = event_number(payload)
     if number is None:
         return Plan("ignore", "the review names no pull request")
     actor = _text(payload, "review", "user", "login")

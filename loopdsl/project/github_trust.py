@@ -13,6 +13,7 @@ the threat and what is left of it.
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from ..runtime.run_state import RunState
 from . import runs_branch
 from .export import checkpoints
 from .github_checkpoints import checkpoint_runs, require_writer
-from .github_event import GitHubEventError, plan, read_event
+from .github_event import GitHubEventError, event_number, plan, read_event
 
 _TEXTS = ("title", "body")
 _LISTS = ("labels", "add", "remove")
@@ -98,14 +99,60 @@ def _decision_problem(state: RunState, events: list[dict[str, Any]], decision: D
     return ""
 
 
-def verify_artifact(loop: Loop, store_dir: Path, env: Mapping[str, str] | None = None) -> int:
-    """Refuse (ArtifactRefused) unless every run with writes due may make them; how many are due."""
+def stored_run_ids(repo: Path, loop_name: str, token: str | None) -> set[str]:
+    """The runs of the loop on the runs branch (only apply jobs push there): the runs that
+    existed before this workflow run."""
+    with tempfile.TemporaryDirectory() as scratch:
+        if not runs_branch.restore(repo, loop_name, Path(scratch) / "store", token):
+            return set()
+        store = open_store(Path(scratch) / "store", repo, create=False)
+        try:
+            return {str(r["run_id"]) for r in store.list_runs()}
+        finally:
+            store.close()
+
+
+def checkpoint_problem(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str]) -> str:
+    """Why the artifact's checkpoint may not be posted: it is posted as the workflow's bot, and
+    a review of that pull request then decides the run the comment names."""
+    path = out_dir / "checkpoint.json"
+    if not path.is_file():
+        return ""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        name, payload = read_event(env)
+    except (ValueError, OSError, GitHubEventError) as exc:
+        return f"its checkpoint cannot be checked ({str(exc)[:200]})"
+    if not isinstance(record, dict):
+        return "its checkpoint is not a JSON object"
+    run_id, number = str(record.get("run_id", "")), event_number(payload)
+    if record.get("number") != number:
+        return f"its checkpoint is for #{record.get('number')}, but this workflow run's event is about #{number}"
+    if run_id in stored_run_ids(repo, loop.name, env.get("GITHUB_TOKEN")):
+        decision = trusted_decision(loop, env)
+        if decision is None or not any(run_id.startswith(ref) for ref in decision.runs if ref):
+            return f"its checkpoint names run {run_id[:80]}, an earlier run this workflow run's event does not decide"
+    return ""
+
+
+def verify_artifact(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str] | None = None) -> int:
+    """Refuse (ArtifactRefused) unless every run with writes due may make them and the checkpoint
+    to post is this event's; how many runs have writes due."""
     env = os.environ if env is None else env
-    if not store_dir.is_dir():
-        return 0
-    due = _due(store_dir)
-    if not due:
-        return 0
+    store_dir = out_dir / "store"
+    problems = [problem] if (problem := checkpoint_problem(loop, out_dir, repo, env)) else []
+    due = _due(store_dir) if store_dir.is_dir() else []
+    if due:
+        problems += _run_problems(loop, due, env)
+    if problems:
+        raise ArtifactRefused(
+            "the run job's artifact was refused, nothing was pushed, published or saved: " + "; ".join(problems[:6]),
+            "code the run job ran (a gate, a test) may have changed the run store; read that job's log, and "
+            "decide the run again from a clean commit")
+    return len(due)
+
+
+def _run_problems(loop: Loop, due: list[tuple[RunState, list[dict[str, Any]]]], env: Mapping[str, str]) -> list[str]:
     kinds = declared_kinds(loop)
     token_names = ["GITHUB_TOKEN"] + ([loop.publish.token] if loop.publish is not None else [])
     secrets = tuple(env[name] for name in token_names if env.get(name))
@@ -118,9 +165,4 @@ def verify_artifact(loop: Loop, store_dir: Path, env: Mapping[str, str] | None =
         if waits and (problem := _decision_problem(state, events, decision)):
             found.append(problem)
         problems += [f"run {state.run_id}: {p}" for p in found]
-    if problems:
-        raise ArtifactRefused(
-            "the run job's artifact was refused, nothing was pushed, published or saved: " + "; ".join(problems[:6]),
-            "code the run job ran (a gate, a test) may have changed the run store; read that job's log, and "
-            "decide the run again from a clean commit")
-    return len(due)
+    return problems

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from git_repos import isolate_git, make_repo
+from git_repos import git, isolate_git, make_repo
 from test_github_event import REPOSITORY, loopdsl, pull_request, runs
 
 githubkit = pytest.importorskip("githubkit")
@@ -38,6 +38,8 @@ CHOOSER = REVIEWED.replace("name: reviewed", "name: chooser").replace(
 def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     isolate_git(tmp_path, monkeypatch)
     repo = make_repo(tmp_path / "work", {"loops/reviewed.yaml": REVIEWED, "loops/chooser.yaml": CHOOSER})
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(tmp_path / "origin.git"))  # the apply job reads its runs branch
+    git(repo, "remote", "add", "origin", str(tmp_path / "origin.git"))
     with FakeGitHub() as fake:
         for number in (7, 8):
             fake.state.pulls[number] = {"number": number, "state": "open", "title": "t", "head": {"ref": f"f{number}"},
@@ -55,7 +57,7 @@ def wait_on_pull(repo: Path, env: dict, loop: str, number: int) -> str:
     done = loopdsl(repo, "github-event", f"loops/{loop}.yaml", "--out", out, event=("pull_request", event), **env)
     assert done.returncode == 0, done.stderr
     run_id = json.loads((repo / out / "checkpoint.json").read_text())["run_id"]
-    applied = loopdsl(repo, "github-apply", f"loops/{loop}.yaml", out, **env)
+    applied = loopdsl(repo, "github-apply", f"loops/{loop}.yaml", out, event=("pull_request", event), **env)
     assert applied.returncode == 0 and f"posted the checkpoint of run {run_id} on #{number}" in applied.stdout, applied.stderr
     return run_id
 

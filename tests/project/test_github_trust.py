@@ -145,3 +145,27 @@ def test_a_gate_that_forges_an_approval_gets_nothing_written(repo: Path, tmp_pat
         assert done.returncode == 0 and f"published run {run_id}" in done.stdout, done.stdout + done.stderr
         [posted] = [w.body["body"] for w in fake.writes_to("POST", r"/issues/8/comments") if "approved" in w.body["body"]]
         assert posted.startswith("A person approved this.")
+
+
+def test_a_checkpoint_naming_another_run_or_issue_is_not_posted(repo: Path, tmp_path: Path) -> None:
+    """The checkpoint comment the apply job posts is what a review of that pull request
+    decides: a forged one could point a reviewer's approval at another run."""
+    with FakeGitHub() as fake:
+        for number in (7, 8):
+            fake.state.pulls[number] = {"number": number, "state": "open", "title": "t", "head": {"ref": "f"},
+                                        "base": {"ref": "main"}, "html_url": ""}
+        env = {"GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": fake.repository, "GITHUB_TOKEN": fake.token}
+        first = ("pull_request", pull_request("x"))
+        job = run_job(tmp_path, first, env)
+        earlier = json.loads((job / "out" / "checkpoint.json").read_text())["run_id"]
+        assert apply_job(tmp_path, job, first, env).returncode == 0  # stored on loopdsl-runs, posted on #7
+        second = pull_request("y")
+        second["number"] = second["pull_request"]["number"] = 8
+        for forged, reason in (({"run_id": earlier}, f"names run {earlier}, an earlier run"),
+                               ({"number": 7}, "is for #7, but this workflow run's event is about #8")):
+            job = run_job(tmp_path, ("pull_request", second), env, restore=True)
+            record = json.loads((job / "out" / "checkpoint.json").read_text())
+            (job / "out" / "checkpoint.json").write_text(json.dumps({**record, **forged}))
+            refused = apply_job(tmp_path, job, ("pull_request", second), env)
+            assert refused.returncode == 2 and reason in refused.stderr, refused.stderr
+        assert [w.path for w in fake.writes if w.method == "POST"] == [fake.writes_to("POST", r"/issues/7/")[0].path]
