@@ -225,7 +225,9 @@ def _create_comment(fake: FakeGitHub, rec: Recorded, number: str) -> tuple[int, 
     if not isinstance((rec.body or {}).get("body"), str):
         return 422, {"message": "Validation Failed: body missing"}
     ident = fake.new_id()
+    # Made with a workflow's GITHUB_TOKEN, as every write of the apply job is.
     comment = {"id": ident, "issue_number": int(number), "body": rec.body["body"],
+               "user": {"login": "github-actions[bot]", "type": "Bot"},
                "html_url": f"{_html(fake, 'issues', int(number))}#issuecomment-{ident}"}
     fake.state.comments.append(comment)
     return 201, comment

@@ -38,3 +38,4 @@ def test_the_github_walkthrough_runs(tmp_path: Path) -> None:
     assert "ci-sweeper/cache.db" in stored and not any("carried-worktrees" in name for name in stored)
     workflow = tmp_path / "calc-demo" / ".github" / "workflows" / "loopdsl-ci-sweeper.yml"
     assert "workflow_run:" in workflow.read_text()
+    assert "pull_request_review:\n    types:\n      - submitted" in done.stdout  # a review decides the run too

@@ -15,8 +15,8 @@ from ..adapters.terminal import Progress, summary
 from ..adapters.terminal_safe import visible
 from ..api import runs as api
 from ..api.durable import budget_caps, decide as record_decision, resume_durable
-from ..project import github_checkpoints as checkpoints, runs_branch, worktree_carry
-from ..project.github_event import GitHubEventError, plan, read_event
+from ..project import github_checkpoints as checkpoints, github_trust, runs_branch, worktree_carry
+from ..project.github_event import GitHubEventError, Plan, plan, read_event
 from ..runtime.errors import StoreError
 from ..runtime.run_keys import default_store_dir
 from .output import EXIT_OK, script_option, store_option
@@ -59,11 +59,7 @@ def github_event(loop: str, script: str | None, store: str | None, out_dir: str 
         # publish=False: this job's token cannot write; `github-apply` makes the planned writes.
         result = api.run(model, todo.inputs, script=script, store=store or True, listeners=listeners, publish=False)
     else:
-        try:
-            run_id = api.open_store(store, Path.cwd(), create=False).resolve(todo.run_ref)
-        except StoreError:
-            _notice(f"{model.name}: no run {todo.run_ref} in this loop's store; the decision is for another loop")
-            sys.exit(EXIT_OK)
+        run_id = _decided_run(model.name, todo, store)
         record_decision(run_id, todo.choice, todo.comment, store=store, by=todo.by or None)
         click.echo(visible(f"run {run_id}: recorded '{todo.choice}' by {todo.by}"))
         result = asyncio.run(resume_durable(run_id, store=store, script=script, listeners=listeners, publish=False))
@@ -72,6 +68,29 @@ def github_event(loop: str, script: str | None, store: str | None, out_dir: str 
         checkpoints.write_checkpoint(Path(out_dir), checkpoints.checkpoint_record(
             result.run_id, model.name, result.state.waiting, todo.number))
     sys.exit(EXIT_OK if result.status in _OK_STATUSES else result.exit_code)
+
+
+def _decided_run(loop_name: str, todo: Plan, store: str | None) -> str:
+    """The run a decision is for; exits 0 with a notice when this loop has none to decide."""
+    try:
+        opened = api.open_store(store, Path.cwd(), create=False)
+    except StoreError:
+        _notice(f"{loop_name}: no run store here; the decision is for another loop")
+        sys.exit(EXIT_OK)
+    try:
+        if todo.action == "review" and todo.number is not None:
+            run_id, why = checkpoints.review_target(opened, loop_name, todo.number, todo.choice)
+            if run_id is not None:
+                return run_id
+            _notice(f"{loop_name}: pull_request_review ignored: {why}")
+        else:
+            try:
+                return opened.resolve(todo.run_ref)
+            except StoreError:
+                _notice(f"{loop_name}: no run {todo.run_ref} in this loop's store; the decision is for another loop")
+    finally:
+        opened.close()
+    sys.exit(EXIT_OK)
 
 
 @click.group("github-store")
@@ -115,6 +134,8 @@ def github_apply(loop: str, out_dir: str, no_publish: bool) -> None:
     model = api.resolve_loop(loop)
     repo, out, token = _repo(), Path(out_dir), os.environ.get("GITHUB_TOKEN")
     store = out / checkpoints.STORE_FOLDER
+    # Before any write: the artifact comes from a job that ran the repository's code.
+    github_trust.verify_artifact(model, out, repo)
     for branch in checkpoints.push_run_branches(repo, out, token):
         click.echo(f"pushed {branch}")
     published, failures = ([], []) if no_publish else checkpoints.publish_pending_runs(store)

@@ -122,7 +122,7 @@ def github_actions(loop: Loop, loop_path: str, *, keep_store: bool = True, pip_s
     jobs = {"run": github_workflow.run_job(
         loop, loop_path, env_names, worktree=any(m.workspace.worktree for m in _tree(loop)), pip_spec=pip_spec,
         python=python, timeout_minutes=int(math.ceil(wall / 60)) + 15 if wall else 60, keep_store=keep_store,
-        condition=github_workflow.job_condition(loop, on)),
+        condition=github_workflow.job_condition(loop, on), reviews="pull_request_review" in on),
         "apply": github_workflow.apply_job(loop, loop_path, waits=bool(waiting), pip_spec=pip_spec, python=python)}
     workflow = CommentedMap({
         "name": f"loopdsl: {loop.name}",

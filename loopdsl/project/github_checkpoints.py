@@ -24,6 +24,7 @@ from ..adapters.github.push import git_token
 from ..api.runs import open_store
 from ..language.errors import LoopdslError
 from ..runtime.publish_apply import publish_pending
+from ..runtime.errors import StoreError
 from ..runtime.redaction import redact_printed
 from ..runtime.run_state import RunState
 from . import runs_branch, worktree_carry
@@ -33,6 +34,8 @@ CHECKPOINT_FILE = "checkpoint.json"
 BUNDLE_FILE = "branches.bundle"
 STORE_FOLDER = "store"
 MAX_MESSAGE_CHARS = 20_000
+ACTIONS_BOT = "github-actions[bot]"  # who GitHub says posted a comment made with the workflow's token
+_MARKER = re.compile(r"\A<!-- loopdsl:checkpoint ([a-z0-9][a-z0-9._-]{0,79}) ([A-Za-z0-9_.-]{1,100}) -->")
 WRITERS = ("admin", "write")  # what GitHub's permission endpoint says for admin, maintain and write
 
 
@@ -76,6 +79,41 @@ def checkpoint_comment(record: dict[str, Any]) -> tuple[str, str]:
         "Lines after the first are kept as the decision's comment.",
     ])
     return marker, body
+
+
+def checkpoint_runs(number: int) -> list[tuple[str, str]]:
+    """(run id, state) of the checkpoint comments on #`number`, newest first. Only comments the
+    workflow's own token posted count (GitHub names its author `github-actions[bot]`, a login no
+    person can take): anyone can write a comment that looks like a marker."""
+    from ..adapters.github import GitHubClient, settings_from_env  # deferred: the optional `github` extra
+
+    found = []
+    for comment in GitHubClient(settings_from_env()).comments(number):
+        user = comment.get("user")
+        match = _MARKER.match(str(comment.get("body") or ""))
+        if match and isinstance(user, dict) and user.get("login") == ACTIONS_BOT:
+            found.append((match.group(1), match.group(2)))
+    return found[::-1]
+
+
+def review_target(store: Any, loop_name: str, number: int, choice: str) -> tuple[str | None, str]:
+    """(run id, "") of `loop_name`'s run waiting on pull request #`number` that a review's
+    `choice` decides, or (None, why not). `store` is the loop's open run store."""
+    for run_ref, state_name in checkpoint_runs(number):
+        try:
+            run_id = store.resolve(run_ref)
+        except StoreError:
+            continue  # another loop's run: its own workflow decides it
+        state = RunState.from_json(store.load_run(run_id))
+        if state.loop != loop_name or state.status != "waiting" or not state.waiting or state.waiting.get("state") != state_name:
+            continue
+        choices = [str(c) for c in state.waiting.get("choices") or ("approve", "reject")]
+        if choice not in choices:
+            return None, (f"run {run_id} waits at checkpoint {state_name!r}, whose choices ({', '.join(choices)}) "
+                          f"have no {choice!r}: the review decides nothing; comment "
+                          f"`{DECISION_COMMAND} decide {run_id} CHOICE` instead")
+        return run_id, ""
+    return None, f"no run of this loop waits on #{number}"
 
 
 def write_checkpoint(out_dir: Path, record: dict[str, Any]) -> None:

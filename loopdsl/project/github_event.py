@@ -25,6 +25,8 @@ from ..language.model import Loop, Trigger
 DECISION_COMMAND = "/loopdsl"
 MAX_EVENT_BYTES = 8 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB; real ones are far smaller
 _RUN_REF = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")
+# A pull request review's state (lower case in webhook payloads) -> the decision it makes.
+REVIEW_CHOICES = {"approved": "approve", "changes_requested": "reject"}
 _CHOICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
@@ -34,7 +36,8 @@ class GitHubEventError(LoopdslError):
 
 @dataclass
 class Plan:
-    """What to do: `run` the loop with `inputs`, `decide` a waiting run, or `ignore` the event."""
+    """What to do: `run` the loop with `inputs`, `decide` a waiting run, decide the run waiting on
+    pull request `number` by a `review`, or `ignore` the event."""
 
     action: str
     reason: str = ""
@@ -80,7 +83,7 @@ def _text(payload: Any, *parts: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _number(payload: Mapping[str, Any]) -> int | None:
+def event_number(payload: Mapping[str, Any]) -> int | None:
     """The issue or pull request the event is about (a failed CI run: its first pull request)."""
     pulls = read_path(payload, ["workflow_run", "pull_requests"])
     first = pulls[0] if isinstance(pulls, list) and pulls else None
@@ -135,6 +138,8 @@ def plan(loop: Loop, name: str, payload: Mapping[str, Any]) -> Plan:
         return Plan("run", inputs=map_inputs(loop, None, payload))
     if name == "issue_comment":
         return _comment(loop, payload)
+    if name == "pull_request_review":
+        return _review(payload)
     event = {"workflow_run": "ci_failure", "pull_request": "pull_request", "issues": "issues"}.get(name)
     trigger = _trigger(loop, event) if event else None
     if trigger is None:
@@ -152,7 +157,7 @@ def plan(loop: Loop, name: str, payload: Mapping[str, Any]) -> Plan:
                 problem = "the pull request's base branch is not one of `branches`"
     if problem:
         return Plan("ignore", problem)
-    return Plan("run", inputs=map_inputs(loop, trigger, payload), number=_number(payload))
+    return Plan("run", inputs=map_inputs(loop, trigger, payload), number=event_number(payload))
 
 
 def _ci_failure_problem(trigger: Trigger, payload: Mapping[str, Any], action: str) -> str:
@@ -175,7 +180,7 @@ def _comment(loop: Loop, payload: Mapping[str, Any]) -> Plan:
     first, _, rest = body.strip().partition("\n")
     words = first.split()
     actor = _text(payload, "comment", "user", "login")
-    number = _number(payload)
+    number = event_number(payload)
     if not words:
         return Plan("ignore", "an empty comment")
     if words[0] == DECISION_COMMAND and len(words) >= 3 and words[1] in ("approve", "reject", "decide"):
@@ -187,6 +192,24 @@ def _comment(loop: Loop, payload: Mapping[str, Any]) -> Plan:
     if trigger is None or words[0] != trigger.command:
         return Plan("ignore", "the comment is not a command for this loop")
     return Plan("run", inputs=map_inputs(loop, trigger, payload), actor=actor, number=number)
+
+
+def _review(payload: Mapping[str, Any]) -> Plan:
+    """A submitted review decides the run waiting on its pull request: which run is found later,
+    from the checkpoint comment the apply job posted there (never from text the review holds)."""
+    if _text(payload, "action") != "submitted":
+        return Plan("ignore", "only a submitted review decides a run")
+    state = _text(payload, "review", "state").lower()
+    choice = REVIEW_CHOICES.get(state)
+    if choice is None:
+        return Plan("ignore", f"a review that is {state or 'without a state'!r} decides nothing "
+                              "(approved approves, changes_requested rejects)")
+    number = event_number(payload)
+    if number is None:
+        return Plan("ignore", "the review names no pull request")
+    actor = _text(payload, "review", "user", "login")
+    return Plan("review", choice=choice, comment=_text(payload, "review", "body").strip()[:2000], actor=actor,
+                by=f"github:{actor}", number=number)
 
 
 def _decision(run_ref: str, choice: str, comment: str, *, actor: str, by: str, number: int | None) -> Plan:

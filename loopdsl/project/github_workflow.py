@@ -23,7 +23,7 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarStri
 
 from ..language.github_events import GITHUB_EVENT
 from ..language.model import Loop
-from .github_event import DECISION_COMMAND
+from .github_event import DECISION_COMMAND, REVIEW_CHOICES
 
 OUT_DIR = "loopdsl-out"
 ARTIFACT = "loopdsl-run"
@@ -59,7 +59,15 @@ def triggers(loop: Loop, utc_cron: str | None, waits: bool) -> dict[str, Any]:
         on[event] = spec or None
     if waits and "issue_comment" not in on:
         on["issue_comment"] = {"types": ["created"]}  # `/loopdsl approve RUN` decides a waiting run
+    if waits and reviews_decide(loop):
+        on["pull_request_review"] = {"types": ["submitted"]}  # an approving review decides it too
     return on
+
+
+def reviews_decide(loop: Loop) -> bool:
+    """Whether a waiting run of `loop` can wait on a pull request (its checkpoint comment is
+    posted there): the loop runs on pull requests, or on failed CI runs, which may be of one."""
+    return any(t.event in ("pull_request", "ci_failure") for t in loop.on)
 
 
 def job_condition(loop: Loop, on: dict[str, Any]) -> str:
@@ -78,6 +86,10 @@ def job_condition(loop: Loop, on: dict[str, Any]) -> str:
         commands = [DECISION_COMMAND] + [t.command for t in loop.on if t.command and t.command != DECISION_COMMAND]
         starts = " || ".join(f"startsWith(github.event.comment.body, '{c}')" for c in commands)
         clauses.append(f"(github.event_name == 'issue_comment' && github.event.comment.user.type != 'Bot' && ({starts}))")
+    if "pull_request_review" in on:
+        states = " || ".join(f"github.event.review.state == '{s}'" for s in REVIEW_CHOICES)
+        clauses.append("(github.event_name == 'pull_request_review' && github.event.review.user.type != 'Bot'"
+                       f" && github.event.pull_request.head.repo.full_name == github.repository && ({states}))")
     return " || ".join(clauses)
 
 
@@ -98,7 +110,7 @@ def _install(pip_spec: str, python: str) -> list[dict[str, Any]]:
 
 
 def run_job(loop: Loop, loop_path: str, env_names: list[str], *, worktree: bool, pip_spec: str, python: str,
-            timeout_minutes: int, keep_store: bool, condition: str) -> dict[str, Any]:
+            timeout_minutes: int, keep_store: bool, condition: str, reviews: bool = False) -> dict[str, Any]:
     quoted = shlex.quote(loop_path)
     checkout: dict[str, Any] = {"fetch-depth": 0, "persist-credentials": False}
     if any(t.event == "ci_failure" for t in loop.on):
@@ -123,7 +135,10 @@ def run_job(loop: Loop, loop_path: str, env_names: list[str], *, worktree: bool,
          "with": {"name": ARTIFACT, "path": OUT_DIR, "include-hidden-files": True, "retention-days": 1,
                   "if-no-files-found": "error"}},
     ]
-    return {"if": condition, "runs-on": "ubuntu-latest", "permissions": {"contents": "read"},
+    permissions = {"contents": "read"}
+    if reviews:  # a review's run is found in the checkpoint comments of its pull request
+        permissions["pull-requests"] = "read"
+    return {"if": condition, "runs-on": "ubuntu-latest", "permissions": permissions,
             "timeout-minutes": timeout_minutes, "steps": steps}
 
 

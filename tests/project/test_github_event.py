@@ -270,7 +270,7 @@ def test_a_checkpoint_is_posted_once_and_decided_only_by_a_writer(repo: Path, tm
         assert done.returncode == 0, done.stderr
         [run] = runs(repo)
         for _ in range(2):  # a re-run of the apply job posts nothing new
-            applied = loopdsl(repo, "github-apply", "loops/asker.yaml", "out", **github)
+            applied = loopdsl(repo, "github-apply", "loops/asker.yaml", "out", event=("issues", issue), **github)
             assert applied.returncode == 0, applied.stderr
         [comment] = [w.body["body"] for w in fake.writes_to("POST", r"/issues/5/comments")]
         assert f"`/loopdsl approve {run['run_id']}`" in comment

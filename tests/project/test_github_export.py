@@ -32,7 +32,9 @@ def test_the_seven_patterns_export_workflows_that_pass_actionlint(tmp_path: Path
         workflow = export(ROOT / "loops" / f"{name}.yaml", target)
         assert lint_workflow(actionlint, target) == [], name
         assert workflow["permissions"] == {}, name
-        assert workflow["jobs"]["run"]["permissions"] == {"contents": "read"}, name
+        # Reading a review's pull request comments is the one read beyond the code.
+        reviews = "pull_request_review" in workflow["on"]
+        assert workflow["jobs"]["run"]["permissions"] == {"contents": "read", **({"pull-requests": "read"} if reviews else {})}, name
         assert set(workflow["jobs"]["apply"]["permissions"]) <= {"contents", "issues", "pull-requests"}, name
         for script in scripts(workflow):  # no expression of any kind reaches a shell
             assert "${{" not in script, (name, script)
@@ -54,6 +56,13 @@ def test_each_trigger_becomes_its_github_event_with_its_filter(tmp_path: Path) -
     assert sweeper["on"]["issue_comment"] == {"types": ["created"]}
     assert "startsWith(github.event.comment.body, '/loopdsl')" in condition
     assert sweeper["jobs"]["apply"]["permissions"] == {"contents": "write", "issues": "write", "pull-requests": "write"}
+    # Its checkpoint comment may be on a pull request: a review there decides the run too, and
+    # only a person's approving or changes-requesting review on a pull request of this repository.
+    assert sweeper["on"]["pull_request_review"] == {"types": ["submitted"]}
+    assert ("(github.event_name == 'pull_request_review' && github.event.review.user.type != 'Bot'"
+            " && github.event.pull_request.head.repo.full_name == github.repository"
+            " && (github.event.review.state == 'approved' || github.event.review.state == 'changes_requested'))") in condition
+    assert sweeper["jobs"]["run"]["permissions"] == {"contents": "read", "pull-requests": "read"}
 
     babysitter = export(ROOT / "loops" / "pr-babysitter.yaml", tmp_path / "b.yml")
     assert babysitter["on"]["pull_request"] == {"types": ["opened", "synchronize"]}

@@ -153,6 +153,17 @@ class GitHubClient:
                 return found
         return None
 
+    def comments(self, number: int) -> list[dict[str, Any]]:
+        """The comments of issue or PR `number` (at most _PAGES pages of 100), oldest first."""
+        found: list[dict[str, Any]] = []
+        for page in range(1, _PAGES + 1):
+            comments = self._call(f"listing comments of #{number}", self._rest.issues.list_comments,
+                                  number, per_page=100, page=page)
+            found += [c for c in comments if isinstance(c, dict)] if isinstance(comments, list) else []
+            if not isinstance(comments, list) or len(comments) < 100:
+                break
+        return found
+
     def add_labels(self, number: int, labels: list[str]) -> None:
         self._call(f"labelling #{number}", self._rest.issues.add_labels, number, data={"labels": labels})
 

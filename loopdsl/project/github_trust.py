@@ -1,0 +1,168 @@
+"""What the apply job accepts of the run job's artifact before it writes anything.
+
+The run job runs the repository's own code (the loop's gates, the tests an agent may have
+changed) as the same user that holds the run store, and that code can leave a process
+behind that edits the store until the artifact is uploaded. So nothing in the artifact is
+evidence of anything: a run could claim to have completed past its checkpoint, or carry
+`publish:` writes the run never planned. The apply job holds the write token, so it decides
+what to write from what it trusts itself: the loop file of its own checkout (which writes
+the loop may make), the event GitHub hands *its* job (which run a person decided, and how),
+GitHub's permission endpoint (whether that person may), and the checkpoint comments the
+workflow's token posted (which run waits on a reviewed pull request). docs/github.md has
+the threat and what is left of it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..api.runs import open_store
+from ..language.model import Loop
+from ..runtime.publish_apply import publish_pending
+from ..runtime.redaction import find_secrets
+from ..runtime.run_state import RunState
+from . import runs_branch
+from .export import checkpoints
+from .github_checkpoints import checkpoint_runs, require_writer
+from .github_event import GitHubEventError, event_number, plan, read_event
+
+_TEXTS = ("title", "body")
+_LISTS = ("labels", "add", "remove")
+
+
+class ArtifactRefused(GitHubEventError):
+    """The run job's artifact asks for writes its own evidence cannot justify; exit 2."""
+
+
+@dataclass
+class Decision:
+    """A decision this workflow run's event makes, checked by the apply job itself."""
+
+    runs: list[str]  # the run ids (or unambiguous prefixes) it may be for
+    choice: str
+
+
+def declared_kinds(loop: Loop) -> set[str]:
+    publish = loop.publish
+    if publish is None:
+        return set()
+    return {kind for kind in ("pull_request", "issue", "comment", "labels", "review")
+            if getattr(publish, kind) is not None}
+
+
+def trusted_decision(loop: Loop, env: Mapping[str, str]) -> Decision | None:
+    """The decision this job's own event makes, its author's write access asked of GitHub again."""
+    try:
+        name, payload = read_event(env)
+        todo = plan(loop, name, payload)
+    except GitHubEventError:
+        return None
+    if todo.action not in ("decide", "review"):
+        return None
+    if todo.actor:
+        require_writer(todo.actor)
+    if todo.action == "decide":
+        return Decision([todo.run_ref], todo.choice)
+    return Decision([run for run, _ in checkpoint_runs(todo.number)] if todo.number else [], todo.choice)
+
+
+def _due(store_dir: Path) -> list[tuple[RunState, list[dict[str, Any]]]]:
+    """The runs of the artifact's store with `publish:` writes still to make, with their events."""
+    with tempfile.TemporaryDirectory() as scratch:  # opening a store writes to it: read a copy
+        runs_branch.copy_store(store_dir, Path(scratch) / "store")
+        store = open_store(Path(scratch) / "store", store_dir, create=False)
+        try:
+            states = [RunState.from_json(store.load_run(r["run_id"])) for r in store.list_runs()]
+            return [(s, store.events(s.run_id)) for s in states if s.status == "completed" and publish_pending(s)]
+        finally:
+            store.close()
+
+
+def _item_problems(item: Any, kinds: set[str], secrets: tuple[str, ...]) -> list[str]:
+    if not isinstance(item, dict) or item.get("kind") not in kinds:
+        kind = item.get("kind") if isinstance(item, dict) else item
+        return [f"a {str(kind)[:40]!r} write the loop's `publish:` does not declare"]
+    texts = [str(item.get(k) or "") for k in _TEXTS] + [str(v) for k in _LISTS for v in item.get(k) or ()]
+    return [f"its {item['kind']} write holds {found}" for text in texts for found in find_secrets(text, secrets)]
+
+
+def _decision_problem(state: RunState, events: list[dict[str, Any]], decision: Decision | None) -> str:
+    if decision is None or not any(state.run_id.startswith(ref) for ref in decision.runs if ref):
+        return "it went past a checkpoint, but the event of this workflow run decides no such run"
+    made = [e.get("decision") for e in events if isinstance(e, dict) and e.get("type") == "decision"]
+    if not made or made[-1] != decision.choice:
+        return f"its store says it was decided {made[-1] if made else 'never'!r}; the event says {decision.choice!r}"
+    return ""
+
+
+def stored_run_ids(repo: Path, loop_name: str, token: str | None) -> set[str]:
+    """The runs of the loop on the runs branch (only apply jobs push there): the runs that
+    existed before this workflow run."""
+    with tempfile.TemporaryDirectory() as scratch:
+        if not runs_branch.restore(repo, loop_name, Path(scratch) / "store", token):
+            return set()
+        store = open_store(Path(scratch) / "store", repo, create=False)
+        try:
+            return {str(r["run_id"]) for r in store.list_runs()}
+        finally:
+            store.close()
+
+
+def checkpoint_problem(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str]) -> str:
+    """Why the artifact's checkpoint may not be posted: it is posted as the workflow's bot, and
+    a review of that pull request then decides the run the comment names."""
+    path = out_dir / "checkpoint.json"
+    if not path.is_file():
+        return ""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        name, payload = read_event(env)
+    except (ValueError, OSError, GitHubEventError) as exc:
+        return f"its checkpoint cannot be checked ({str(exc)[:200]})"
+    if not isinstance(record, dict):
+        return "its checkpoint is not a JSON object"
+    run_id, number = str(record.get("run_id", "")), event_number(payload)
+    if record.get("number") != number:
+        return f"its checkpoint is for #{record.get('number')}, but this workflow run's event is about #{number}"
+    if run_id in stored_run_ids(repo, loop.name, env.get("GITHUB_TOKEN")):
+        decision = trusted_decision(loop, env)
+        if decision is None or not any(run_id.startswith(ref) for ref in decision.runs if ref):
+            return f"its checkpoint names run {run_id[:80]}, an earlier run this workflow run's event does not decide"
+    return ""
+
+
+def verify_artifact(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str] | None = None) -> int:
+    """Refuse (ArtifactRefused) unless every run with writes due may make them and the checkpoint
+    to post is this event's; how many runs have writes due."""
+    env = os.environ if env is None else env
+    store_dir = out_dir / "store"
+    problems = [problem] if (problem := checkpoint_problem(loop, out_dir, repo, env)) else []
+    due = _due(store_dir) if store_dir.is_dir() else []
+    if due:
+        problems += _run_problems(loop, due, env)
+    if problems:
+        raise ArtifactRefused(
+            "the run job's artifact was refused, nothing was pushed, published or saved: " + "; ".join(problems[:6]),
+            "code the run job ran (a gate, a test) may have changed the run store; read that job's log, and "
+            "decide the run again from a clean commit")
+    return len(due)
+
+
+def _run_problems(loop: Loop, due: list[tuple[RunState, list[dict[str, Any]]]], env: Mapping[str, str]) -> list[str]:
+    kinds = declared_kinds(loop)
+    token_names = ["GITHUB_TOKEN"] + ([loop.publish.token] if loop.publish is not None else [])
+    secrets = tuple(env[name] for name in token_names if env.get(name))
+    waits = bool(checkpoints(loop))
+    decision = trusted_decision(loop, env) if waits else None
+    problems = []
+    for state, events in due:
+        found = [] if state.loop == loop.name else [f"it is a run of {state.loop!r}"]
+        found += [p for item in state.meta["publish"].get("items") or [] for p in _item_problems(item, kinds, secrets)]
+        if waits and (problem := _decision_problem(state, events, decision)):
+            found.append(problem)
+        problems += [f"run {state.run_id}: {p}" for p in found]
+    return problems
