@@ -299,15 +299,15 @@ def show_run(run_id: str, conn: Connection, as_json: bool) -> None:
 @queue_option
 @click.option("--sticky-timeout", "sticky_s", type=float, default=10.0, show_default=True,
               help="Seconds before another worker takes over a run whose worker stopped answering.")
-@click.option("--scripted-only", is_flag=True,
-              help="Serve only runs started with --script: starts in a fraction of the time (LiteLLM is never "
-                   "imported) and refuses a real model call.")
-def worker(temporal: Connection | None, task_queue: str, sticky_s: float, scripted_only: bool) -> None:
+@click.option("--no-models", is_flag=True,
+              help="Make no model calls (runs started with --script and loops without models are served): starts "
+                   "in a fraction of the time, as LiteLLM is never imported; a real model call fails.")
+def worker(temporal: Connection | None, task_queue: str, sticky_s: float, no_models: bool) -> None:
     """Run loops from Temporal in this repository (loop files, commands and worktrees are here)."""
     if not temporal:
         raise LoopdslError("`loopdsl worker` needs --temporal HOST:PORT (or LOOPDSL_TEMPORAL)",
                            "e.g. loopdsl worker --temporal localhost:7233")
-    serve_worker(temporal, task_queue, sticky_s, models=not scripted_only)
+    serve_worker(temporal, task_queue, sticky_s, models=not no_models)
 
 
 __all__: Sequence[str] = ["worker", "start_run", "decide_run", "abort_run", "list_runs", "show_run",

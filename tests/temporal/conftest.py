@@ -86,19 +86,21 @@ class Workers:
         self.procs: list[subprocess.Popen[str]] = []
 
     def start(self, cwd: Path, *, sticky_s: float = 1.0, extra_args: tuple[str, ...] = (), models: bool = True,
-              **env: str) -> subprocess.Popen[str]:
-        """`models=False` for a test whose loops call no model: `--scripted-only` skips LiteLLM's
+              count: int = 1, **env: str) -> subprocess.Popen[str]:
+        """`count` workers started side by side (their start-ups overlap); returns the last.
+        `models=False` for a test whose loops call no model: `--no-models` skips LiteLLM's
         import, most of a worker's start-up."""
-        proc = subprocess.Popen([sys.executable, "-m", "loopdsl", "worker", "--temporal", self.address,
-                                 "--task-queue", self.queue, "--sticky-timeout", str(sticky_s), *extra_args,
-                                 *([] if models else ["--scripted-only"])],
-                                cwd=cwd, env=cli_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-        assert proc.stderr is not None
-        line = proc.stderr.readline()  # "loopdsl worker: serving ..." once it polls
-        assert "serving" in line, line + proc.stderr.read()
-        self.procs.append(proc)
-        return proc
+        procs = [subprocess.Popen([sys.executable, "-m", "loopdsl", "worker", "--temporal", self.address,
+                                   "--task-queue", self.queue, "--sticky-timeout", str(sticky_s), *extra_args,
+                                   *([] if models else ["--no-models"])],
+                                  cwd=cwd, env=cli_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True, start_new_session=True) for _ in range(count)]
+        self.procs.extend(procs)
+        for proc in procs:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()  # "loopdsl worker: serving ..." once it polls
+            assert "serving" in line, line + proc.stderr.read()
+        return procs[-1]
 
     def stop_all(self) -> None:
         for proc in self.procs:

@@ -119,8 +119,7 @@ def test_fan_out_concurrency_holds_across_workers(tmp_path: Path, workers: Worke
     repo.mkdir()
     (repo / "fan3.yaml").write_text(FAN)
     (repo / "nap.yaml").write_text(NAP)
-    workers.start(repo, models=False)
-    workers.start(repo, models=False)
+    workers.start(repo, models=False, count=2)
     out = loopdsl("run", "fan3.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--json", "--quiet",
                   cwd=repo)
     summary = json.loads(out.stdout.splitlines()[-1])

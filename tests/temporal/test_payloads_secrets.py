@@ -140,7 +140,7 @@ def test_a_prompt_using_a_secret_is_refused_on_this_backend(tmp_path: Path, work
     assert SECRET.encode() not in b"".join(asyncio.run(_history_bytes(workers.address, summary["run_id"])))
 
 
-def test_a_scripted_only_worker_refuses_a_real_model_call(tmp_path: Path, workers: Workers) -> None:
+def test_a_no_models_worker_refuses_a_real_model_call(tmp_path: Path, workers: Workers) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
     with StubServer() as stub:
@@ -149,8 +149,8 @@ def test_a_scripted_only_worker_refuses_a_real_model_call(tmp_path: Path, worker
             "the token is {{ secrets.DEPLOY_TOKEN }}", "hello"))
         workers.start(repo, models=False, OPENAI_API_KEY="sk-stub")
         summary = _run(repo, workers)
-        assert stub.requests == [], "a --scripted-only worker called the model"
+        assert stub.requests == [], "a --no-models worker called the model"
     assert summary["status"] == "failed" and summary["path"] == ["ask"], summary
     shown = loopdsl("show", summary["run_id"], "--temporal", workers.address, "--json", cwd=repo)
     message = json.loads(shown.stdout)["run"]["error"]["message"]
-    assert "state 'ask' calls a model" in message and "--scripted-only" in message, message
+    assert "state 'ask' calls a model" in message and "--no-models" in message, message

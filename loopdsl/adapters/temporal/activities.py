@@ -50,7 +50,7 @@ class LoopActivities:
 
     def __init__(self, base_env: Callable[[], Mapping[str, str]], *, models: bool = True):
         self.base_env = base_env
-        self.models = models  # False: a worker for scripted runs, which has not imported LiteLLM
+        self.models = models  # False: `loopdsl worker --no-models`, which has not imported LiteLLM
         self._provider: Any = None
 
     @activity.defn(name=PREPARE)
@@ -125,8 +125,8 @@ class LoopActivities:
         if not self.models:  # importing LiteLLM now could stall this worker's workflow activations
             return {"error": {"kind": "auth", "billed": False, "retry_after": None,
                               "message": f"state '{req['state']}' calls a model, but this worker was started with "
-                                         "--scripted-only (it makes no model calls): run it without that flag, or "
-                                         "run the loop with `--script FILE`"}}
+                                         "--no-models: start a worker without that flag, or run the loop with "
+                                         "`--script FILE`"}}
         key_env = req.pop("api_key_env", None)
         state = req.pop("state")
         request = LlmRequest(**req, api_key=os.environ.get(key_env) if key_env else None)

@@ -63,8 +63,8 @@ def warm_imports() -> None:
 async def serve(client: Client, task_queue: str, root: Path, base_env: Callable[[], Mapping[str, str]],
                 *, identity: str | None = None, sticky_timeout_s: float = 10.0,
                 ready: Callable[[], None] | None = None, models: bool = True) -> None:
-    """`models=False`: a worker for scripted runs only; it never imports LiteLLM (most of a
-    worker's start-up) and refuses a real model call."""
+    """`models=False` (`--no-models`): scripted runs and loops without models only; the worker
+    never imports LiteLLM (most of its start-up) and refuses a real model call."""
     from ..litellm_loading import wait_until_loaded
 
     # Before polling, not beside it: importing LiteLLM takes seconds of CPU, and a workflow
