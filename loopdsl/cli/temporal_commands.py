@@ -108,7 +108,7 @@ def _connect(conn: Connection) -> Any:
     return _adapter("client").connect(conn)
 
 
-def serve_worker(conn: Connection, task_queue: str, heartbeat_sticky_s: float) -> None:
+def serve_worker(conn: Connection, task_queue: str, heartbeat_sticky_s: float, models: bool = True) -> None:
     from ..api.runs import command_environment
 
     worker = _adapter("worker")
@@ -123,7 +123,8 @@ def serve_worker(conn: Connection, task_queue: str, heartbeat_sticky_s: float) -
 
     async def main() -> None:
         client = await _connect(conn)
-        await worker.serve(client, task_queue, root, base_env, sticky_timeout_s=heartbeat_sticky_s, ready=ready)
+        await worker.serve(client, task_queue, root, base_env, sticky_timeout_s=heartbeat_sticky_s, ready=ready,
+                           models=models)
 
     try:
         _run(main())
@@ -298,12 +299,15 @@ def show_run(run_id: str, conn: Connection, as_json: bool) -> None:
 @queue_option
 @click.option("--sticky-timeout", "sticky_s", type=float, default=10.0, show_default=True,
               help="Seconds before another worker takes over a run whose worker stopped answering.")
-def worker(temporal: Connection | None, task_queue: str, sticky_s: float) -> None:
+@click.option("--no-models", is_flag=True,
+              help="Make no model calls (runs started with --script and loops without models are served): starts "
+                   "in a fraction of the time, as LiteLLM is never imported; a real model call fails.")
+def worker(temporal: Connection | None, task_queue: str, sticky_s: float, no_models: bool) -> None:
     """Run loops from Temporal in this repository (loop files, commands and worktrees are here)."""
     if not temporal:
         raise LoopdslError("`loopdsl worker` needs --temporal HOST:PORT (or LOOPDSL_TEMPORAL)",
                            "e.g. loopdsl worker --temporal localhost:7233")
-    serve_worker(temporal, task_queue, sticky_s)
+    serve_worker(temporal, task_queue, sticky_s, models=not no_models)
 
 
 __all__: Sequence[str] = ["worker", "start_run", "decide_run", "abort_run", "list_runs", "show_run",

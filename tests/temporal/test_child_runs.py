@@ -50,7 +50,7 @@ def test_a_childs_checkpoint_is_approved_by_its_id_and_the_parent_goes_on(tmp_pa
     repo.mkdir()
     (repo / "asks.yaml").write_text(PARENT)
     (repo / "child.yaml").write_text(CHILD)
-    workers.start(repo)
+    workers.start(repo, models=False)
     out = loopdsl("run", "asks.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--detach", cwd=repo)
     run_id = out.stdout.strip().splitlines()[-1]
     child = f"{run_id}/each/0"
@@ -119,8 +119,7 @@ def test_fan_out_concurrency_holds_across_workers(tmp_path: Path, workers: Worke
     repo.mkdir()
     (repo / "fan3.yaml").write_text(FAN)
     (repo / "nap.yaml").write_text(NAP)
-    workers.start(repo)
-    workers.start(repo)
+    workers.start(repo, models=False, count=2)
     out = loopdsl("run", "fan3.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--json", "--quiet",
                   cwd=repo)
     summary = json.loads(out.stdout.splitlines()[-1])

@@ -73,7 +73,7 @@ def test_the_address_and_api_key_come_from_the_environment_and_stay_out_of_histo
         tmp_path: Path, workers: Workers) -> None:
     (tmp_path / "envdump.yaml").write_text(LOOP)
     env = {"LOOPDSL_TEMPORAL": workers.address, "LOOPDSL_TEMPORAL_API_KEY": KEY}
-    worker = workers.start(tmp_path, extra_args=("--no-tls",), **env)
+    worker = workers.start(tmp_path, extra_args=("--no-tls",), models=False, **env)
     out = loopdsl("run", "envdump.yaml", "--no-tls", "--task-queue", workers.queue, "--json", "--quiet",
                   cwd=tmp_path, **env)
     assert out.returncode == 0, out.stderr

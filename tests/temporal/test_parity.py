@@ -112,7 +112,7 @@ def test_both_backends_take_the_same_path_with_the_same_spend(case: str, tmp_pat
     local = loopdsl.run(loop, local_inputs, script=script, store=tmp_path / "store", workdir=local_repo)
 
     remote_loop, remote_script = _loop_files(case, remote_repo)
-    workers.start(remote_repo)
+    workers.start(remote_repo, models=False)  # scripted runs
     args = ["run", str(remote_loop), "--script", str(remote_script), "--temporal", workers.address,
             "--task-queue", workers.queue, "--json", "--quiet"]
     for key, value in remote_inputs.items():

@@ -62,7 +62,7 @@ def test_output_is_cut_to_fit_and_a_secret_never_enters_the_history(tmp_path: Pa
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "loop.yaml").write_text(BIG)
-    workers.start(repo, DEPLOY_TOKEN=SECRET)  # the worker's environment holds the value
+    workers.start(repo, models=False, DEPLOY_TOKEN=SECRET)  # the worker's environment holds the value
     summary = _run(repo, workers)
     assert summary["status"] == "completed", summary
     outputs = summary["outputs"]
@@ -131,10 +131,26 @@ def test_a_prompt_using_a_secret_is_refused_on_this_backend(tmp_path: Path, work
     with StubServer() as stub:
         stub.reply_text("never")
         (repo / "loop.yaml").write_text(PROMPT_SECRET.format(api_base=stub.api_base))
-        workers.start(repo, DEPLOY_TOKEN=SECRET)
+        workers.start(repo, models=False, DEPLOY_TOKEN=SECRET)  # refused before any model would be called
         summary = _run(repo, workers)
         assert stub.requests == [], "the secret was sent to the model"
     assert summary["status"] == "failed" and summary["path"] == ["ask"], summary
     shown = loopdsl("show", summary["run_id"], "--temporal", workers.address, "--json", cwd=repo)
     assert "may not carry a secret" in json.loads(shown.stdout)["run"]["error"]["message"]
     assert SECRET.encode() not in b"".join(asyncio.run(_history_bytes(workers.address, summary["run_id"])))
+
+
+def test_a_no_models_worker_refuses_a_real_model_call(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    with StubServer() as stub:
+        stub.reply_text("never")
+        (repo / "loop.yaml").write_text(PROMPT_SECRET.format(api_base=stub.api_base).replace(
+            "the token is {{ secrets.DEPLOY_TOKEN }}", "hello"))
+        workers.start(repo, models=False, OPENAI_API_KEY="sk-stub")
+        summary = _run(repo, workers)
+        assert stub.requests == [], "a --no-models worker called the model"
+    assert summary["status"] == "failed" and summary["path"] == ["ask"], summary
+    shown = loopdsl("show", summary["run_id"], "--temporal", workers.address, "--json", cwd=repo)
+    message = json.loads(shown.stdout)["run"]["error"]["message"]
+    assert "state 'ask' calls a model" in message and "--no-models" in message, message

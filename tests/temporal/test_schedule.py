@@ -86,7 +86,7 @@ def test_a_schedule_is_created_updated_and_starts_runs(tmp_path: Path, workers: 
         desc = asyncio.run(_describe(workers.address, sid))
         assert desc.schedule.policy.overlap == overlap, conflict  # type: ignore[attr-defined]
 
-    workers.start(repo)
+    workers.start(repo, models=False)
     status, date, scheduled = asyncio.run(_trigger_and_wait(workers.address, sid))
     assert status == "completed"
     # run.date: the date the schedule meant the run for, in the schedule's time zone.

@@ -59,8 +59,7 @@ def _fan_out(tmp_path: Path, workers: Workers, n: int, cap: int, concurrency: in
     parent = PARENT.replace("ITEMS", json.dumps(list(range(n)))).replace("10000", str(cap))
     (repo / "fan.yaml").write_text(parent.replace("concurrency: 25", f"concurrency: {concurrency}"))
     (repo / "child.yaml").write_text(CHILD.replace("API_BASE", stub.api_base))
-    workers.start(repo, OPENAI_API_KEY="sk-stub")
-    workers.start(repo, OPENAI_API_KEY="sk-stub")
+    workers.start(repo, count=2, OPENAI_API_KEY="sk-stub")
     out = loopdsl("run", "fan.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--json",
                   "--quiet", cwd=repo, timeout=600)
     stub.stop()
@@ -98,8 +97,7 @@ def test_nested_children_share_every_cap_and_show_lists_them(tmp_path: Path, wor
         (repo / "fan.yaml").write_text(PARENT.replace("ITEMS", "[0, 1, 2]").replace("child.yaml", "mid.yaml"))
         (repo / "mid.yaml").write_text(MID)
         (repo / "child.yaml").write_text(CHILD.replace("API_BASE", stub.api_base))
-        workers.start(repo, OPENAI_API_KEY="sk-stub")
-        workers.start(repo, OPENAI_API_KEY="sk-stub")
+        workers.start(repo, count=2, OPENAI_API_KEY="sk-stub")
         out = loopdsl("run", "fan.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--json",
                       "--quiet", cwd=repo, timeout=300)
         summary = json.loads(out.stdout.splitlines()[-1])

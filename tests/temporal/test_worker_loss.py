@@ -59,8 +59,7 @@ def _run_until_the_command_runs(tmp_path: Path, workers: Workers, stub: StubServ
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "loop.yaml").write_text(LOOP.format(api_base=stub.api_base, idempotent=str(idempotent).lower()))
-    workers.start(repo)
-    workers.start(repo)
+    workers.start(repo, count=2)
     started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--detach",
                       cwd=repo, LOOPDSL_TEMPORAL_HEARTBEAT_S="4")
     assert started.returncode == 0, started.stderr

@@ -48,8 +48,9 @@ class LoopActivities:
     """`base_env` gives the environment commands start from (the worker's, without
     credentials; the API layer decides what that is)."""
 
-    def __init__(self, base_env: Callable[[], Mapping[str, str]]):
+    def __init__(self, base_env: Callable[[], Mapping[str, str]], *, models: bool = True):
         self.base_env = base_env
+        self.models = models  # False: `loopdsl worker --no-models`, which has not imported LiteLLM
         self._provider: Any = None
 
     @activity.defn(name=PREPARE)
@@ -121,6 +122,11 @@ class LoopActivities:
                               "message": f"the prompt uses secret {', '.join(sorted(used))}: on the Temporal backend a "
                                          "prompt may not carry a secret (the request is kept in the workflow's "
                                          "history); pass it to a command through `env:` instead"}}
+        if not self.models:  # importing LiteLLM now could stall this worker's workflow activations
+            return {"error": {"kind": "auth", "billed": False, "retry_after": None,
+                              "message": f"state '{req['state']}' calls a model, but this worker was started with "
+                                         "--no-models: start a worker without that flag, or run the loop with "
+                                         "`--script FILE`"}}
         key_env = req.pop("api_key_env", None)
         state = req.pop("state")
         request = LlmRequest(**req, api_key=os.environ.get(key_env) if key_env else None)

@@ -38,9 +38,9 @@ def sandbox_runner(strict: bool = False) -> SandboxedWorkflowRunner:
 
 
 def build_worker(client: Client, task_queue: str, root: Path, base_env: Callable[[], Mapping[str, str]], *,
-                 identity: str | None = None, sticky_timeout_s: float = 10.0) -> Worker:
+                 identity: str | None = None, sticky_timeout_s: float = 10.0, models: bool = True) -> Worker:
     loops.set_root(root)
-    activities = LoopActivities(base_env)
+    activities = LoopActivities(base_env, models=models)
     return Worker(client, task_queue=task_queue, workflows=[LoopWorkflow], activities=activities.all(),
                   workflow_runner=sandbox_runner(), identity=identity,
                   sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_timeout_s),
@@ -62,15 +62,19 @@ def warm_imports() -> None:
 
 async def serve(client: Client, task_queue: str, root: Path, base_env: Callable[[], Mapping[str, str]],
                 *, identity: str | None = None, sticky_timeout_s: float = 10.0,
-                ready: Callable[[], None] | None = None) -> None:
+                ready: Callable[[], None] | None = None, models: bool = True) -> None:
+    """`models=False` (`--no-models`): scripted runs and loops without models only; the worker
+    never imports LiteLLM (most of its start-up) and refuses a real model call."""
     from ..litellm_loading import wait_until_loaded
 
     # Before polling, not beside it: importing LiteLLM takes seconds of CPU, and a workflow
     # activation sharing the interpreter with it then passed the SDK's 2 s deadlock detector
     # (measured: the first replay on a fresh worker). Workflow code's own lazy imports too.
-    await wait_until_loaded()
+    if models:
+        await wait_until_loaded()
     warm_imports()
-    worker = build_worker(client, task_queue, root, base_env, identity=identity, sticky_timeout_s=sticky_timeout_s)
+    worker = build_worker(client, task_queue, root, base_env, identity=identity, sticky_timeout_s=sticky_timeout_s,
+                          models=models)
     async with worker:
         if ready is not None:
             ready()
