@@ -16,13 +16,14 @@ from typing import Any, AsyncIterator, Callable, Mapping
 
 from temporalio import activity
 
+from ...language.errors import LoopdslError
 from ...runtime.model_port import LlmRequest, ProviderError
 from ...runtime.run_keys import default_store_dir
 from ..git_worktree import WorkspaceError
 from ...runtime.shell import CwdOutsideWorkspace, confined_cwd, run_command
 from . import loops, sealed
 from .payloads import PayloadTooLarge, fitted
-from .wire import FINISH, LLM, PREPARE, SHELL, TOOL
+from .wire import FINISH, LLM, PREPARE, PUBLISH, SHELL, TOOL
 
 
 @contextlib.asynccontextmanager
@@ -71,6 +72,15 @@ class LoopActivities:
             when = datetime.fromisoformat(req["scheduled"]) if req.get("scheduled") else datetime.now().astimezone()
             out["date"] = when.astimezone(time_zone(req["timezone"])).date().isoformat()
         loop = loaded.compiled.loop
+        if loop.publish is not None and req.get("publish") and not req.get("child"):
+            from ..github.publisher import check_ready
+
+            try:  # before the run spends anything: this worker can publish (library, repository, token)
+                check_ready(loop.publish.token)
+            except LoopdslError as exc:
+                return {"error": f"the worker cannot publish: {exc.message}; {exc.hint} where the worker runs; "
+                                 "or `loopdsl run --temporal ... --no-publish` "
+                                 "keeps the run's result on its branch", "kind": "publish"}
         if loop.workspace.worktree and not req.get("child"):  # a child works in its caller's worktree
             try:
                 out["worktree"] = self._new_worktree(req["run_id"], loop.workspace.base)
@@ -104,6 +114,30 @@ class LoopActivities:
             return {"commit": await asyncio.to_thread(finish_worktree, wt, req["message"], ())}
         except SecretInCommit as exc:
             return {"error": f"{exc.message}; {exc.hint}"}
+
+    @activity.defn(name=PUBLISH)
+    async def publish(self, req: dict[str, Any]) -> dict[str, Any]:
+        """One planned `publish:` write (wf_publish.py), with the token of this worker's environment."""
+        from ...runtime.redaction import find_secrets
+        from ..git_worktree import find_repo_root
+        from ..github.publisher import GitHubPublisher
+
+        item = req["item"]
+        secrets = tuple(sealed.values_for(req.get("secrets") or ()).values())
+        found = [f"{key} holds {what}" for key in ("title", "body") if isinstance(item.get(key), str)
+                 for what in find_secrets(item[key], secrets)]
+        if found:  # the workflow scanned placeholders; here the values themselves
+            return {"error": "nothing was written: " + "; ".join(found[:4]),
+                    "hint": "keep secrets out of what `publish:` prints"}
+        async with _heartbeating(_beat_interval()):
+            try:
+                publisher = GitHubPublisher(req["token"], find_repo_root(loops.root()))
+                result = await asyncio.to_thread(publisher.write, item, req.get("number"), bool(req.get("resumed")))
+            except LoopdslError as exc:
+                return {"error": exc.message, "hint": exc.hint}
+            except Exception as exc:  # noqa: BLE001 - recorded as the publish's failure, the run stands
+                return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        return {"result": result}
 
     def _model(self) -> Any:
         if self._provider is None:
@@ -194,4 +228,4 @@ class LoopActivities:
             return asdict(ToolOutcome.failure(str(exc)))
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.prepare, self.llm, self.shell, self.finish, self.tool]
+        return [self.prepare, self.llm, self.shell, self.finish, self.tool, self.publish]
