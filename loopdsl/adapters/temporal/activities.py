@@ -23,7 +23,7 @@ from ..git_worktree import WorkspaceError
 from ...runtime.shell import CwdOutsideWorkspace, confined_cwd, run_command
 from . import loops, sealed
 from .payloads import PayloadTooLarge, fitted
-from .wire import FINISH, LLM, PREPARE, PUBLISH, SHELL, TOOL
+from .wire import FINISH, GIT, LLM, PREPARE, PUBLISH, SHELL, TOOL
 
 
 @contextlib.asynccontextmanager
@@ -43,6 +43,10 @@ async def _heartbeating(every: float) -> AsyncIterator[None]:
 def _beat_interval() -> float:
     timeout = activity.info().heartbeat_timeout
     return max(timeout.total_seconds() / 3, 0.2) if timeout else 10.0
+
+
+# Changed files an agent's result names at most when the full list cannot enter the history.
+FILES_KEPT = 2_000
 
 
 class LoopActivities:
@@ -139,6 +143,45 @@ class LoopActivities:
                 return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         return {"result": result}
 
+    @activity.defn(name=GIT)
+    async def git(self, req: dict[str, Any]) -> dict[str, Any]:
+        """One call of an agent attempt's git port (wf_git.py) on this worker's copy of the run's worktree."""
+        from ..git_worktree import find_repo_root
+
+        root = loops.root()
+        path, op = root / req["path"], req["op"]
+        repo = find_repo_root(root)
+        if repo is None or not path.is_dir():
+            return {"error": f"the run's worktree {req['path']} is not on this worker ({root})",
+                    "hint": "run every worker of the task queue in the same repository"}
+        try:
+            async with _heartbeating(_beat_interval()):
+                return await self._git_op(op, repo, path, req)
+        except LoopdslError as exc:  # e.g. a worktree git cannot read: the attempt fails with it
+            return {"error": exc.message, "hint": exc.hint}
+
+    async def _git_op(self, op: str, repo: Path, path: Path, req: dict[str, Any]) -> dict[str, Any]:
+        from ..git_guard import describe_changes, guard_repository
+        from ..git_snapshot import reset_workspace, visit_start, workspace_changes
+
+        if op == "visit_start":
+            return {"sha": await asyncio.to_thread(visit_start, path)}
+        if op == "changes":
+            files, stat = await asyncio.to_thread(workspace_changes, path, req["since"])
+            try:
+                return fitted({"files": files, "stat": stat}, "the agent's changes", cut=True)
+            except PayloadTooLarge:  # tens of thousands of files: the first ones, and the stat
+                return fitted({"files": files[:FILES_KEPT], "stat": stat}, "the agent's changes", cut=True)
+        if op == "reset":
+            await asyncio.to_thread(reset_workspace, path, req["since"])
+            return {}
+        guard = await asyncio.to_thread(guard_repository, repo, req["branch"])
+        if op == "guard":
+            return {"taken": guard.before}
+        guard.before = dict(req["taken"])  # as taken before the attempt, maybe on another worker
+        changes = await asyncio.to_thread(guard.changes)
+        return {"problem": describe_changes(changes) if changes else None}
+
     def _model(self) -> Any:
         if self._provider is None:
             from ..litellm import LiteLLMProvider
@@ -228,4 +271,4 @@ class LoopActivities:
             return asdict(ToolOutcome.failure(str(exc)))
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.prepare, self.llm, self.shell, self.finish, self.tool, self.publish]
+        return [self.prepare, self.llm, self.shell, self.finish, self.tool, self.publish, self.git]

@@ -24,6 +24,7 @@ from .child_runs import ChildSignals, HoldingModel, WorkflowChildRuns, start_chi
 from .schedules import scheduled_start
 from .sealed import placeholders
 from .payloads import FIELD_LIMIT, RESULT_LIMIT, cut_text, recent_events, size_of, summary_within_limit
+from .wf_git import WorkflowGit
 from .wf_publish import publish_run
 from .wf_tools import remote_kinds
 from .wf_ports import (
@@ -206,7 +207,8 @@ class LoopWorkflow(ChildSignals):
                      secret_values=placeholders(loaded.compiled.loop.secrets),
                      listeners=[self.events.append], clock=self.clock,
                      shell=WorkflowShell(self, root, workdir, heartbeat_s), keep_events=False,
-                     children=self.children, confine_cwd=lambda base, cwd: base / named_cwd(cwd),
+                     children=self.children, git=WorkflowGit(worktree, heartbeat_s) if worktree.get("branch") else None,
+                     confine_cwd=lambda base, cwd: base / named_cwd(cwd),
                      tool_kinds=remote_kinds(self._run_arg(workdir, root), lambda t: activity_options(heartbeat_s, t)))
 
     def _run_arg(self, workdir: Path, root: Path) -> dict[str, Any]:
