@@ -149,12 +149,14 @@ def test_both_backends_take_the_same_path_with_the_same_spend(case: str, tmp_pat
     local_repo, local_inputs = setup(tmp_path, tmp_path / "local")
     remote_repo, remote_inputs = setup(tmp_path, tmp_path / "tmprl")  # as long as "local": paths reach prompts
     loop, script = _loop_files(case, local_repo)
-    local = loopdsl.run(loop, local_inputs, script=script, store=tmp_path / "store", workdir=local_repo)
+    # `publish:` is planned on both sides and written on neither (test_publish.py writes).
+    local = loopdsl.run(loop, local_inputs, script=script, store=tmp_path / "store", workdir=local_repo,
+                        publish=False)
 
     remote_loop, remote_script = _loop_files(case, remote_repo)
     workers.start(remote_repo)
     args = ["run", str(remote_loop), "--script", str(remote_script), "--temporal", workers.address,
-            "--task-queue", workers.queue, "--json", "--quiet"]
+            "--task-queue", workers.queue, "--json", "--quiet", "--no-publish"]
     for key, value in remote_inputs.items():
         args += ["--input", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
     out = cli(*args, cwd=remote_repo)
@@ -166,6 +168,14 @@ def test_both_backends_take_the_same_path_with_the_same_spend(case: str, tmp_pat
     assert summary["status"] == local.status, (out.stdout[-3000:].splitlines()[-6:], local.state.error)
     assert summary["path"] == local.path
     assert _normal(summary["outputs"], swaps) == _normal(local.outputs, swaps)
+    if local.state.meta.get("publish"):  # the same writes planned, word for word
+        shown = json.loads(cli("show", summary["run_id"], "--temporal", workers.address, "--json", cwd=remote_repo).stdout)
+        planned = shown["run"]["meta"]["publish"]
+        assert planned["status"] == local.state.meta["publish"]["status"]
+        def texts(items: list[dict[str, Any]]) -> Any:  # the commits differ by their time stamps
+            return _normal([{k: v for k, v in item.items() if k != "commit"} for item in items], swaps)
+
+        assert texts(planned["items"]) == texts(local.state.meta["publish"]["items"])
     if case == "agent-worktree":  # the edits were seen, not two empty results
         assert json.loads(local.outputs["files"]) == ["README.md", "notes/new.txt"], local.outputs
     if case == "agent-git-guard":
