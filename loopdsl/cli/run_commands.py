@@ -98,7 +98,7 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
 
         values = coerce_inputs(model, _read_inputs_file(inputs_file), _parse_input_pairs(input_pairs))
         on_temporal.start_run(loop, values, script, conn=temporal, task_queue=task_queue,
-                              detach=detach, as_json=as_json, quiet=quiet)
+                              detach=detach, as_json=as_json, quiet=quiet, publish=not no_publish)
     try:
         result = api.run(model, _read_inputs_file(inputs_file), script=script, store=False if no_store else (store or True),
                          human=None if script else TerminalHuman(), cache=cache,

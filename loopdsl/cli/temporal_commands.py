@@ -157,6 +157,13 @@ def finish(record: dict[str, Any], as_json: bool, address: str) -> None:  # addr
             lines.append(f"  decide with: loopdsl approve {state.run_id} --temporal {address}  |  "
                          f"loopdsl reject {state.run_id} --temporal {address}  (the run continues by itself)")
         click.echo(visible("\n".join(lines)))
+    published = state.meta.get("publish")
+    if state.status == "completed" and isinstance(published, dict) and published.get("status") == "failed":
+        from ..runtime.publish import EXIT_PUBLISH
+
+        click.echo(visible(f"loopdsl: {published.get('error') or 'publish failed'} (the run completed; its branch "
+                           "is kept)"), err=True)
+        leave(EXIT_PUBLISH)
     leave(EXIT_CODES.get(state.status, 1))
 
 
@@ -184,12 +191,13 @@ def _request(model: Any, loop_ref: str, script: str | None, values: dict[str, An
 
 
 def start_run(loop_ref: str, values: dict[str, Any], script: str | None, *, conn: Connection,
-              task_queue: str, detach: bool, as_json: bool, quiet: bool, force: bool = False) -> None:
+              task_queue: str, detach: bool, as_json: bool, quiet: bool, force: bool = False,
+              publish: bool = True) -> None:
     from ..api.durable import budget_caps
 
     client_mod = _adapter("client")
     model = _resolve(loop_ref)
-    request = _request(model, loop_ref, script, values, repo_root(Path.cwd()), force=force)
+    request = {**_request(model, loop_ref, script, values, repo_root(Path.cwd()), force=force), "publish": publish}
 
     async def main() -> dict[str, Any] | None:
         client = await _connect(conn)

@@ -96,12 +96,21 @@ class WorkspaceGit(Protocol):
     def visit_start(self) -> str: ...  # the commit to restore: HEAD, or a commit of uncommitted files
     def changes(self, since: str) -> tuple[list[str], str]: ...  # (changed_files, diff_stat)
     def reset(self, since: str) -> None: ...  # the files and branch as at `since`
+    # Each call may instead be a coroutine function (call_port awaits it).
     # Takes the repository's git setup now; the returned check says what changed since
     # (a message for the run's failure), or None.
     def guard(self) -> Callable[[], str | None]: ...
     # The worktrees of a concurrent fan-out's items that write, one each, made (or reopened)
     # from this worktree as it is now (adapters/git_workspace.py).
     def item_worktrees(self, label: str, count: int) -> Sequence["ItemWorktree"]: ...
+
+
+async def call_port(fn: Callable[..., Any], *args: Any) -> Any:
+    """A `WorkspaceGit` call: a blocking one runs in a thread; a coroutine function (the
+    Temporal backend's port, whose calls are activities) is awaited as it is."""
+    if asyncio.iscoroutinefunction(fn):
+        return await fn(*args)
+    return await asyncio.to_thread(fn, *args)
 
 
 class ItemWorktree(Protocol):

@@ -11,7 +11,7 @@ first write without a result.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 from ..language.errors import LoopdslError
 from .ports import Publisher
@@ -46,6 +46,25 @@ def _target(item: dict[str, Any], opened: dict[str, int]) -> int | None:
 def apply_plan(state: RunState, publisher: Publisher, emit: Callable[..., None],
                commit: Callable[[], None]) -> None:
     """Make every write of the run's plan that has no result yet; commit around each."""
+    steps = plan_writes(state, emit, commit)
+    try:
+        request = next(steps)
+        while True:
+            try:
+                answer = publisher.write(*request)
+            except Exception as exc:  # the steps record it and raise a PublishError
+                request = steps.throw(exc)
+            else:
+                request = steps.send(answer)
+    except StopIteration:
+        return
+
+
+def plan_writes(state: RunState, emit: Callable[..., None],
+                commit: Callable[[], None]) -> Generator[tuple[dict[str, Any], int | None, bool], Any, None]:
+    """The bookkeeping of `apply_plan`, apart from how a write is made (here in a thread of
+    calls, on Temporal through an activity): yields (item, number, resumed) for each write
+    to make and is sent its result, or thrown the exception the write raised."""
     record = state.meta["publish"]
     items, results, intents = record["items"], record["results"], record["intents"]
     opened: dict[str, int] = {}
@@ -62,7 +81,7 @@ def apply_plan(state: RunState, publisher: Publisher, emit: Callable[..., None],
                 emit("publish_intent", kind=kind, number=number)
                 commit()
             try:
-                results[index] = publisher.write(item, number, resumed)
+                results[index] = yield item, number, resumed
             except LoopdslError as exc:
                 _fail(state, kind, f"publish {kind}: {exc.message}", emit, commit, exc.hint)
             except Exception as exc:  # a bug or an unexpected answer: recorded, the run stands

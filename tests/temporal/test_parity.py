@@ -79,6 +79,45 @@ def _sweeper(tmp: Path, side: Path) -> tuple[Path, dict[str, Any]]:
     return repo, {"test_command": ci.TEST_COMMAND}
 
 
+# An agent edits files in the run's worktree: its result's `changed_files` and `diff_stat`
+# (the workspace git port) are outputs, so both backends must report the same edits. The
+# guarded variant's tool moves the repository's git setup: the run fails on both.
+AGENT_LOOP = """\
+loopdsl: 1
+name: agent-edits
+workspace: {worktree: true}
+models:
+  m: {model: openai/gpt-4o-mini, max_tokens: 200, price: {input_per_mtok: 1, output_per_mtok: 2}}
+tools:
+  tweak_git: {description: Adjust git., shell: "git config --local loopdsl.touched yes", idempotent: true}
+start: fix
+states:
+  fix:
+    agent: {model: m, prompt: Improve the project., tools: [read_file, write_file, edit_file, tweak_git], max_turns: 4}
+    next: done
+  done: {end: completed, output: {files: "{{ fix.changed_files | tojson }}", stat: "{{ fix.diff_stat }}"}}
+"""
+AGENT_REPLIES = """\
+fix:
+  - tool_calls:
+      - {name: write_file, args: {path: notes/new.txt, content: "a new note\\n"}}
+      - {name: edit_file, args: {path: README.md, old: "# scratch", new: "# scratch, improved"}}
+    usage: {prompt_tokens: 300, completion_tokens: 40}
+  - text: Added a note and improved the README.
+    usage: {prompt_tokens: 400, completion_tokens: 20}
+"""
+
+
+def _agent(tmp: Path, side: Path, *, guarded: bool = False) -> tuple[Path, dict[str, Any]]:
+    repo = patterns.init_repo(side / "repo")
+    replies = AGENT_REPLIES
+    if guarded:
+        replies = replies.replace("- {name: edit_file", "- {name: tweak_git, args: {}}\n      - {name: edit_file")
+    patterns.commit_file(repo, "loop.yaml", AGENT_LOOP, "the loop")
+    patterns.commit_file(repo, "replies.yaml", replies, "its replies")
+    return repo, {}
+
+
 def _pattern(name: str) -> tuple[Path, Path]:
     return patterns.LOOPS_DIR / f"{name}.yaml", patterns.SCRIPTS_DIR / f"{name}.replies.yaml"
 
@@ -87,11 +126,12 @@ CASES: dict[str, Setup] = {
     "deterministic-example": _example, "daily-triage": _triage, "changelog-drafter": _changelog,
     "dependency-sweeper": _deps, "issue-triage": _issues, "post-merge-cleanup": _cleanup,
     "pr-babysitter": _babysitter, "ci-sweeper": _sweeper,
+    "agent-worktree": _agent, "agent-git-guard": lambda tmp, side: _agent(tmp, side, guarded=True),
 }
 
 
 def _loop_files(case: str, repo: Path) -> tuple[Path, Path]:
-    if case == "deterministic-example":
+    if case in ("deterministic-example", "agent-worktree", "agent-git-guard"):
         return repo / "loop.yaml", repo / "replies.yaml"
     return _pattern(case)
 
@@ -109,12 +149,14 @@ def test_both_backends_take_the_same_path_with_the_same_spend(case: str, tmp_pat
     local_repo, local_inputs = setup(tmp_path, tmp_path / "local")
     remote_repo, remote_inputs = setup(tmp_path, tmp_path / "tmprl")  # as long as "local": paths reach prompts
     loop, script = _loop_files(case, local_repo)
-    local = loopdsl.run(loop, local_inputs, script=script, store=tmp_path / "store", workdir=local_repo)
+    # `publish:` is planned on both sides and written on neither (test_publish.py writes).
+    local = loopdsl.run(loop, local_inputs, script=script, store=tmp_path / "store", workdir=local_repo,
+                        publish=False)
 
     remote_loop, remote_script = _loop_files(case, remote_repo)
     workers.start(remote_repo, models=False)  # scripted runs
     args = ["run", str(remote_loop), "--script", str(remote_script), "--temporal", workers.address,
-            "--task-queue", workers.queue, "--json", "--quiet"]
+            "--task-queue", workers.queue, "--json", "--quiet", "--no-publish"]
     for key, value in remote_inputs.items():
         args += ["--input", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
     out = cli(*args, cwd=remote_repo)
@@ -126,6 +168,18 @@ def test_both_backends_take_the_same_path_with_the_same_spend(case: str, tmp_pat
     assert summary["status"] == local.status, (out.stdout[-3000:].splitlines()[-6:], local.state.error)
     assert summary["path"] == local.path
     assert _normal(summary["outputs"], swaps) == _normal(local.outputs, swaps)
+    if local.state.meta.get("publish"):  # the same writes planned, word for word
+        shown = json.loads(cli("show", summary["run_id"], "--temporal", workers.address, "--json", cwd=remote_repo).stdout)
+        planned = shown["run"]["meta"]["publish"]
+        assert planned["status"] == local.state.meta["publish"]["status"]
+        def texts(items: list[dict[str, Any]]) -> Any:  # the commits differ by their time stamps
+            return _normal([{k: v for k, v in item.items() if k != "commit"} for item in items], swaps)
+
+        assert texts(planned["items"]) == texts(local.state.meta["publish"]["items"])
+    if case == "agent-worktree":  # the edits were seen, not two empty results
+        assert json.loads(local.outputs["files"]) == ["README.md", "notes/new.txt"], local.outputs
+    if case == "agent-git-guard":
+        assert "changed the repository's git setup" in local.state.error["message"]
     for key in ("tokens", "cost_usd", "steps"):
         assert summary["spent"][key] == local.state.ledger[key], key
 

@@ -16,13 +16,14 @@ from typing import Any, AsyncIterator, Callable, Mapping
 
 from temporalio import activity
 
+from ...language.errors import LoopdslError
 from ...runtime.model_port import LlmRequest, ProviderError
 from ...runtime.run_keys import default_store_dir
 from ..git_worktree import WorkspaceError
 from ...runtime.shell import CwdOutsideWorkspace, confined_cwd, run_command
 from . import loops, sealed
 from .payloads import PayloadTooLarge, fitted
-from .wire import FINISH, LLM, PREPARE, SHELL, TOOL
+from .wire import FINISH, GIT, LLM, PREPARE, PUBLISH, SHELL, TOOL
 
 
 @contextlib.asynccontextmanager
@@ -42,6 +43,10 @@ async def _heartbeating(every: float) -> AsyncIterator[None]:
 def _beat_interval() -> float:
     timeout = activity.info().heartbeat_timeout
     return max(timeout.total_seconds() / 3, 0.2) if timeout else 10.0
+
+
+# Changed files an agent's result names at most when the full list cannot enter the history.
+FILES_KEPT = 2_000
 
 
 class LoopActivities:
@@ -72,6 +77,15 @@ class LoopActivities:
             when = datetime.fromisoformat(req["scheduled"]) if req.get("scheduled") else datetime.now().astimezone()
             out["date"] = when.astimezone(time_zone(req["timezone"])).date().isoformat()
         loop = loaded.compiled.loop
+        if loop.publish is not None and req.get("publish") and not req.get("child"):
+            from ..github.publisher import check_ready
+
+            try:  # before the run spends anything: this worker can publish (library, repository, token)
+                check_ready(loop.publish.token)
+            except LoopdslError as exc:
+                return {"error": f"the worker cannot publish: {exc.message}; {exc.hint} where the worker runs; "
+                                 "or `loopdsl run --temporal ... --no-publish` "
+                                 "keeps the run's result on its branch", "kind": "publish"}
         if loop.workspace.worktree and not req.get("child"):  # a child works in its caller's worktree
             try:
                 out["worktree"] = self._new_worktree(req["run_id"], loop.workspace.base)
@@ -105,6 +119,69 @@ class LoopActivities:
             return {"commit": await asyncio.to_thread(finish_worktree, wt, req["message"], ())}
         except SecretInCommit as exc:
             return {"error": f"{exc.message}; {exc.hint}"}
+
+    @activity.defn(name=PUBLISH)
+    async def publish(self, req: dict[str, Any]) -> dict[str, Any]:
+        """One planned `publish:` write (wf_publish.py), with the token of this worker's environment."""
+        from ...runtime.redaction import find_secrets
+        from ..git_worktree import find_repo_root
+        from ..github.publisher import GitHubPublisher
+
+        item = req["item"]
+        secrets = tuple(sealed.values_for(req.get("secrets") or ()).values())
+        found = [f"{key} holds {what}" for key in ("title", "body") if isinstance(item.get(key), str)
+                 for what in find_secrets(item[key], secrets)]
+        if found:  # the workflow scanned placeholders; here the values themselves
+            return {"error": "nothing was written: " + "; ".join(found[:4]),
+                    "hint": "keep secrets out of what `publish:` prints"}
+        async with _heartbeating(_beat_interval()):
+            try:
+                publisher = GitHubPublisher(req["token"], find_repo_root(loops.root()))
+                result = await asyncio.to_thread(publisher.write, item, req.get("number"), bool(req.get("resumed")))
+            except LoopdslError as exc:
+                return {"error": exc.message, "hint": exc.hint}
+            except Exception as exc:  # noqa: BLE001 - recorded as the publish's failure, the run stands
+                return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        return {"result": result}
+
+    @activity.defn(name=GIT)
+    async def git(self, req: dict[str, Any]) -> dict[str, Any]:
+        """One call of an agent attempt's git port (wf_git.py) on this worker's copy of the run's worktree."""
+        from ..git_worktree import find_repo_root
+
+        root = loops.root()
+        path, op = root / req["path"], req["op"]
+        repo = find_repo_root(root)
+        if repo is None or not path.is_dir():
+            return {"error": f"the run's worktree {req['path']} is not on this worker ({root})",
+                    "hint": "run every worker of the task queue in the same repository"}
+        try:
+            async with _heartbeating(_beat_interval()):
+                return await self._git_op(op, repo, path, req)
+        except LoopdslError as exc:  # e.g. a worktree git cannot read: the attempt fails with it
+            return {"error": exc.message, "hint": exc.hint}
+
+    async def _git_op(self, op: str, repo: Path, path: Path, req: dict[str, Any]) -> dict[str, Any]:
+        from ..git_guard import describe_changes, guard_repository
+        from ..git_snapshot import reset_workspace, visit_start, workspace_changes
+
+        if op == "visit_start":
+            return {"sha": await asyncio.to_thread(visit_start, path)}
+        if op == "changes":
+            files, stat = await asyncio.to_thread(workspace_changes, path, req["since"])
+            try:
+                return fitted({"files": files, "stat": stat}, "the agent's changes", cut=True)
+            except PayloadTooLarge:  # tens of thousands of files: the first ones, and the stat
+                return fitted({"files": files[:FILES_KEPT], "stat": stat}, "the agent's changes", cut=True)
+        if op == "reset":
+            await asyncio.to_thread(reset_workspace, path, req["since"])
+            return {}
+        guard = await asyncio.to_thread(guard_repository, repo, req["branch"])
+        if op == "guard":
+            return {"taken": guard.before}
+        guard.before = dict(req["taken"])  # as taken before the attempt, maybe on another worker
+        changes = await asyncio.to_thread(guard.changes)
+        return {"problem": describe_changes(changes) if changes else None}
 
     def _model(self) -> Any:
         if self._provider is None:
@@ -200,4 +277,4 @@ class LoopActivities:
             return asdict(ToolOutcome.failure(str(exc)))
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.prepare, self.llm, self.shell, self.finish, self.tool]
+        return [self.prepare, self.llm, self.shell, self.finish, self.tool, self.publish, self.git]

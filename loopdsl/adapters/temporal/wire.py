@@ -6,6 +6,8 @@ from datetime import timedelta
 WORKFLOW = "loopdsl.run"
 PREPARE, LLM, SHELL, FINISH = "loopdsl.prepare", "loopdsl.llm", "loopdsl.shell", "loopdsl.finish"
 TOOL = "loopdsl.tool"
+PUBLISH = "loopdsl.publish"
+GIT = "loopdsl.git"
 PROGRESS_QUERY = "progress"
 DECIDE_UPDATE = "decide"
 DEFAULT_TASK_QUEUE = "loopdsl"

@@ -24,6 +24,8 @@ from .child_runs import ChildSignals, HoldingModel, WorkflowChildRuns, start_chi
 from .schedules import scheduled_start
 from .sealed import placeholders
 from .payloads import FIELD_LIMIT, RESULT_LIMIT, cut_text, recent_events, size_of, summary_within_limit
+from .wf_git import WorkflowGit
+from .wf_publish import publish_run
 from .wf_tools import remote_kinds
 from .wf_ports import (
     WorkflowClock,
@@ -108,6 +110,8 @@ class LoopWorkflow(ChildSignals):
                 break
         if run.status == COMPLETED and run.meta.get("worktree") and not req.get("child"):
             await self._commit_worktree(run, heartbeat_s)
+        if run.status == COMPLETED and self.engine is not None and not req.get("child"):
+            await publish_run(self.engine, heartbeat_s, apply=req.get("publish", True) is not False)
         if self.remote is not None:  # the child's last settlements, for the root
             return {**self.summary(), "settle": self.remote.take_settlements()}
         return self.summary()
@@ -117,6 +121,7 @@ class LoopWorkflow(ChildSignals):
         prep = await workflow.execute_activity(
             PREPARE, {"loop_path": req["loop_path"], "script": req.get("script"), "run_id": workflow.info().workflow_id,
                       "timezone": req.get("timezone"), "child": bool(req.get("child")),
+                      "publish": req.get("publish", True) is not False,
                       "scheduled": scheduled_start() if req.get("timezone") else None,
                       "files": None if req.get("force") else req.get("files")},
             **activity_options(heartbeat_s, 120))
@@ -202,7 +207,8 @@ class LoopWorkflow(ChildSignals):
                      secret_values=placeholders(loaded.compiled.loop.secrets),
                      listeners=[self.events.append], clock=self.clock,
                      shell=WorkflowShell(self, root, workdir, heartbeat_s), keep_events=False,
-                     children=self.children, confine_cwd=lambda base, cwd: base / named_cwd(cwd),
+                     children=self.children, git=WorkflowGit(worktree, heartbeat_s) if worktree.get("branch") else None,
+                     confine_cwd=lambda base, cwd: base / named_cwd(cwd),
                      tool_kinds=remote_kinds(self._run_arg(workdir, root), lambda t: activity_options(heartbeat_s, t)))
 
     def _run_arg(self, workdir: Path, root: Path) -> dict[str, Any]:

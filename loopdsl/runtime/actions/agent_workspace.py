@@ -12,10 +12,10 @@
 """
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..errors import StepFailure
+from ..ports import call_port
 from .agent_turns import agent_key
 
 if TYPE_CHECKING:
@@ -37,18 +37,18 @@ class AttemptWorkspace:
         start_key = agent_key("visit_start", run=self.ids["run"], state=self.ids["state"], visit=self.ids["visit"])
         stored = store.get_response(start_key)
         if stored is None:
-            self.since = await asyncio.to_thread(git.visit_start)
+            self.since = await call_port(git.visit_start)
             store.put_response(start_key, {"sha": self.since})
             engine.commit()
         else:
             self.since = str(stored["sha"])
         reset_key = agent_key("reset", **self.ids)
         if self.reset and self.ids["attempt"] > 1 and store.get_response(reset_key) is None:
-            await asyncio.to_thread(git.reset, self.since)
+            await call_port(git.reset, self.since)
             store.put_response(reset_key, {"sha": self.since})
             engine.emit("workspace_reset", state=self.ids["state"], attempt=self.ids["attempt"], commit=self.since)
             engine.commit()
-        self.check = await asyncio.to_thread(git.guard)
+        self.check = await call_port(git.guard)
 
     async def around(self, body: Awaitable[dict[str, Any]]) -> dict[str, Any]:
         """Runs the attempt; adds the workspace's changes to its result, failed or not, and
@@ -66,7 +66,7 @@ class AttemptWorkspace:
     async def _changes(self, result: dict[str, Any] | None) -> None:
         if self.git is None or result is None or not self.since:
             return
-        files, stat = await asyncio.to_thread(self.git.changes, self.since)
+        files, stat = await call_port(self.git.changes, self.since)
         found = {"changed_files": files, "diff_stat": stat}
         redact = self.engine.redact
         result.update(redact.redact_obj(found) if redact else found)
@@ -74,7 +74,7 @@ class AttemptWorkspace:
     async def _guarded(self, result: dict[str, Any] | None) -> None:
         if self.check is None:
             return
-        problem = await asyncio.to_thread(self.check)
+        problem = await call_port(self.check)
         if problem is not None:
             self.engine.emit("git_setup_changed", state=self.ids["state"], attempt=self.ids["attempt"], message=problem)
             raise StepFailure("workspace", problem, result=result, fatal=True)

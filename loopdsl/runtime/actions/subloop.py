@@ -17,7 +17,7 @@ from ..errors import StepFailure
 from ...language.model import ERROR_KINDS, LoopAction
 from ..run_state import BUDGET_EXHAUSTED, COMPLETED, FAILED, WAITING, RunState, history_from_events
 from ...language.templates import Expression, RenderError
-from ..ports import ChildLoop, ItemWorktree, Ports
+from ..ports import ChildLoop, ItemWorktree, Ports, call_port
 from ...language.agent_model import AgentAction, WRITING_BUILTINS
 from ...language.errors import LoopdslError
 from .checkpoint import wait_for_person
@@ -150,7 +150,7 @@ async def _item_worktrees(parent: "Engine", label: str, count: int) -> list[Item
     git = parent.ports.git
     assert git is not None  # child_workspace_problem refused a fan-out of writers without one
     try:
-        return list(await asyncio.to_thread(git.item_worktrees, label, count))
+        return list(await call_port(git.item_worktrees, label, count))
     except LoopdslError as exc:  # a branch or directory in the way: the run cannot go on safely
         raise StepFailure("workspace", f"making the worktrees of '{label}' items: {exc.message}"
                           + (f"; {exc.hint}" if exc.hint else ""), fatal=True) from None
