@@ -101,3 +101,26 @@ def test_an_unchanged_loop_file_needs_no_force_and_local_decisions_refuse_it(tmp
     assert run["status"] == "failed" and run["path"] == ["make", "approve", "dropped"], run
     assert "files_accepted" not in [e["type"] for e in _shown(run_id, workers.address, repo)["events"]]
     replay(workers.address, run_id, repo)
+
+
+def test_a_fresh_worker_with_edited_files_says_why_it_cannot_rebuild_the_run(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "loop.yaml").write_text(LOOP.replace("VERSION", "first"))
+    workers.start(repo, models=False)
+    started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, cwd=repo)
+    assert started.returncode == 4, started.stdout + started.stderr
+    run_id = run_id_of(started.stderr)
+    workers.stop_all()
+    (repo / "loop.yaml").write_text(LOOP.replace("VERSION", "second"))
+    workers.start(repo, models=False)  # it never loaded the version the run started with
+    for args in (("show", run_id), ("approve", run_id, "--force")):
+        out = loopdsl(*args, "--temporal", workers.address, cwd=repo)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert "files changed since the run started: loop.yaml" in out.stderr and "restore them" in out.stderr
+        assert "internal error" not in out.stderr, out.stderr
+    (repo / "loop.yaml").write_text(LOOP.replace("VERSION", "first"))  # restored: the run goes on
+    decided = loopdsl("approve", run_id, "--temporal", workers.address, cwd=repo)
+    assert decided.returncode == 0, decided.stderr
+    run = _shown(run_id, workers.address, repo, until_not="waiting")["run"]
+    assert run["status"] == "completed" and run["outputs"] == {"said": "first"}, run

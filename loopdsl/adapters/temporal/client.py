@@ -5,7 +5,7 @@ import asyncio
 import uuid
 from typing import Any, Callable
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from ...language.errors import LoopdslError
@@ -46,6 +46,12 @@ async def progress(client: Client, run_id: str, since: int = 0) -> dict[str, Any
         return await handle.query(PROGRESS_QUERY, since)
     except RPCError as exc:
         raise TemporalError(f"run {run_id}: {exc}", "`loopdsl runs --temporal ...` lists the runs") from None
+    except WorkflowQueryFailedError as exc:  # a worker could not rebuild the run (replay) to answer
+        hint = "see the worker's log"
+        if "files changed" in str(exc):
+            hint = ("a worker rebuilds a run from the files it started with: restore them in the worker's checkout, "
+                    "then decide (--force moves a run onto edited files only on a worker that loaded both versions)")
+        raise TemporalError(f"run {run_id}: its worker cannot rebuild it: {exc}", hint) from None
 
 
 async def follow(client: Client, run_id: str, on_event: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
