@@ -308,13 +308,16 @@ class LoopWorkflow(ChildSignals):
         """The run goes on from its checkpoint on a worker's files: as `loopdsl resume` does,
         a decision is refused when they differ from the recorded hashes, unless forced (then
         the run takes the files as they are now, and an event says which changed)."""
-        state, force = run.waiting["state"] if run.waiting else run.current, bool(d.get("force"))
+        state = run.waiting["state"] if run.waiting else run.current
+        child = self.remote is not None  # its loop comes down its parent's refs: it keeps the recorded files
+        force = bool(d.get("force")) and not child
         out = await workflow.execute_activity(  # `child`: only load and hash (no worktree, no publish check)
             PREPARE, {"loop_path": run.meta["loop_path"], "script": run.meta.get("script"), "run_id": run.run_id,
                       "child": True, "fresh": True, "files": None if force else run.meta.get("files")},
             **activity_options(self._heartbeat_s, 120))
         if "error" in out:
-            how = ("restore them on the worker, or decide again with --force to go on with the files as they are now"
+            how = ("restore them on the worker" + ("" if child else ", or decide again with --force to go on with "
+                                                        "the files as they are now")
                    if out["kind"] == "changed_files" else "fix the loop file on the worker and decide again")
             raise ApplicationError(f"{out['error']}; the decision is refused and the run still waits at "
                                    f"'{state}': {how}", type="FilesChanged", non_retryable=True)
