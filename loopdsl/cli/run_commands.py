@@ -126,16 +126,22 @@ def resume(run_id: str, script: str | None, force: bool, as_json: bool, quiet: b
     _finish(result, as_json, quiet)
 
 
-def _decide(run_id: str, choice: str, comment: str, store: str | None, temporal: Connection | None = None) -> None:
+def _decide(run_id: str, choice: str, comment: str, store: str | None, temporal: Connection | None = None,
+            force: bool = False) -> None:
     if temporal:
-        on_temporal.decide_run(run_id, choice, comment, conn=temporal)
+        on_temporal.decide_run(run_id, choice, comment, conn=temporal, force=force)
         return
+    if force:  # locally the files are checked when the run resumes, not when it is decided
+        fail("--force on a decision is for runs on Temporal (--temporal)",
+             f"locally: record the decision, then `loopdsl resume {run_id} --force`")
     state = record_decision(run_id, choice, comment, store=store)
     click.echo(f"run {state.run_id}: recorded '{choice}' by {state.decision['by']} at {state.decision['at']}")  # type: ignore[index]
     click.echo(f"continue with: loopdsl resume {state.run_id}")
 
 
 _comment_option = click.option("--comment", "-m", default="", help="Why (kept with the decision).")
+_force_option = click.option("--force", is_flag=True, help="With --temporal: go on even though the loop file (or an "
+                             "import or skill) changed on the worker since the run started.")
 
 
 @click.command()
@@ -143,9 +149,10 @@ _comment_option = click.option("--comment", "-m", default="", help="Why (kept wi
 @_comment_option
 @store_option
 @connection_options
-def approve(run_id: str, comment: str, store: str | None, temporal: Connection | None) -> None:
+@_force_option
+def approve(run_id: str, comment: str, store: str | None, temporal: Connection | None, force: bool) -> None:
     """Approve the checkpoint RUN_ID is waiting at."""
-    _decide(run_id, "approve", comment, store, temporal)
+    _decide(run_id, "approve", comment, store, temporal, force)
 
 
 @click.command()
@@ -153,9 +160,10 @@ def approve(run_id: str, comment: str, store: str | None, temporal: Connection |
 @_comment_option
 @store_option
 @connection_options
-def reject(run_id: str, comment: str, store: str | None, temporal: Connection | None) -> None:
+@_force_option
+def reject(run_id: str, comment: str, store: str | None, temporal: Connection | None, force: bool) -> None:
     """Reject the checkpoint RUN_ID is waiting at."""
-    _decide(run_id, "reject", comment, store, temporal)
+    _decide(run_id, "reject", comment, store, temporal, force)
 
 
 @click.command()
@@ -164,9 +172,10 @@ def reject(run_id: str, comment: str, store: str | None, temporal: Connection | 
 @_comment_option
 @store_option
 @connection_options
-def decide(run_id: str, choice: str, comment: str, store: str | None, temporal: Connection | None) -> None:
+@_force_option
+def decide(run_id: str, choice: str, comment: str, store: str | None, temporal: Connection | None, force: bool) -> None:
     """Record CHOICE (one of the checkpoint's `choices`) for RUN_ID."""
-    _decide(run_id, choice, comment, store, temporal)
+    _decide(run_id, choice, comment, store, temporal, force)
 
 
 @click.command()

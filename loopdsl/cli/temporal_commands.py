@@ -235,7 +235,7 @@ def export_schedule(loop_ref: str, *, conn: Connection, task_queue: str) -> None
     leave(0)
 
 
-def decide_run(run_id: str, choice: str, comment: str, *, conn: Connection) -> None:
+def decide_run(run_id: str, choice: str, comment: str, *, conn: Connection, force: bool = False) -> None:
     from ..adapters.humans import who
 
     client_mod = _adapter("client")
@@ -243,7 +243,7 @@ def decide_run(run_id: str, choice: str, comment: str, *, conn: Connection) -> N
     async def main() -> dict[str, Any]:
         client = await _connect(conn)
         try:
-            return await asyncio.wait_for(client_mod.decide(client, run_id, choice, comment, who()), DECIDE_WAIT_S)
+            return await asyncio.wait_for(client_mod.decide(client, run_id, choice, comment, who(), force), DECIDE_WAIT_S)
         except asyncio.TimeoutError:
             raise LoopdslError(f"run {run_id}: no worker accepted the decision within {DECIDE_WAIT_S:g}s",
                                "start a worker on the run's task queue: `loopdsl worker --temporal ...`",

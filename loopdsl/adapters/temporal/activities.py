@@ -62,7 +62,7 @@ class LoopActivities:
     async def prepare(self, req: dict[str, Any]) -> dict[str, Any]:
         """Loads the run's loop on this worker; the hashes become the run's record of its files."""
         try:
-            loaded = loops.load(req["loop_path"], req.get("script"), req.get("files"))
+            loaded = loops.load(req["loop_path"], req.get("script"), req.get("files"), fresh=bool(req.get("fresh")))
         except loops.FilesChanged as exc:
             return {"error": str(exc), "kind": "changed_files"}
         except Exception as exc:  # a lint error, a missing file: the run ends with the message

@@ -5,7 +5,7 @@ import asyncio
 import uuid
 from typing import Any, Callable
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from ...language.errors import LoopdslError
@@ -46,6 +46,12 @@ async def progress(client: Client, run_id: str, since: int = 0) -> dict[str, Any
         return await handle.query(PROGRESS_QUERY, since)
     except RPCError as exc:
         raise TemporalError(f"run {run_id}: {exc}", "`loopdsl runs --temporal ...` lists the runs") from None
+    except WorkflowQueryFailedError as exc:  # a worker could not rebuild the run (replay) to answer
+        hint = "see the worker's log"
+        if "files changed" in str(exc):
+            hint = ("a worker rebuilds a run from the files it started with: restore them in the worker's checkout, "
+                    "then decide (--force moves a run onto edited files only on a worker that loaded both versions)")
+        raise TemporalError(f"run {run_id}: its worker cannot rebuild it: {exc}", hint) from None
 
 
 async def follow(client: Client, run_id: str, on_event: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
@@ -72,7 +78,9 @@ async def follow(client: Client, run_id: str, on_event: Callable[[dict[str, Any]
         await asyncio.sleep(FOLLOW_POLL_S)
 
 
-async def decide(client: Client, run_id: str, choice: str, comment: str, by: str) -> dict[str, Any]:
+async def decide(client: Client, run_id: str, choice: str, comment: str, by: str,
+                 force: bool = False) -> dict[str, Any]:
+    """`force`: the run goes on with the worker's files as they are now (see LoopWorkflow._check_files)."""
     handle = client.get_workflow_handle(run_id)
     state = (await progress(client, run_id))["run"]
     waiting = state.get("waiting") or {}
@@ -80,8 +88,10 @@ async def decide(client: Client, run_id: str, choice: str, comment: str, by: str
         raise TemporalError(f"run {run_id} is not waiting for a decision (status: {state.get('status')})",
                             f"`loopdsl show {run_id} --temporal ...` shows where the run is")
     update_id = f"{run_id}/{waiting.get('state', '-')}/{(state.get('visits') or {}).get(waiting.get('state'), 0)}"
+    update_id += "/force" if force else ""  # a refused unforced decision keeps its id's outcome
     try:
-        return await handle.execute_update(DECIDE_UPDATE, {"decision": choice, "comment": comment, "by": by},
+        return await handle.execute_update(DECIDE_UPDATE, {"decision": choice, "comment": comment, "by": by,
+                                                           "force": force},
                                            id=update_id)
     except RPCError as exc:
         raise TemporalError(f"run {run_id}: {exc}", f"`loopdsl show {run_id} --temporal ...` shows where the run is") from None

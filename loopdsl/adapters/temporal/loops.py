@@ -83,11 +83,13 @@ def _read(loop_path: str, script: str | None) -> LoadedLoop:
     return LoadedLoop(compile_loop(loop), skills, files, data)
 
 
-def load(loop_path: str, script: str | None, expect: Mapping[str, str] | None = None) -> LoadedLoop:
+def load(loop_path: str, script: str | None, expect: Mapping[str, str] | None = None, *,
+         fresh: bool = False) -> LoadedLoop:
     """The loop at `loop_path` (relative to the root), from the cache when its files are
-    unchanged; FilesChanged when `expect` (the run's recorded hashes) is not what is here."""
+    unchanged; FilesChanged when `expect` (the run's recorded hashes) is not what is here.
+    `fresh`: read the files even on a cache hit (a decision checks what is on disk now)."""
     with _LOCK:
-        if expect is not None:
+        if expect is not None and not fresh:
             hit = _CACHE.get((loop_path, script, _fingerprint(expect)))
             if hit is not None:
                 return hit

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 from ...runtime.engine import Engine, MemoryResponses, Ports
 from ...runtime.shell import named_cwd
@@ -43,6 +44,8 @@ from .wire import DECIDE_UPDATE, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, FINISH, 
 # Events a run's history may hold before it continues as new at a state's entry: Temporal
 # warns at 10,240 and terminates at 51,200; a state's own events stay far below the gap.
 MAX_HISTORY_EVENTS = 10_000
+# Runs started before decisions checked the worker's files replay without that activity.
+FILES_AT_DECISION = "files-checked-at-decision"
 
 
 class AtStateBoundary(BaseException):
@@ -65,11 +68,14 @@ class LoopWorkflow(ChildSignals):
         self.clock = WorkflowClock()
         self._base = 0  # events before this execution (kept by the ones it continues)
         self._max_events = MAX_HISTORY_EVENTS
+        self._heartbeat_s = DEFAULT_HEARTBEAT_S
+        self._deciding = False  # a decision's file check is under way: a second one is refused
+        self._reload = False  # a forced decision took the files as they are now
 
     # ------------------------------------------------------------ the run
     @workflow.run
     async def run_loop(self, req: dict[str, Any]) -> dict[str, Any]:
-        heartbeat_s = float(req.get("heartbeat_s") or DEFAULT_HEARTBEAT_S)
+        heartbeat_s = self._heartbeat_s = float(req.get("heartbeat_s") or DEFAULT_HEARTBEAT_S)
         self._max_events = int(req.get("max_history_events") or MAX_HISTORY_EVENTS)
         if req.get("carried"):
             loaded, first = self._carry_on(req), {}
@@ -108,6 +114,11 @@ class LoopWorkflow(ChildSignals):
             except asyncio.CancelledError:
                 self._abort("aborted while waiting for a decision")
                 break
+            if self._reload:  # the engine goes on with the loop as its files are now
+                self._reload = False
+                with reading_run_files():
+                    loaded = loops.load(run.meta["loop_path"], run.meta.get("script"), run.meta["files"])
+                ports = self._ports(loaded, heartbeat_s)
         if run.status == COMPLETED and run.meta.get("worktree") and not req.get("child"):
             await self._commit_worktree(run, heartbeat_s)
         if run.status == COMPLETED and self.engine is not None and not req.get("child"):
@@ -278,14 +289,47 @@ class LoopWorkflow(ChildSignals):
                 "children": self.children.summaries if self.children and not since else []}
 
     @workflow.update(name=DECIDE_UPDATE)
-    def decide(self, d: dict[str, Any]) -> dict[str, Any]:
+    async def decide(self, d: dict[str, Any]) -> dict[str, Any]:
         run = self.run
         assert run is not None and run.waiting is not None
+        if workflow.patched(FILES_AT_DECISION):
+            self._deciding = True
+            try:
+                await self._check_files(run, d)
+            finally:
+                self._deciding = False
         run.decision = {"decision": d["decision"], "comment": d.get("comment", ""), "by": d.get("by") or "unknown",
                         "at": self.clock.utc_now()}
         self.events.append({"seq": run.seq, "t": run.decision["at"], "type": "decision",
                             "state": run.waiting["state"], **run.decision})
         return {"run_id": run.run_id, "state": run.waiting["state"], **run.decision}
+
+    async def _check_files(self, run: RunState, d: dict[str, Any]) -> None:
+        """The run goes on from its checkpoint on a worker's files: as `loopdsl resume` does,
+        a decision is refused when they differ from the recorded hashes, unless forced (then
+        the run takes the files as they are now, and an event says which changed)."""
+        state = run.waiting["state"] if run.waiting else run.current
+        child = self.remote is not None  # its loop comes down its parent's refs: it keeps the recorded files
+        force = bool(d.get("force")) and not child
+        out = await workflow.execute_activity(  # `child`: only load and hash (no worktree, no publish check)
+            PREPARE, {"loop_path": run.meta["loop_path"], "script": run.meta.get("script"), "run_id": run.run_id,
+                      "child": True, "fresh": True, "files": None if force else run.meta.get("files")},
+            **activity_options(self._heartbeat_s, 120))
+        if "error" in out:
+            how = ("restore them on the worker" + ("" if child else ", or decide again with --force to go on with "
+                                                        "the files as they are now")
+                   if out["kind"] == "changed_files" else "fix the loop file on the worker and decide again")
+            raise ApplicationError(f"{out['error']}; the decision is refused and the run still waits at "
+                                   f"'{state}': {how}", type="FilesChanged", non_retryable=True)
+        if run.status != WAITING or not run.waiting or run.decision is not None:
+            raise ApplicationError(f"the run stopped waiting at '{state}' while its files were checked",
+                                   non_retryable=True)
+        recorded = run.meta.get("files") or {}
+        changed = sorted(p for p in set(recorded) | set(out["files"]) if recorded.get(p) != out["files"].get(p))
+        if changed:
+            run.meta["files"], self._reload = out["files"], True
+            self.events.append({"seq": run.seq, "t": self.clock.utc_now(), "type": "files_accepted", "state": state,
+                                "files": changed, "by": d.get("by") or "unknown"})
 
     @decide.validator
     def check_decision(self, d: dict[str, Any]) -> None:
@@ -293,7 +337,9 @@ class LoopWorkflow(ChildSignals):
         run = self.run
         if run is None or run.status != WAITING or not run.waiting:
             raise ValueError(f"the run is not waiting for a decision (status: {run.status if run else 'starting'})")
-        if run.decision is not None:
+        if run.decision is not None or self._deciding:
+            if run.decision is None:
+                raise ValueError("another decision is being checked against the run's files")
             raise ValueError(f"the run already has a decision: '{run.decision['decision']}' by {run.decision['by']}")
         choices = run.waiting.get("choices") or ["approve", "reject"]
         if not isinstance(d, dict) or d.get("decision") not in choices:
