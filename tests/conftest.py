@@ -34,6 +34,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.dist = "loadgroup"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Start the tests marked `slow` first.
+
+    xdist hands tests out in collection order, so a minute-long end-to-end test collected near
+    the end (tests/temporal sorts late) starts when the other worker has nothing left to do and
+    stretches the wall time by its whole length. Started first, the long ones overlap each
+    other and the many short tests fill the gaps. The order within each kind is kept, so a
+    module's tests stay together and share their module-scoped setup.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def _compile_the_package() -> None:
     """Write the bytecode of every loopdsl module before any test starts a process.
 
