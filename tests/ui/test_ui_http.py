@@ -78,6 +78,7 @@ def test_without_a_token_only_loopback_host_names_are_answered(waiting_run: Wait
 
 
 def test_binding_off_loopback_without_a_token_is_a_usage_error(tmp_path: Path) -> None:
+    # a real process: were the check lost, the server would serve (here: until the timeout)
     done = cli(["ui", "--store", str(tmp_path / "s"), "--host", "0.0.0.0"], tmp_path, timeout=30)
     assert done.returncode == 2 and "needs a token" in done.stderr and "hint: pass --token" in done.stderr
     assert "Traceback" not in done.stderr
@@ -88,7 +89,7 @@ def test_a_port_in_use_is_a_usage_error(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = cli(["ui", "--store", str(tmp_path / "s"), "--port", str(port)], tmp_path, timeout=30)
+        done = cli_in_process(["ui", "--store", str(tmp_path / "s"), "--port", str(port)], tmp_path)
     assert done.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
     assert "hint: choose another --port" in done.stderr and "Traceback" not in done.stderr
 
