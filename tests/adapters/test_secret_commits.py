@@ -1,5 +1,6 @@
-"""A run never commits a declared secret: real `loopdsl run` subprocesses in real git
-repositories whose commands write the secret into files of the run's worktree.
+"""A run never commits a declared secret: `loopdsl run` in real git repositories whose
+commands write the secret into files of the run's worktree (one case a real subprocess, the
+others through click in this process: the same command's exit code and output).
 
 docs/dsl.md, secret rules 6: credential files the run created are never committed; any
 other file whose name or content holds a secret (in any form the redactor knows) refuses
@@ -16,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli_in_process
 
 SECRET = "npm_Q7tR2vX9kLm4Pz8Wc1Yb"
 # What the commands below write, byte for byte: each must be absent from everything kept.
@@ -74,14 +76,19 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-def _run(repo: Path, cmd: str) -> tuple[subprocess.CompletedProcess[bytes], dict, Path]:
+def _run(repo: Path, cmd: str, *, real: bool = False) -> tuple[subprocess.CompletedProcess[bytes], dict, Path]:
     loop = repo.parent / "loop.yaml"  # outside the repository: the run must not commit it
     loop.write_text(_loop(cmd), encoding="utf-8")
     store = repo.parent / "store"
-    env = {**os.environ, "NPM_TOKEN": SECRET}
-    env.pop("LOOPDSL_STORE", None)
-    proc = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--json", "--store", str(store)],
-                          cwd=repo, env=env, capture_output=True, timeout=180)
+    args = ["run", str(loop), "--json", "--store", str(store)]
+    if real:
+        env = {**os.environ, "NPM_TOKEN": SECRET}
+        env.pop("LOOPDSL_STORE", None)
+        proc = subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=repo, env=env, capture_output=True,
+                              timeout=180)
+    else:
+        done = cli_in_process(args, repo, {"NPM_TOKEN": SECRET})
+        proc = subprocess.CompletedProcess(args, done.returncode, done.stdout.encode(), done.stderr.encode())
     summary = json.loads(proc.stdout.decode().splitlines()[-1])
     return proc, summary, store
 
@@ -102,7 +109,7 @@ def _holding_secret(root: Path) -> list[str]:
 
 
 def test_credential_files_the_run_creates_are_never_committed(repo: Path) -> None:
-    proc, summary, store = _run(repo, textwrap.dedent("""\
+    proc, summary, store = _run(repo, real=True, cmd=textwrap.dedent("""\
         printf '//registry.npmjs.org/:_authToken=%s\\n' "$NPM_TOKEN" > .npmrc
         printf 'machine example.invalid password %s\\n' "$NPM_TOKEN" > .netrc
         mkdir -p keys && printf '%s' "$NPM_TOKEN" > keys/deploy.pem

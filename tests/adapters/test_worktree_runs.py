@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import cli_in_process
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -101,11 +102,11 @@ def test_a_failed_run_keeps_its_worktree_until_clean(repo: Path) -> None:
     assert (wt / "agent.txt").read_text() == "made by agent\n" and str(wt) in _registered(repo)
     assert _snapshot(repo) == before
 
-    shown = subprocess.run([sys.executable, "-m", "loopdsl", "show", run_id], check=False, cwd=repo, capture_output=True, text=True)
+    shown = cli_in_process(["show", run_id], repo)
     assert shown.returncode == 0
     assert f"worktree kept for inspection: {wt} (branch loopdsl/{run_id})" in shown.stdout
 
-    cleaned = subprocess.run([sys.executable, "-m", "loopdsl", "clean"], check=False, cwd=repo, capture_output=True, text=True)
+    cleaned = cli_in_process(["clean"], repo)
     assert cleaned.returncode == 0, cleaned.stderr
     assert f"removed 1 worktree(s): {run_id}" in cleaned.stdout
     assert not wt.exists() and str(wt) not in _registered(repo)

@@ -2,8 +2,8 @@
 (made by the real `loopdsl run`), and `loopdsl ui` served by a real process on a free port."""
 from __future__ import annotations
 
-import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -14,19 +14,44 @@ from pathlib import Path
 import pytest
 from ui_support import LOOP, REPLIES, WaitingRun, cli, free_port
 
+from loopdsl.adapters.store.run_store import RunStore
 
-@pytest.fixture
-def waiting_run(tmp_path: Path) -> WaitingRun:
+
+def _make_waiting_run(workdir: Path) -> WaitingRun:
     """A real run (shell state with a gate, a scripted model reply that is an XSS attempt)
     that stops at a checkpoint whose message repeats the reply."""
-    (tmp_path / "hostile.yaml").write_text(LOOP, encoding="utf-8")
-    (tmp_path / "hostile.replies.yaml").write_text(REPLIES, encoding="utf-8")
-    store = tmp_path / "store"
-    done = cli(["run", "hostile.yaml", "--script", "hostile.replies.yaml", "--store", str(store), "--json"], tmp_path)
+    (workdir / "hostile.yaml").write_text(LOOP, encoding="utf-8")
+    (workdir / "hostile.replies.yaml").write_text(REPLIES, encoding="utf-8")
+    store = workdir / "store"
+    done = cli(["run", "hostile.yaml", "--script", "hostile.replies.yaml", "--store", str(store), "--json"], workdir)
     assert done.returncode == 4, done.stderr
-    runs = cli(["runs", "--store", str(store), "--json"], tmp_path)
-    run_id = json.loads(runs.stdout)[0]["run_id"]
-    return WaitingRun(tmp_path, store, run_id)
+    with RunStore(store) as st:
+        [record] = st.list_runs()
+    assert record["status"] == "waiting" and record["run_id"] in done.stdout
+    return WaitingRun(workdir, store, record["run_id"])
+
+
+@pytest.fixture(scope="session")
+def _waiting_template(tmp_path_factory: pytest.TempPathFactory) -> WaitingRun:
+    # once per test process: a `loopdsl run` and its Python start cost each test about a
+    # second of CPU when every test made its own
+    return _make_waiting_run(tmp_path_factory.mktemp("waiting-template"))
+
+
+@pytest.fixture
+def waiting_run(_waiting_template: WaitingRun, tmp_path: Path) -> WaitingRun:
+    """The waiting run, for tests that view it or decide it: a copy of the template's folder,
+    store included, so what a test records stays its own. Its record names the template's
+    files, so a test that resumes the run uses `fresh_waiting_run`."""
+    workdir = tmp_path / "run"
+    shutil.copytree(_waiting_template.workdir, workdir)
+    return WaitingRun(workdir, workdir / "store", _waiting_template.run_id)
+
+
+@pytest.fixture
+def fresh_waiting_run(tmp_path: Path) -> WaitingRun:
+    """The waiting run, made in this test's own folder (resuming checks the loop's files)."""
+    return _make_waiting_run(tmp_path)
 
 
 @pytest.fixture

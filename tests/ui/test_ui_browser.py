@@ -102,8 +102,9 @@ def test_a_hostile_reply_is_shown_as_text_and_never_runs(waiting_run: WaitingRun
     assert page.dialogs == []
 
 
-def test_approving_from_the_page_then_resume_completes_the_run(waiting_run: WaitingRun, serve_ui: Any,
+def test_approving_from_the_page_then_resume_completes_the_run(fresh_waiting_run: WaitingRun, serve_ui: Any,
                                                                page: Any) -> None:
+    waiting_run = fresh_waiting_run
     base = serve_ui("--store", str(waiting_run.store), "--as", "alice", cwd=waiting_run.workdir)
     page.goto(f"{base}/runs/{waiting_run.run_id}")
     page.fill("textarea[name=comment]", "looks <b>fine</b>")

@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from cli_in_process import cli_in_process
 from ui_support import HOSTILE, WaitingRun, cli
 
 from loopdsl.adapters.store.run_store import RunStore
@@ -77,6 +78,7 @@ def test_without_a_token_only_loopback_host_names_are_answered(waiting_run: Wait
 
 
 def test_binding_off_loopback_without_a_token_is_a_usage_error(tmp_path: Path) -> None:
+    # a real process: were the check lost, the server would serve (here: until the timeout)
     done = cli(["ui", "--store", str(tmp_path / "s"), "--host", "0.0.0.0"], tmp_path, timeout=30)
     assert done.returncode == 2 and "needs a token" in done.stderr and "hint: pass --token" in done.stderr
     assert "Traceback" not in done.stderr
@@ -87,7 +89,7 @@ def test_a_port_in_use_is_a_usage_error(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = cli(["ui", "--store", str(tmp_path / "s"), "--port", str(port)], tmp_path, timeout=30)
+        done = cli_in_process(["ui", "--store", str(tmp_path / "s"), "--port", str(port)], tmp_path)
     assert done.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
     assert "hint: choose another --port" in done.stderr and "Traceback" not in done.stderr
 
@@ -95,8 +97,8 @@ def test_a_port_in_use_is_a_usage_error(tmp_path: Path) -> None:
 def test_custom_choices_get_one_button_each(tmp_path: Path, serve_ui: Any) -> None:
     loop = ROOT / "tests" / "data" / "durable" / "checkpoint_choices.yaml"
     store = tmp_path / "store"
-    assert cli(["run", str(loop), "--store", str(store)], tmp_path).returncode == 4
-    run_id = json.loads(cli(["runs", "--store", str(store), "--json"], tmp_path).stdout)[0]["run_id"]
+    assert cli_in_process(["run", str(loop), "--store", str(store)], tmp_path).returncode == 4
+    run_id = json.loads(cli_in_process(["runs", "--store", str(store), "--json"], tmp_path).stdout)[0]["run_id"]
     page = _request(f"{serve_ui('--store', str(store), cwd=tmp_path)}/runs/{run_id}")[2]
     assert [part.split('"', 1)[0] for part in page.split('name="choice" value="')[1:]] == ["ship", "hold", "scrap"]
     assert "Decide: hold" in page
@@ -165,7 +167,8 @@ def test_the_list_filters_by_status_and_loop_and_pages_newest_first(tmp_path: Pa
 
 def test_show_html_writes_the_run_page_with_the_reply_escaped(waiting_run: WaitingRun) -> None:
     out = waiting_run.workdir / "run.html"
-    done = cli(["show", waiting_run.run_id, "--store", str(waiting_run.store), "--html", str(out)], waiting_run.workdir)
+    done = cli_in_process(["show", waiting_run.run_id, "--store", str(waiting_run.store), "--html", str(out)],
+                          waiting_run.workdir)
     assert done.returncode == 0, done.stderr
     page = out.read_text(encoding="utf-8")
     assert "<script" not in page and "<img" not in page
@@ -175,24 +178,29 @@ def test_show_html_writes_the_run_page_with_the_reply_escaped(waiting_run: Waiti
     assert HOSTILE not in page
 
 
-PROBE = """import sys
+PROBE = """import json, sys
 from loopdsl.cli import main
-try:
-    main()
-except SystemExit:
-    pass
-print(sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn', 'playwright')
-             or m.startswith('loopdsl.ui')), file=sys.stderr)
+for command in sys.argv[1:]:
+    sys.argv[1:] = json.loads(command)
+    try:
+        main()
+    except SystemExit:
+        pass
+    print(command, sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn', 'playwright')
+                          or m.startswith('loopdsl.ui')), file=sys.stderr)
 """
 
 
 def test_lint_graph_and_validate_import_no_web_module(tmp_path: Path) -> None:
+    # one process runs the three commands, each checked after it ran: what one of them imports
+    # stays imported, so the check after each covers it and those before
     loop = ROOT / "tests" / "data" / "project" / "strong" / "loops" / "notes.yaml"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for args in (["lint", str(loop)], ["graph", str(loop)], ["validate", str(loop)]):
-        done = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=120)
-        assert done.stderr.strip().splitlines()[-1] == "[]", (args, done.stderr)
+    commands = [json.dumps([name, str(loop)]) for name in ("lint", "graph", "validate")]
+    done = subprocess.run([sys.executable, "-c", PROBE, *commands], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    checks = [line for line in done.stderr.splitlines() if line.startswith(tuple(commands))]
+    assert checks == [f"{command} []" for command in commands], done.stderr
 
 
 def test_ui_without_the_extra_says_how_to_install_it(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+from cli_in_process import cli_in_process
 from ui_support import cli
 
 from loopdsl.adapters.store.listing import child_ids, run_count, summaries
@@ -45,7 +46,7 @@ def test_the_run_page_shows_the_diff_of_a_completed_and_of_a_failed_worktree_run
     (repo / ".git" / "info").mkdir(exist_ok=True)
     (repo / ".git" / "info" / "attributes").write_text("* diff=evil\n")
     assert cli(["run", str(LOOP), "--store", str(store)], repo).returncode == 0
-    assert cli(["run", str(LOOP), "--store", str(store), "--input", "fail=1"], repo).returncode == 1
+    assert cli_in_process(["run", str(LOOP), "--store", str(store), "--input", "fail=1"], repo).returncode == 1
     with RunStore(store) as st:
         completed, failed = st.list_runs()[::-1]
     for record in (completed, failed):
@@ -53,7 +54,7 @@ def test_the_run_page_shows_the_diff_of_a_completed_and_of_a_failed_worktree_run
         diff = run_diff(record)
         assert diff is not None and "+agent line" in diff and "+made by agent" in diff, diff
         page = tmp_path / f"{record['run_id']}.html"
-        assert cli(["show", record["run_id"], "--store", str(store), "--html", str(page)], repo).returncode == 0
+        assert cli_in_process(["show", record["run_id"], "--store", str(store), "--html", str(page)], repo).returncode == 0
         assert "+made by agent" in page.read_text(encoding="utf-8")
     assert not pwned.exists()
     # a record naming something other than a commit never reaches git as an argument
