@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scaled import scaled
 
 from loopdsl.language import schema
 from loopdsl.language.schema_explain import explain
@@ -16,6 +17,7 @@ from loopdsl.language.loader import load_text
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("loop", "test", "replies")
+# The property tests below run scaled(N) examples: N under the `thorough` profile, half under `ci`.
 
 
 def findings(kind: str, data: Any, shortcuts: bool) -> list[Any]:
@@ -73,7 +75,7 @@ _STATES = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=scaled(400), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.dictionaries(st.sampled_from(["s0", "s1", "Bad", "done"]), _STATES, max_size=4))
 def test_random_states_get_the_same_findings(states: dict[str, Any]) -> None:
     same("loop", {"loopdsl": 1, "name": "x", "start": "s0", "states": states})
@@ -82,7 +84,7 @@ def test_random_states_get_the_same_findings(states: dict[str, Any]) -> None:
 _REPLY_KEYS = ["text", "error", "decision", "json", "usage", "comment", "cost_usd", "model", "tool_calls", "x"]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=scaled(200), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.dictionaries(st.sampled_from(["draft", "review"]),
                        st.one_of(_VALUES, st.lists(st.dictionaries(st.sampled_from(_REPLY_KEYS), _VALUES,
                                                                    max_size=3), max_size=3))))
@@ -101,7 +103,7 @@ _TOOL_REPLY = st.dictionaries(st.sampled_from(["tool_calls", "text", "usage", "e
                               max_size=4)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=scaled(300), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.dictionaries(st.sampled_from(["draft", "fix"]), st.lists(_TOOL_REPLY, max_size=3), max_size=2))
 def test_random_tool_call_replies_get_the_same_findings(replies: dict[str, Any]) -> None:
     same("replies", replies)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scaled import scaled
 from jsonschema import Draft7Validator
 
 from loopdsl.language.diagnostics import Diagnostic, Severity
@@ -481,7 +482,7 @@ def _example_data() -> dict[str, Any]:
     return doc.data  # type: ignore[no-any-return]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])  # half under `ci`
 @given(data=st.data())
 def test_any_mutation_is_reported_plainly_or_builds(data: st.DataObject) -> None:
     """Break the example at a random node: check() agrees with jsonschema on validity, reports

@@ -69,26 +69,39 @@ def mutated_loops(draw: st.DrawFn) -> str | bytes:
     return fuzz.to_bytes(rng, text) if draw(st.booleans()) and draw(st.booleans()) else text
 
 
-json_scalars = st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=True) \
-    | st.sampled_from(["", "x", "done", "draft", "30s", "{{ x }}", "{% if %}", "$(rm)", "a.b"])
-dsl_like_data = st.recursive(
-    json_scalars,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.sampled_from(fuzz.KEYS), inner, max_size=6),
-    max_leaves=40,
-)
+# Plain Python draws from a seed hypothesis picks (as hostile_structure below): hypothesis' own
+# recursive strategies cost several times the lint of the document they build.
+NOISE_SCALARS = [None, True, False, "", "x", "done", "draft", "30s", "{{ x }}", "{% if %}", "$(rm)", "a.b",
+                 float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1.5, 1e308, 5e-324]
+NOISE_LEAVES = 40
+
+
+def dsl_like_value(rng: random.Random, leaves: list[int]) -> Any:
+    """A scalar, or a list or mapping (the DSL's keys) of such values; `leaves` is the budget left."""
+    roll = rng.random()
+    if leaves[0] <= 0 or roll < 0.5:
+        leaves[0] -= 1
+        return rng.randint(-5, 10**6) if rng.random() < 0.2 else rng.choice(NOISE_SCALARS)
+    if roll < 0.7:
+        return [dsl_like_value(rng, leaves) for _ in range(rng.randint(0, 4))]
+    return {rng.choice(fuzz.KEYS): dsl_like_value(rng, leaves) for _ in range(rng.randint(0, 6))}
+
+
+def dsl_like_mapping(rng: random.Random, keys: list[str], size: int) -> dict[str, Any]:
+    leaves = [NOISE_LEAVES]
+    return {rng.choice(keys): dsl_like_value(rng, leaves) for _ in range(rng.randint(0, size))}
 
 
 @st.composite
 def dsl_like_documents(draw: st.DrawFn) -> str:
     """Schema-shaped noise: a mapping with the DSL's own keys, often near-valid."""
-    data = draw(st.dictionaries(st.sampled_from(fuzz.KEYS), dsl_like_data, max_size=10))
-    shape = draw(st.integers(0, 2))
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    data = dsl_like_mapping(rng, fuzz.KEYS, 10)
+    shape = rng.randint(0, 2)
     if shape == 1:  # start from a real loop and overwrite parts of it
-        data = {**json.loads(draw(st.sampled_from(SEED_JSON))), **data}
+        data = {**json.loads(rng.choice(SEED_JSON)), **data}
     elif shape == 2:  # a versioned loop file with only a few top-level sections, any type
-        data = {"loopdsl": 1, **draw(st.dictionaries(st.sampled_from(TOP_LEVEL_KEYS),
-                                                     dsl_like_data, max_size=4))}
+        data = {"loopdsl": 1, **dsl_like_mapping(rng, TOP_LEVEL_KEYS, 4)}
     return json.dumps(data)
 
 

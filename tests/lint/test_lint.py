@@ -1,7 +1,8 @@
 """`loopdsl lint`: output formats, exit codes, folders, imports, load_loop, skills.
 
 The golden cases (test_golden.py) pin what each rule says; these tests pin how lint
-behaves as a command: real subprocesses for the CLI, real files in tmp_path.
+behaves as a command: the CLI's answers in process (tests/cli_in_process.py), its process
+boundary (exit 3 on a rule's bug, no LiteLLM import) in real subprocesses; real files in tmp_path.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli_in_process
 
 from loopdsl.lint import registry as rules
 from loopdsl.language.diagnostics import LoopError
@@ -44,6 +46,12 @@ WARN_ONLY = GOOD.replace('prompt: "Write a haiku."', 'prompt: "Key {{ secrets.KE
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`loopdsl ARGS` in this process (tests/cli_in_process.py): these tests are about the
+    command's answer; the process itself is tested by `real_cli` below."""
+    return cli_in_process(args, cwd=cwd or REPO)
+
+
+def real_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
         [sys.executable, "-m", "loopdsl", *args],
@@ -234,7 +242,7 @@ def test_lint_never_imports_litellm(tmp_path: Path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "0 []", done.stdout + done.stderr
-    imported = cli("-h")  # sanity: the CLI entry point itself runs
+    imported = real_cli("-h")  # sanity: the CLI entry point itself runs
     assert imported.returncode == 0
     importtime = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "loopdsl", "lint", "good.yaml"],

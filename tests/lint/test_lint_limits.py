@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli_in_process
 
 from loopdsl.language.dominators import DominatorTree
 
@@ -42,8 +43,14 @@ DEEP = {
 
 
 def lint(path: Path) -> subprocess.CompletedProcess[str]:
+    """A real process: the deep cases are about a crash (stack overflow) never reaching the user."""
     return subprocess.run([sys.executable, "-m", "loopdsl", "lint", "--format", "json", str(path)],
                           capture_output=True, text=True, timeout=120)
+
+
+def lint_in_process(path: Path) -> subprocess.CompletedProcess[str]:
+    """The same command's answer, for cases about what it says rather than the process."""
+    return cli_in_process(["lint", "--format", "json", str(path)])
 
 
 @pytest.mark.parametrize("placeholder, text", list(DEEP.values()), ids=list(DEEP))
@@ -121,7 +128,7 @@ def test_names_ending_in_a_newline_are_refused(tmp_path: Path) -> None:
     loop.write_text('loopdsl: 1\nname: "x\\n"\nstart: "a\\n"\nstates:\n  "a\\n":\n    shell: echo hi\n'
                     '    next: done\n  done:\n    end: completed\ninputs:\n  "i\\n": {type: string, default: ""}\n'
                     'secrets: ["TOK\\n"]\n')
-    proc = lint(loop)
+    proc = lint_in_process(loop)
     assert proc.returncode == 1, proc.stderr
     found = {(f["line"], f["rule"]) for f in json.loads(proc.stdout)}
     assert {(2, "schema-value"), (5, "bad-name"), (11, "bad-name"), (12, "schema-value")} <= found
@@ -133,6 +140,6 @@ def test_paths_too_long_for_the_system_are_missing_files(tmp_path: Path, key: st
     action = f"loop: {value}" if key == "loop" else f"llm: {{model: m, prompt: hi, skill: {value}}}"
     loop = tmp_path / "long.yaml"
     loop.write_text(HEAD.replace('llm: {model: m, prompt: "PROMPT"}', action).replace("WHEN", "true"))
-    proc = lint(loop)
+    proc = lint_in_process(loop)
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
     assert [f["rule"] for f in json.loads(proc.stdout)] == ["missing-file"], proc.stdout[:2000]
