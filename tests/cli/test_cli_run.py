@@ -1,6 +1,7 @@
-"""`loopdsl run` and friends as a user meets them: real subprocesses (`python -m loopdsl`),
-real files, exit codes and messages. The loops here are shell-only, so no subprocess
-pays for importing LiteLLM.
+"""`loopdsl run` and friends as a user meets them: real files, exit codes and messages. The
+loops here are shell-only, so no subprocess pays for importing LiteLLM. The commands run
+in-process (tests/cli_in_process.py: the same exit codes and output) but for the first test's,
+a real `python -m loopdsl` subprocess.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli_in_process
 
 DATA = Path(__file__).parents[1] / "data" / "runs"
 TYPED = DATA / "typed_inputs.yaml"
@@ -19,11 +21,13 @@ CHECKPOINT = DATA / "checkpoint.yaml"
 BROKEN = DATA / "lint_errors.yaml"
 
 
-def loopdsl(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def loopdsl(*args: str, cwd: Path, real: bool = False) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "LOOPDSL_STORE"}
     env["LOOPDSL_USER"] = "cli-test"
+    if not real:
+        return cli_in_process(args, cwd, env, only_env=True)
     return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120, input=stdin if stdin is not None else "")
+                          text=True, timeout=120, input="")
 
 
 def assert_clean_usage_error(proc: subprocess.CompletedProcess[str]) -> None:
@@ -36,7 +40,7 @@ def assert_clean_usage_error(proc: subprocess.CompletedProcess[str]) -> None:
 
 def test_typed_inputs_json_events_and_exit_0(tmp_path: Path) -> None:
     proc = loopdsl("run", str(TYPED), "--input", "count=3", "--input", "name=a b;c", "--input", "flag=yes",
-                   "--json", "--store", str(tmp_path / "store"), cwd=tmp_path)
+                   "--json", "--store", str(tmp_path / "store"), cwd=tmp_path, real=True)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     events = [json.loads(line) for line in lines]  # every line is one JSON object

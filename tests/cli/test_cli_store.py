@@ -21,6 +21,12 @@ DATA = Path(__file__).parents[1] / "data" / "durable"
 
 
 def _cli(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """In-process (tests/cli_in_process.py): the same exit codes and output, no Python start."""
+    return cli_in_process(args, cwd, env)
+
+
+def _process(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """A real `python -m loopdsl` subprocess."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
     environ.update(env)
     return subprocess.run([sys.executable, "-m", "loopdsl", *args], check=False, cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
@@ -71,7 +77,7 @@ def test_commands_on_an_unknown_run_say_so(tmp_path: Path, command: list[str | N
     store = tmp_path / "store"
     loopdsl.run(DATA / "counter.yaml", store=store, workdir=tmp_path)
     args = [c if c is not None else "nosuch" for c in command] if None in command else [*command, "nosuch"]
-    run = _cli if command == ["show"] else cli_in_process  # one real process; the rest in-process
+    run = _process if command == ["show"] else _cli  # one real process; the rest in-process
     _user_error(run([*args, "--store", str(store)], tmp_path), "no run matches 'nosuch'", "loopdsl runs")
 
 
@@ -100,12 +106,12 @@ def test_concurrency_conflicts_exit_0_when_skipped_and_1_when_failed(tmp_path: P
     store = tmp_path / "store"
     group = DATA / "group.yaml"
     first = loopdsl.run(group, store=store, workdir=tmp_path)
-    failed = _cli(["run", str(group), "--store", str(store)], tmp_path)
+    failed = _process(["run", str(group), "--store", str(store)], tmp_path)
     assert failed.returncode == 1
     assert f"loopdsl: run(s) {first.run_id} of group 'nightly' still active" in failed.stderr
     skip = tmp_path / "skip.yaml"
     skip.write_text(group.read_text().replace("on_conflict: fail", "on_conflict: skip"))
-    skipped = _cli(["run", str(skip), "--store", str(store)], tmp_path)
+    skipped = _process(["run", str(skip), "--store", str(store)], tmp_path)
     assert skipped.returncode == 0 and "loopdsl: skipped: run(s)" in skipped.stderr
     assert "Traceback" not in failed.stderr + skipped.stderr
     assert len(RunStore(store).list_runs()) == 1
@@ -134,7 +140,7 @@ def test_a_record_of_the_wrong_shape_is_named_and_does_not_hide_the_others(tmp_p
         opened._cache.set(f"run/{bad.run_id}/record", shape)
     # The first shape goes through real `python -m loopdsl` processes; the others in-process
     # (7 commands per shape: the process start was most of this test's cost).
-    run = _cli if shape is WRONG_SHAPES[0] else cli_in_process
+    run = _process if shape is WRONG_SHAPES[0] else _cli
 
     for command in (["show", bad.run_id], ["show", bad.run_id, "--json"], ["resume", bad.run_id], ["abort", bad.run_id]):
         _user_error(run([*command, "--store", str(store)], tmp_path), f"run {bad.run_id}", str(store), "damaged")

@@ -1,5 +1,7 @@
-"""`publish:` end to end: the real `loopdsl` CLI in a subprocess, real git (a local bare
-repository is `origin`), and real HTTP to the loopback fake GitHub (tests/github_fake.py)."""
+"""`publish:` end to end: the `loopdsl` CLI, real git (a local bare repository is `origin`), and
+real HTTP to the loopback fake GitHub (tests/github_fake.py). Commands whose answer is the
+point run in-process (tests/cli_in_process.py); the run killed while publishing and the run
+without the `github` extra are real subprocesses."""
 from __future__ import annotations
 
 import json
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import cli_in_process
 
 from github_fake import FakeGitHub
 from patterns.conftest import LOOPS_DIR, SCRIPTS_DIR, _clean_env, commit_file, git, init_repo
@@ -67,9 +70,8 @@ def environment(fake: FakeGitHub, tmp_path: Path, **extra: str) -> dict[str, str
     return {k: v for k, v in env.items() if k not in ("LOOPDSL_STORE", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
 
 
-def cli(repo: Path, env: dict[str, str], *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+def cli(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return cli_in_process(args, repo, env, only_env=True)
 
 
 def events(stdout: str) -> list[dict[str, Any]]:

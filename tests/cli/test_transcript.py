@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli_in_process
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "ui"))
 from ui_support import free_port  # noqa: E402
@@ -34,9 +35,13 @@ REPLIES = 'ask:\n  - text: "looks fine \\e[2J <b>bold</b>"\n'
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def loopdsl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def loopdsl(*args: str, cwd: Path, real: bool = False) -> subprocess.CompletedProcess[str]:
+    """The `loopdsl run` that makes the run is a real subprocess; `show` runs in-process
+    (tests/cli_in_process.py: the same exit codes and output)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
     env["MY_TOKEN"] = SECRET
+    if not real:
+        return cli_in_process(args, cwd, env, only_env=True)
     return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
 
@@ -45,7 +50,8 @@ def make_run(base: Path) -> tuple[Path, Path, str]:
     (base / "loop.yaml").write_text(LOOP, encoding="utf-8")
     (base / "replies.yaml").write_text(REPLIES, encoding="utf-8")
     store = base / "store"
-    run = loopdsl("run", "loop.yaml", "--script", "replies.yaml", "--store", str(store), "--json", cwd=base)
+    run = loopdsl("run", "loop.yaml", "--script", "replies.yaml", "--store", str(store), "--json", cwd=base,
+                  real=True)
     assert run.returncode == 0, run.stderr
     run_id = json.loads(run.stdout.splitlines()[-1])["run_id"]
     return base, store, run_id

@@ -277,8 +277,11 @@ def _suggested_commands(text: str) -> list[str]:
 @pytest.mark.parametrize("where", ["parent", "inside"])
 def test_every_suggested_command_runs_as_printed_from_where_audit_ran(where: str, tmp_path: Path) -> None:
     import os
+    import shlex
     import subprocess
     import sys
+
+    from cli_in_process import cli_in_process
 
     project = tmp_path / "my project"  # a space: the printed paths must be quoted
     shutil.copytree(DATA / "weak", project)
@@ -293,12 +296,21 @@ def test_every_suggested_command_runs_as_printed_from_where_audit_ran(where: str
         return subprocess.run(["bash", "--noprofile", "--norc", "-c", command], cwd=cwd, env=env,
                               capture_output=True, text=True, timeout=300, check=False)
 
+    def printed(command: str) -> subprocess.CompletedProcess[str]:
+        """From the parent folder, as bash runs it; from inside, split by the shell's quoting rules
+        (shlex) and run in-process (tests/cli_in_process.py), which spares a Python start each."""
+        if where == "parent":
+            return sh(command)
+        program, *args = shlex.split(command)
+        assert program == "loopdsl", command
+        return cli_in_process(args, cwd, env, only_env=True)
+
     audited = sh(f"loopdsl audit '{target}' --suggest --store '{tmp_path / 'no-store'}'")
     assert audited.returncode == 0, audited.stderr
     commands = _suggested_commands(audited.stdout)
     assert {c.split()[1] for c in commands} >= {"cost", "test", "lint", "schedule"}, audited.stdout
     for command in commands:
-        done = sh(command)
+        done = printed(command)
         # 0 or 1 (the command found what the audit found); never 2, a command that cannot run as printed.
         assert done.returncode in (0, 1), f"{command!r} in {cwd}: exit {done.returncode}\n{done.stderr}"
         assert "Traceback" not in done.stderr and "cannot read" not in done.stderr, command

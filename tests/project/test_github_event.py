@@ -1,5 +1,9 @@
-"""`loopdsl github-event` and the runs branch, as the exported workflow's jobs run them: real
-`loopdsl` subprocesses with GITHUB_EVENT_NAME/GITHUB_EVENT_PATH, real git with a bare origin."""
+"""`loopdsl github-event` and the runs branch, as the exported workflow's jobs run them:
+`loopdsl` commands with GITHUB_EVENT_NAME/GITHUB_EVENT_PATH, real git with a bare origin.
+
+The commands run in-process (tests/cli_in_process.py: the same exit codes and output) unless
+a test asks for a real `python -m loopdsl` subprocess (`real=True`); the hostile-title test
+runs its whole job as real processes."""
 from __future__ import annotations
 
 import json
@@ -9,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli_in_process
 from git_repos import git, isolate_git, make_repo
 
 GREETER = """loopdsl: 1
@@ -77,26 +82,29 @@ def clone(tmp_path: Path, name: str) -> Path:
     return target
 
 
-def loopdsl(cwd: Path, *args: str, event: tuple[str, dict] | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+def loopdsl(cwd: Path, *args: str, event: tuple[str, dict] | None = None, real: bool = False,
+            **env: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPDSL_", "GITHUB_"))}
     full.update(env)
     if event is not None:
         payload = cwd.parent / f"event-{cwd.name}.json"
         payload.write_text(json.dumps(event[1]))
         full.update(GITHUB_EVENT_NAME=event[0], GITHUB_EVENT_PATH=str(payload))
-    full["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    full["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])  # for gates that import loopdsl
+    if not real:
+        return cli_in_process(args, cwd, full, only_env=True)
     return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=full, capture_output=True,
                           text=True, timeout=120)
 
 
-def runs(cwd: Path) -> list[dict]:
-    done = loopdsl(cwd, "runs", "--json")
+def runs(cwd: Path, *, real: bool = False) -> list[dict]:
+    done = loopdsl(cwd, "runs", "--json", real=real)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
-def outputs(cwd: Path, run_id: str) -> dict:
-    done = loopdsl(cwd, "show", run_id, "--json")
+def outputs(cwd: Path, run_id: str, *, real: bool = False) -> dict:
+    done = loopdsl(cwd, "show", run_id, "--json", real=real)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)["run"]["outputs"]
 
@@ -109,11 +117,11 @@ def pull_request(title: str, *, action: str = "opened", head_repo: str = "octo/w
 
 def test_a_hostile_title_is_data_all_the_way_into_the_run(repo: Path) -> None:
     title = "fix'; touch pwned; echo \"$(touch pwned2)\" `touch pwned3` ${IFS}"
-    done = loopdsl(repo, "github-event", "loops/greeter.yaml", event=("pull_request", pull_request(title)))
+    done = loopdsl(repo, "github-event", "loops/greeter.yaml", event=("pull_request", pull_request(title)), real=True)
     assert done.returncode == 0, done.stderr
-    [run] = runs(repo)
+    [run] = runs(repo, real=True)
     assert run["status"] == "completed"
-    assert outputs(repo, run["run_id"]) == {"said": title, "number": 7, "base": "main"}
+    assert outputs(repo, run["run_id"], real=True) == {"said": title, "number": 7, "base": "main"}
     assert not list(repo.rglob("pwned*"))
 
 

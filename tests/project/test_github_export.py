@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
-from test_schedule import PIP_SPEC, actionlint, invoke, lint_workflow  # noqa: F401  (actionlint is a fixture)
+from test_schedule import PIP_SPEC, actionlint, invoke, lint_workflow, lint_workflows  # noqa: F401  (actionlint is a fixture)
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,10 +27,10 @@ def scripts(workflow: dict) -> list[str]:
 
 def test_the_seven_patterns_export_workflows_that_pass_actionlint(tmp_path: Path, actionlint: Path) -> None:  # noqa: F811
     assert len(PATTERNS) == 7, PATTERNS
-    for name in PATTERNS:
-        target = tmp_path / f"{name}.yml"
-        workflow = export(ROOT / "loops" / f"{name}.yaml", target)
-        assert lint_workflow(actionlint, target) == [], name
+    targets = [tmp_path / f"{name}.yml" for name in PATTERNS]
+    workflows = [export(ROOT / "loops" / f"{name}.yaml", target) for name, target in zip(PATTERNS, targets)]
+    for name, workflow, found in zip(PATTERNS, workflows, lint_workflows(actionlint, targets)):
+        assert found == [], name
         assert workflow["permissions"] == {}, name
         # Reading a review's pull request comments is the one read beyond the code.
         reviews = "pull_request_review" in workflow["on"]

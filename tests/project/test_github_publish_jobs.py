@@ -1,7 +1,8 @@
 """`publish:` through the exported workflow's two jobs: the run job (read-only token) plans the
 writes and makes none; the apply job, on a fresh checkout at the same path with the run's
 artifact, pushes the branch and makes them, once. Real git (a bare origin), real HTTP to the
-loopback fake GitHub."""
+loopback fake GitHub; the run job is a real `loopdsl` subprocess, the other commands run
+in-process (tests/cli_in_process.py)."""
 from __future__ import annotations
 
 import shutil
@@ -42,7 +43,8 @@ def test_the_run_job_plans_and_the_apply_job_publishes_once(repo: Path, tmp_path
         github = {"GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": fake.repository, "GITHUB_TOKEN": fake.token}
         issue = {"action": "opened", "repository": REPOSITORY, "issue": {"number": 4, "title": "@octocat closes #1"}}
         job = clone(tmp_path, "ws")
-        done = loopdsl(job, "github-event", "loops/fixer.yaml", "--out", "out", event=("issues", issue), **github)
+        done = loopdsl(job, "github-event", "loops/fixer.yaml", "--out", "out", event=("issues", issue), real=True,
+                       **github)
         assert done.returncode == 0, done.stderr
         assert fake.writes == []  # the run job made no write, though it had a token
         [run] = runs(job)

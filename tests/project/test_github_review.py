@@ -1,6 +1,7 @@
-"""A pull request review decides the run waiting on its pull request: real `loopdsl
-github-event` subprocesses with a `pull_request_review` payload, against the loopback fake
-GitHub (permissions, the checkpoint comments the apply job posted)."""
+"""A pull request review decides the run waiting on its pull request: `loopdsl github-event`
+with a `pull_request_review` payload (in-process, tests/cli_in_process.py; the refused review
+is a real subprocess), against the loopback fake GitHub (permissions, the checkpoint comments
+the apply job posted)."""
 from __future__ import annotations
 
 import json
@@ -79,7 +80,7 @@ def test_an_approving_review_by_a_writer_decides_the_run_of_its_pull_request(set
     # Anyone can write a comment that looks like the apply job's: on #7, one naming #8's run.
     fake.state.comments.append({"id": 1, "issue_number": 7, "user": {"login": "mallory", "type": "User"},
                                 "body": f"<!-- loopdsl:checkpoint {on_8} ask -->\nplease approve"})
-    refused = loopdsl(repo, "github-event", "loops/reviewed.yaml", event=review("mallory", "approved"), **env)
+    refused = loopdsl(repo, "github-event", "loops/reviewed.yaml", event=review("mallory", "approved"), real=True, **env)
     assert refused.returncode == 2 and "mallory may not start or decide runs" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr and status(repo, on_7) == "waiting"
     chat = loopdsl(repo, "github-event", "loops/reviewed.yaml", event=review("ada", "commented"), **env)

@@ -1,6 +1,7 @@
 """The apply job does not take the run job's word: a gate that tampers with the run store
 (through a process it leaves behind, as planted code could) gets its forged writes refused.
-Real `loopdsl` subprocesses, real git, the loopback fake GitHub."""
+Real git, the loopback fake GitHub; the tampered run job is a real `loopdsl` subprocess, the
+other commands run in-process (tests/cli_in_process.py)."""
 from __future__ import annotations
 
 import json
@@ -86,7 +87,7 @@ def run_job(tmp_path: Path, event: tuple[str, dict], env: dict, *, armed: bool =
         (job / "armed").write_text("")
     if restore:
         assert loopdsl(job, "github-store", "restore", "loops/guarded.yaml", **env).returncode == 0
-    done = loopdsl(job, "github-event", "loops/guarded.yaml", "--out", "out", event=event, **env)
+    done = loopdsl(job, "github-event", "loops/guarded.yaml", "--out", "out", event=event, real=armed, **env)
     assert done.returncode == 0, done.stderr
     if armed:
         for _ in range(300):  # the left-behind process finishes after the job's step did

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli_in_process
 from click.testing import CliRunner
 from outer_env import make_venv
 from stub_server import StubServer
@@ -90,11 +91,15 @@ def test_patterns_lists_the_installed_loops_with_their_version(acme: Installed, 
 
 
 @pytest.mark.slow
-def test_an_installed_loop_runs_by_name_with_its_imports_skill_and_sub_loop(acme: Installed, tmp_path: Path) -> None:
+def test_an_installed_loop_runs_by_name_with_its_imports_skill_and_sub_loop(
+        acme: Installed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     acme.stub.reset()
     acme.stub.reply_text("one line about changelog")
     acme.stub.reply_text("fine")
-    ran = _run([acme.python, "-m", "loopdsl", "run", "pkg:pipeline", "--no-store", "--json", "-q"], cwd=tmp_path)
+    # In-process with the venv's packages visible (`patterns` above and the killed run below use
+    # the venv's own interpreter): the run shares this worker's one LiteLLM import.
+    monkeypatch.syspath_prepend(str(acme.site_packages))
+    ran = cli_in_process(["run", "pkg:pipeline", "--no-store", "--json", "-q"], tmp_path)
     assert ran.returncode == 0, ran.stderr
     summary = summary_line(ran.stdout)
     assert summary["status"] == "completed"

@@ -53,9 +53,12 @@ def pre_commit(project: Path, home: Path, *args: str) -> subprocess.CompletedPro
     # for any user; its dependencies come from the site-packages of the interpreter running
     # the tests (installed with `pip install .[test]`; a sitecustomize.py on PYTHONPATH adds
     # them after the hook environment's own, see tests/outer_env.py) instead of PyPI, which
-    # turns a multi-minute install of LiteLLM's dependency tree into seconds.
+    # turns a multi-minute install of LiteLLM's dependency tree into seconds. The package is
+    # built without build isolation (pip reads PIP_NO_BUILD_ISOLATION=0 as --no-build-isolation),
+    # with the outer setuptools, as tests/project/test_install_source.py installs it: an isolated
+    # build installed setuptools afresh for each environment (3 of its 14 CPU-s).
     env = {**os.environ, "PRE_COMMIT_HOME": str(home), "PRE_COMMIT_COLOR": "never", "PIP_NO_DEPS": "1",
-           "PYTHONPATH": str(sitecustomize_dir(home.parent / "outer-site"))}
+           "PIP_NO_BUILD_ISOLATION": "0", "PYTHONPATH": str(sitecustomize_dir(home.parent / "outer-site"))}
     env.pop("VIRTUAL_ENV", None)
     env.pop("VIRTUALENV_SYSTEM_SITE_PACKAGES", None)
     return subprocess.run(["pre-commit", *args], cwd=project, capture_output=True, text=True, env=env, timeout=900)

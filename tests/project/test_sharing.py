@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import cli_in_process
 from click.testing import CliRunner
 from stub_server import StubServer
 
@@ -142,13 +143,17 @@ def kill_inside_child_then_resume(python: str, loop: Path, cwd: Path, store: Pat
                                   child_states: list[str]) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
     """Run `loop` in its own process; each time a child in `child_states` (in order) leaves
     its marker, SIGKILL the process and resume. Returns the run id, the final `--json`
-    summary and the committed record of each child at the moment of its kill."""
+    summary and the committed record of each child at the moment of its kill.
+
+    The resumes that are killed again are processes of their own; the last one, which runs
+    to the end, runs in-process (tests/cli_in_process.py), sharing the test process's one
+    LiteLLM import instead of paying its own."""
     args = ["run", str(loop), "--store", str(store), "--input", f"marks={marks}", "--input", f"pause={PAUSE}",
             "--json", "-q"]
     proc = launch(python, args, cwd)
     run_id = ""
     at_kill: list[dict[str, Any]] = []
-    for tag in child_states:
+    for number, tag in enumerate(child_states, 1):
         marker = f"{tag}.*"
 
         def left_its_marker(marker: str = marker) -> bool:
@@ -162,10 +167,12 @@ def kill_inside_child_then_resume(python: str, loop: Path, cwd: Path, store: Pat
             child = probe.load(f"{run_id}.check_{tag}")
         assert parent["status"] == "running" and parent["current"] == f"check_{tag}"
         at_kill.append(child)
-        proc = launch(python, ["resume", run_id, "--store", str(store), "--json", "-q"], cwd)
-    out, err = proc.communicate(timeout=90)
-    assert proc.returncode == 0, err
-    return run_id, summary_line(out), at_kill
+        if number < len(child_states):
+            proc = launch(python, ["resume", run_id, "--store", str(store), "--json", "-q"], cwd)
+    done = cli_in_process(["resume", run_id, "--store", str(store), "--json", "-q"], cwd,
+                          {"LOOPDSL_USER": "sharing-test"})
+    assert done.returncode == 0, done.stderr
+    return run_id, summary_line(done.stdout), at_kill
 
 
 # --------------------------------------------------------------------------- two repositories
