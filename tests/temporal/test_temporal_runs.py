@@ -156,6 +156,16 @@ def test_a_decision_within_the_timeout_is_taken(tmp_path: Path, workers: Workers
         assert bad.returncode != 0 and "not a choice" in bad.stderr
         ok = loopdsl("reject", run_id, "--temporal", workers.address, cwd=repo)
         assert ok.returncode == 0, ok.stderr
+        deadline = time.monotonic() + 30
+        while json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"][
+                "status"] == "waiting" and time.monotonic() < deadline:
+            time.sleep(0.3)
+    # With no worker left, `runs` still says how the loop ended (`failed`, where Temporal says
+    # only that the workflow completed): from the run's result, without waiting for a worker.
+    workers.stop_all()
+    listed = loopdsl("runs", "--temporal", workers.address, "--json", cwd=repo)
+    assert {"run_id": run_id, "status": "failed"}.items() <= next(
+        r for r in json.loads(listed.stdout) if r["run_id"] == run_id).items(), listed.stdout
 
 
 def test_an_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
