@@ -16,6 +16,8 @@ EXIT_UNREACHABLE = 3
 FOLLOW_POLL_S = 0.2
 # How long `runs` waits for a running run's worker to say where the run is.
 LIST_WAIT_S = 5.0
+# Started, task scheduled, task started: a history this short has no completed workflow task.
+NO_TASK_DONE_EVENTS = 4
 
 
 class TemporalError(LoopdslError):
@@ -71,6 +73,11 @@ async def follow(client: Client, run_id: str, on_event: Callable[[dict[str, Any]
             for event in state["events"]:
                 on_event(event)
             return result or state["run"]
+        if desc.history_length < NO_TASK_DONE_EVENTS:
+            # No worker has run the workflow's first task yet (none polls, or one is starting):
+            # a query now would wait for one and fail after the server's deadline (~30 s).
+            await asyncio.sleep(FOLLOW_POLL_S)
+            continue
         state = await progress(client, run_id, since)
         for event in state["events"]:
             on_event(event)
