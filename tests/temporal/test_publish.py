@@ -83,7 +83,7 @@ async def _result(address: str, run_id: str) -> dict[str, Any]:
 def test_a_run_on_temporal_opens_one_pull_request_of_its_pushed_branch(fake: FakeGitHub, tmp_path: Path,
                                                                       workers: Workers) -> None:
     repo = _project(tmp_path)
-    workers.start(repo, **_github_env(fake, tmp_path))
+    workers.start(repo, models=False, **_github_env(fake, tmp_path))
     done = _run(repo, workers, "--json", "-i", "note=fixed it, cc @octocat")
 
     assert done.returncode == 0, done.stderr
@@ -107,7 +107,7 @@ def test_a_run_on_temporal_opens_one_pull_request_of_its_pushed_branch(fake: Fak
 
 def test_a_secret_in_a_body_writes_nothing_and_exits_6(fake: FakeGitHub, tmp_path: Path, workers: Workers) -> None:
     repo = _project(tmp_path)
-    workers.start(repo, **_github_env(fake, tmp_path))
+    workers.start(repo, models=False, **_github_env(fake, tmp_path))
     # Only the worker knows the secret's value: the workflow plans with placeholders, the activity
     # scans what it is about to write for the values themselves.
     done = _run(repo, workers, "--quiet", "-i", f"note=key {SECRET}")
@@ -120,7 +120,7 @@ def test_a_secret_in_a_body_writes_nothing_and_exits_6(fake: FakeGitHub, tmp_pat
 
 def test_no_publish_plans_and_writes_nothing(fake: FakeGitHub, tmp_path: Path, workers: Workers) -> None:
     repo = _project(tmp_path)
-    workers.start(repo, **_github_env(fake, tmp_path))
+    workers.start(repo, models=False, **_github_env(fake, tmp_path))
     done = _run(repo, workers, "--json", "--no-publish")
 
     assert done.returncode == 0, done.stderr
@@ -134,7 +134,7 @@ def test_a_worker_without_the_token_refuses_the_run_before_it_starts(fake: FakeG
                                                                      workers: Workers) -> None:
     repo = _project(tmp_path)
     env = {k: v for k, v in _github_env(fake, tmp_path).items() if k != "GITHUB_TOKEN"}
-    workers.start(repo, **env)
+    workers.start(repo, models=False, **env)
     done = _run(repo, workers)
 
     assert done.returncode == 1, done.stderr
@@ -146,7 +146,7 @@ def test_a_worker_killed_while_opening_the_pull_request_never_opens_a_second(fak
                                                                             workers: Workers) -> None:
     repo = _project(tmp_path)
     env = _github_env(fake, tmp_path)
-    first = workers.start(repo, **env)
+    first = workers.start(repo, models=False, **env)
     fake.hold_after("POST", r"/pulls$")  # the pull request is opened; the answer never reaches the worker
     started = _run(repo, workers, "--detach", LOOPDSL_TEMPORAL_HEARTBEAT_S="2")
     assert started.returncode == 0, started.stderr
@@ -157,7 +157,7 @@ def test_a_worker_killed_while_opening_the_pull_request_never_opens_a_second(fak
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
         fake.release()
-    workers.start(repo, **env)
+    workers.start(repo, models=False, **env)
     began = time.monotonic()
     result = asyncio.run(asyncio.wait_for(_result(workers.address, run_id), 120))
 

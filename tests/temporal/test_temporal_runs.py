@@ -7,6 +7,7 @@ anywhere, and that refuses a decision after its timeout.
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -62,6 +63,16 @@ def run_id_of(stderr: str) -> str:
         if line.startswith("run ") and " started " in line:
             return line.split()[1]
     raise AssertionError(stderr)
+
+
+def start_scripted(repo: Path, workers: Workers, timeout: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The loop run with its model's reply from a script, on a `--no-models` worker: the tests
+    using it are about the checkpoint (the first test makes the real model call)."""
+    write_loop(repo, "http://127.0.0.1:9/v1", timeout)  # never called: the script answers
+    (repo / "replies.yaml").write_text("ask:\n  - text: notes\n")
+    workers.start(repo, models=False)
+    return loopdsl("run", "loop.yaml", "--script", "replies.yaml", "--temporal", workers.address, "--task-queue",
+                   workers.queue, cwd=repo)
 
 
 def test_a_run_waits_without_a_worker_and_is_approved_from_elsewhere(tmp_path: Path, workers: Workers) -> None:
@@ -120,42 +131,44 @@ def test_a_run_waits_without_a_worker_and_is_approved_from_elsewhere(tmp_path: P
 
 def test_a_decision_after_the_timeout_is_refused_and_on_timeout_taken(tmp_path: Path, workers: Workers) -> None:
     repo = tmp_path / "repo"
-    with StubServer() as stub:
-        stub.reply_text("notes")
-        write_loop(repo, stub.api_base, timeout="2s")
-        workers.start(repo)
-        started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, cwd=repo)
-        assert started.returncode == 4, started.stderr
-        run_id = run_id_of(started.stderr)
-        time.sleep(2.5)
-        late = loopdsl("approve", run_id, "--temporal", workers.address, cwd=repo)
-        assert late.returncode != 0
-        assert "refused" in late.stderr or "not waiting" in late.stderr, late.stderr
-        shown = loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo)
-        run = json.loads(shown.stdout)["run"]
-        assert run["status"] == "escalated" and run["path"][-1] == "late", run
-        assert run["decision"] is None
-        # The refused Update left no trace; the durable timer that ended the wait replays.
-        from temporalio.api.enums.v1 import EventType
+    started = start_scripted(repo, workers, "2s")
+    assert started.returncode == 4, started.stderr
+    run_id = run_id_of(started.stderr)
+    time.sleep(2.5)
+    late = loopdsl("approve", run_id, "--temporal", workers.address, cwd=repo)
+    assert late.returncode != 0
+    assert "refused" in late.stderr or "not waiting" in late.stderr, late.stderr
+    shown = loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo)
+    run = json.loads(shown.stdout)["run"]
+    assert run["status"] == "escalated" and run["path"][-1] == "late", run
+    assert run["decision"] is None
+    # The refused Update left no trace; the durable timer that ended the wait replays.
+    from temporalio.api.enums.v1 import EventType
 
-        kinds = {e.event_type for e in replay(workers.address, run_id, repo).events}
-        assert EventType.EVENT_TYPE_TIMER_FIRED in kinds
-        assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED not in kinds
+    kinds = {e.event_type for e in replay(workers.address, run_id, repo).events}
+    assert EventType.EVENT_TYPE_TIMER_FIRED in kinds
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED not in kinds
 
 
 def test_a_decision_within_the_timeout_is_taken(tmp_path: Path, workers: Workers) -> None:
     repo = tmp_path / "repo"
-    with StubServer() as stub:
-        stub.reply_text("notes")
-        write_loop(repo, stub.api_base, timeout="60s")
-        workers.start(repo)
-        started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, cwd=repo)
-        assert started.returncode == 4, started.stderr
-        run_id = run_id_of(started.stderr)
-        bad = loopdsl("decide", run_id, "maybe", "--temporal", workers.address, cwd=repo)
-        assert bad.returncode != 0 and "not a choice" in bad.stderr
-        ok = loopdsl("reject", run_id, "--temporal", workers.address, cwd=repo)
-        assert ok.returncode == 0, ok.stderr
+    started = start_scripted(repo, workers, "60s")
+    assert started.returncode == 4, started.stderr
+    run_id = run_id_of(started.stderr)
+    bad = loopdsl("decide", run_id, "maybe", "--temporal", workers.address, cwd=repo)
+    assert bad.returncode != 0 and "not a choice" in bad.stderr
+    ok = loopdsl("reject", run_id, "--temporal", workers.address, cwd=repo)
+    assert ok.returncode == 0, ok.stderr
+    deadline = time.monotonic() + 30
+    while json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"][
+            "status"] == "waiting" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    # With no worker left, `runs` still says how the loop ended (`failed`, where Temporal says
+    # only that the workflow completed): from the run's result, without waiting for a worker.
+    workers.stop_all()
+    listed = loopdsl("runs", "--temporal", workers.address, "--json", cwd=repo)
+    assert {"run_id": run_id, "status": "failed"}.items() <= next(
+        r for r in json.loads(listed.stdout) if r["run_id"] == run_id).items(), listed.stdout
 
 
 def test_an_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
@@ -168,22 +181,18 @@ def test_an_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_abort_cancels_a_waiting_run(tmp_path: Path, workers: Workers) -> None:
     repo = tmp_path / "repo"
-    with StubServer() as stub:
-        stub.reply_text("notes")
-        write_loop(repo, stub.api_base)
-        workers.start(repo)
-        started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, cwd=repo)
-        assert started.returncode == 4, started.stderr
-        run_id = run_id_of(started.stderr)
-        stopped = loopdsl("abort", run_id, "--temporal", workers.address, cwd=repo)
-        assert stopped.returncode == 0, stopped.stderr
-        deadline = time.monotonic() + 30
-        while True:
-            run = json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"]
-            if run["status"] != "waiting" or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        assert run["status"] == "aborted" and run["path"] == ["ask", "make", "approve"], run
+    started = start_scripted(repo, workers)
+    assert started.returncode == 4, started.stderr
+    run_id = run_id_of(started.stderr)
+    stopped = loopdsl("abort", run_id, "--temporal", workers.address, cwd=repo)
+    assert stopped.returncode == 0, stopped.stderr
+    deadline = time.monotonic() + 30
+    while True:
+        run = json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"]
+        if run["status"] != "waiting" or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert run["status"] == "aborted" and run["path"] == ["ask", "make", "approve"], run
 
 
 def test_without_the_extra_the_cli_says_how_to_install_it(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Two workers on one task queue; the one running a loop's command is killed with SIGKILL.
 The other finishes the run, replaying the paid model reply from the workflow history
 (the stub sees exactly one request, as in an uninterrupted run). A non-idempotent command
-cut off this way asks a person first, as after a crash on the local backend."""
+cut off this way asks a person first, as after a crash on the local backend. The command's
+first attempt outlasts the kill (30 s); an attempt after it ends at once."""
 from __future__ import annotations
 
 import asyncio
@@ -32,7 +33,7 @@ states:
     llm: {{model: m, prompt: "say something"}}
     next: slow
   slow:
-    shell: "echo started >> starts.txt; sleep 10; echo {{{{ ask.text }}}}"
+    shell: "echo started >> starts.txt; if [ $(wc -l < starts.txt) -eq 1 ]; then sleep 30; fi; echo {{{{ ask.text }}}}"
     idempotent: {idempotent}
     next: done
   done: {{end: completed, output: {{said: "{{{{ slow.stdout }}}}"}}}}

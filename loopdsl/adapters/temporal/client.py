@@ -14,6 +14,10 @@ from .wire import DECIDE_UPDATE, PROGRESS_QUERY, WORKFLOW
 
 EXIT_UNREACHABLE = 3
 FOLLOW_POLL_S = 0.2
+# How long `runs` waits for a running run's worker to say where the run is.
+LIST_WAIT_S = 5.0
+# Started, task scheduled, task started: a history this short has no completed workflow task.
+NO_TASK_DONE_EVENTS = 4
 
 
 class TemporalError(LoopdslError):
@@ -69,6 +73,11 @@ async def follow(client: Client, run_id: str, on_event: Callable[[dict[str, Any]
             for event in state["events"]:
                 on_event(event)
             return result or state["run"]
+        if desc.history_length < NO_TASK_DONE_EVENTS:
+            # No worker has run the workflow's first task yet (none polls, or one is starting):
+            # a query now would wait for one and fail after the server's deadline (~30 s).
+            await asyncio.sleep(FOLLOW_POLL_S)
+            continue
         state = await progress(client, run_id, since)
         for event in state["events"]:
             on_event(event)
@@ -126,18 +135,32 @@ async def snapshot(client: Client, run_id: str) -> dict[str, Any]:
         since = part["next"]
 
 
+async def _status_of(client: Client, wf: Any) -> str:
+    """What the loop says of a listed run: a closed run's from its result (read from the
+    history, no worker needed), a running one's from a query its worker answers."""
+    status = wf.status.name.lower() if wf.status else "unknown"
+    try:
+        if wf.status == WorkflowExecutionStatus.COMPLETED:
+            result = await asyncio.wait_for(client.get_workflow_handle(wf.id, run_id=wf.run_id).result(), LIST_WAIT_S)
+            return str(result.get("status") or status) if isinstance(result, dict) else status
+        if wf.status == WorkflowExecutionStatus.RUNNING:
+            return str((await asyncio.wait_for(progress(client, wf.id), LIST_WAIT_S))["run"].get("status", status))
+    except (asyncio.TimeoutError, TemporalError, RPCError):
+        pass
+    return status
+
+
 async def list_runs(client: Client, limit: int = 50) -> list[dict[str, Any]]:
-    """Runs newest first; a running workflow says whether it runs or waits (a query)."""
-    rows = []
+    """Runs newest first, with the loop's status of each."""
     # Sub-loop runs are child workflows: listed by `show PARENT`, not here (as locally).
-    async for wf in client.list_workflows(f"WorkflowType = '{WORKFLOW}' AND ParentWorkflowId IS NULL", limit=limit):
-        status = wf.status.name.lower() if wf.status else "unknown"
+    listed = [wf async for wf in client.list_workflows(f"WorkflowType = '{WORKFLOW}' AND ParentWorkflowId IS NULL",
+                                                       limit=limit)]
+    # Side by side: a run whose worker is gone waits out the whole LIST_WAIT_S, once per
+    # listing rather than once per such run.
+    statuses = await asyncio.gather(*(_status_of(client, wf) for wf in listed))
+    rows = []
+    for wf, status in zip(listed, statuses):
         memo = await wf.memo()
-        if wf.status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED):
-            try:
-                status = (await asyncio.wait_for(progress(client, wf.id), 5))["run"].get("status", status)
-            except (asyncio.TimeoutError, TemporalError):
-                pass
         rows.append({"run_id": wf.id, "loop": str(memo.get("loop", "")), "status": status,
                      "started": wf.start_time.isoformat(timespec="seconds") if wf.start_time else ""})
     return rows
