@@ -30,7 +30,7 @@ def write_loop(workdir: Path, idempotent: bool, unattended: bool = False) -> Non
         + f"models:\n  m: {{model: openai/gpt-4o-mini, max_tokens: 50, {PRICE}}}\n"
         "tools:\n  mark:\n    description: Record n, then wait.\n"
         "    params: {n: {type: integer}, sleep: {type: integer}}\n    required: [n, sleep]\n"
-        "    shell: echo {{ args.n }} >> ran.txt; echo $$ > pid.txt; sleep {{ args.sleep }}\n"
+        "    shell: echo {{ args.n }} >> ran.txt; echo $$ > pid.txt; [ -e resumed ] || sleep {{ args.sleep }}\n"
         f"    idempotent: {str(idempotent).lower()}\n"
         "start: work\nstates:\n  work:\n    agent:\n      model: m\n      prompt: Mark three times.\n"
         "      tools: [mark]\n      max_turns: 6\n      output: json\n    next: done\n  done: {end: completed}\n")
@@ -61,6 +61,8 @@ def crash_in_second_call(tmp_path: Path, workdir: Path, store: Path) -> str:
     time.sleep(0.2)  # the call's process is in its sleep
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
+    # A rerun of the cut-off call need not wait out its 30 s; the leftover keeps sleeping.
+    (workdir / "resumed").touch()
     ids = [r["run_id"] for r in RunStore(store).list_runs()]
     assert len(ids) == 1
     return ids[0]
