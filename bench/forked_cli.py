@@ -13,7 +13,6 @@ the server is closed are killed and reaped.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
