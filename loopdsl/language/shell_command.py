@@ -270,7 +270,7 @@ def _compile_placeholder(placeholder: Placeholder, errors: list[TemplateError], 
         # Looked for before compiling: compiling rewrites parts of the tree.
         unsafe = any(f.name == "unsafe_raw" for f in [tree, *tree.find_all(nodes.Filter)]
                      if isinstance(f, nodes.Filter))
-        expression = Expression(placeholder.expression, tree) if build else None
+        expression = Expression(placeholder.expression) if build else None
         if not build:
             check_expression(placeholder.expression, tree)
     except TemplateError as exc:

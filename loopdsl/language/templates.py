@@ -221,14 +221,20 @@ def install_globals(context: dict[str, Any]) -> None:
     context[GLOBALS_INSTALLED] = True
 
 
+# The Jinja code of an expression, cached by source as compile_template is: parsing and
+# compiling is most of a loop's compile time, repeated in every run of a long-lived process.
+# Only the code is shared; each Expression keeps its own evaluation context.
+@functools.lru_cache(maxsize=2048)
+def _compiled_expression(source: str) -> JinjaTemplate:
+    return _compile_tree(_expression_tree(_parse_expression(source)), source)
+
+
 class Expression:
     """A compiled Jinja expression (`when`, `expr`, `set` values, `for_each`)."""
 
-    def __init__(self, source: str, parsed: nodes.Expr | None = None) -> None:
-        """`parsed`: the tree of `source` when the caller already parsed it."""
+    def __init__(self, source: str) -> None:
         self.source = source
-        expr = parsed if parsed is not None else _parse_expression(source)
-        self._template = _compile_tree(_expression_tree(expr), source)
+        self._template = _compiled_expression(source)
         self._cached: Any = None
 
     def __call__(self, context: Mapping[str, Any]) -> Any:
@@ -288,8 +294,8 @@ class Template:
 
 
 def compile_expression(source: str) -> Expression:
-    # Not cached: an Expression keeps the Jinja context of the mapping it last evaluated over,
-    # which a process-wide cache would keep alive with everything that run held.
+    # A new Expression each time (its code is cached): an Expression keeps the Jinja context of
+    # the mapping it last evaluated over, which a process-wide cache would keep alive.
     return Expression(source)
 
 

@@ -4,7 +4,8 @@ test_agent_crash.py in a process of its own, so the test can SIGKILL it mid-conv
 The model is a provider port answering by the conversation so far; before answering it
 appends one line per request to $REQUESTS (`turn N`), so the test counts what was paid.
 The run lock's default TTL is lowered as bench/crash_torture.py's launcher does (a
-SIGKILLed holder cannot release its lock).
+SIGKILLed holder cannot release its lock). test_agent_crash.py also imports `Provider`
+to resume runs in its own process.
 """
 import asyncio
 import json
@@ -13,12 +14,9 @@ import sys
 from pathlib import Path
 
 import loopdsl.adapters.store.run_store as store
-
-store.RunStore.lock.__wrapped__.__kwdefaults__["ttl"] = 0.5
-
-from loopdsl.api.durable import resume_durable  # noqa: E402
-from loopdsl.api.runs import arun  # noqa: E402
-from loopdsl.runtime.model_port import LlmResponse, ToolCall  # noqa: E402
+from loopdsl.api.durable import resume_durable
+from loopdsl.api.runs import arun
+from loopdsl.runtime.model_port import LlmResponse, ToolCall
 
 
 class Provider:
@@ -53,4 +51,6 @@ async def main() -> None:
     print(json.dumps({"run_id": result.run_id, "status": result.status}))
 
 
-asyncio.run(main())
+if __name__ == "__main__":
+    store.RunStore.lock.__wrapped__.__kwdefaults__["ttl"] = 0.5
+    asyncio.run(main())

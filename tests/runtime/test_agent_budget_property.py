@@ -65,30 +65,42 @@ prices = st.builds(lambda i, o: {"input_per_mtok": i, "output_per_mtok": o},
                    st.sampled_from([0, 0.15, 1, 5, 60]), st.sampled_from([0, 0.6, 4, 30, 120]))
 
 
+# Built once, not in every example: hypothesis spends more time making and checking
+# strategies drawn inside a composite than drawing from ready ones.
+MAX_TOKENS = st.integers(1, 300)
+BOOLS = st.booleans()
+FALLBACKS = st.lists(st.sampled_from(["openai/gpt-4o-mini", "openai/gpt-4o"]), min_size=1, max_size=2, unique=True)
+MAX_TURNS = st.integers(1, 8)
+CALLS_PER_TURN = st.integers(1, 3)
+ATTEMPTS = st.integers(2, 3)
+TOKEN_CAP = st.integers(0, 4000)
+COST_CAP = st.sampled_from([0, 1e-6, 1e-5, 1e-4, 1e-3, 0.01])
+STEP_CAP = st.integers(1, 4)
+
+
 @st.composite
 def agent_loops(draw: st.DrawFn) -> dict[str, Any]:
-    alias: dict[str, Any] = {"model": "openai/planned", "price": draw(prices), "max_tokens": draw(st.integers(1, 300))}
-    if draw(st.booleans()):
-        alias["fallbacks"] = draw(st.lists(st.sampled_from(["openai/gpt-4o-mini", "openai/gpt-4o"]), min_size=1,
-                                           max_size=2, unique=True))
+    alias: dict[str, Any] = {"model": "openai/planned", "price": draw(prices), "max_tokens": draw(MAX_TOKENS)}
+    if draw(BOOLS):
+        alias["fallbacks"] = draw(FALLBACKS)
     agent: dict[str, Any] = {"model": "m", "prompt": "work {{ run.attempt }}", "tools": ["probe"],
-                             "max_turns": draw(st.integers(1, 8)),
-                             "max_tool_calls_per_turn": draw(st.integers(1, 3))}
+                             "max_turns": draw(MAX_TURNS),
+                             "max_tool_calls_per_turn": draw(CALLS_PER_TURN)}
     state: dict[str, Any] = {"agent": agent, "next": "done", "on_failure": "out"}
-    if draw(st.booleans()):
-        state["retry"] = {"max_attempts": draw(st.integers(2, 3)), "backoff": {"initial": 0, "jitter": False}}
+    if draw(BOOLS):
+        state["retry"] = {"max_attempts": draw(ATTEMPTS), "backoff": {"initial": 0, "jitter": False}}
     data: dict[str, Any] = {
         "loopdsl": 1, "name": "generated-agent", "models": {"m": alias},
         "tools": {"probe": {"description": "Probe.", "params": {"n": {"type": "integer"}}, "shell": "true"}},
         "start": "work", "states": {"work": state, "done": {"end": "completed"}, "out": {"end": "escalated"}},
     }
     budget: dict[str, Any] = {}
-    if draw(st.booleans()):
-        budget["tokens"] = draw(st.integers(0, 4000))
-    if draw(st.booleans()):
-        budget["cost_usd"] = draw(st.sampled_from([0, 1e-6, 1e-5, 1e-4, 1e-3, 0.01]))
-    if draw(st.booleans()):
-        budget["steps"] = draw(st.integers(1, 4))
+    if draw(BOOLS):
+        budget["tokens"] = draw(TOKEN_CAP)
+    if draw(BOOLS):
+        budget["cost_usd"] = draw(COST_CAP)
+    if draw(BOOLS):
+        budget["steps"] = draw(STEP_CAP)
     if budget:
         data["budget"] = budget
     return data
@@ -96,7 +108,8 @@ def agent_loops(draw: st.DrawFn) -> dict[str, Any]:
 
 turns = st.builds(
     Turn,
-    error=st.one_of(st.none(), st.none(), st.none(), st.none(), st.sampled_from(ERRORS)),
+    # None four times in five, else one of the errors (one draw, not a one_of's two)
+    error=st.sampled_from([None] * 4 * len(ERRORS) + list(ERRORS)),
     calls=st.lists(st.sampled_from(["probe", "probe", "nope", ""]), max_size=3).map(tuple),
     prompt_percent=st.integers(0, 100),
     completion_percent=st.integers(0, 100),

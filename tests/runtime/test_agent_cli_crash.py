@@ -2,7 +2,7 @@
 then resume, with real processes: the CLI is never resumed mid-way, the spend committed
 before the kill stands, its leftover process group is killed, and it runs again only when
 the state is `idempotent: true`; otherwise a person decides (rerun|skip|fail), and an
-unattended loop fails kind `interrupted`."""
+unattended loop fails kind `interrupted`. The resumes after the first run in-process."""
 from __future__ import annotations
 
 import json
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import loopdsl
 from loopdsl.adapters.store.run_store import RunStore
 from loopdsl.api.durable import decide
 
@@ -43,7 +44,11 @@ def env(tmp_path: Path) -> dict[str, str]:
     return e
 
 
-def resume(tmp_path: Path, store: Path, run_id: str) -> str:
+def resume(tmp_path: Path, store: Path, run_id: str, *, process: bool = False) -> str:
+    """The resume's status: in this process (what it does to the leftover CLI is the point,
+    not its process), or with `process` through the driver in a process of its own."""
+    if not process:
+        return loopdsl.resume(run_id, store=store).status
     done = subprocess.run([sys.executable, str(DRIVER), "resume", str(store), run_id], cwd=tmp_path,
                           env=env(tmp_path), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -107,7 +112,7 @@ def test_an_idempotent_cli_state_is_killed_and_rerun_with_its_first_spend_standi
     assert [(e["type"], e.get("name")) for e in before if e["type"] == "tool_call"] == [("tool_call", "Glob")]
     pending = RunStore(store).load_run(run_id)["pending"]
     assert max(e["charged_usd"] for e in before if e["type"] == "cli_charge") == pytest.approx(pending["charged_usd"])
-    assert resume(tmp_path, store, run_id) == "completed"
+    assert resume(tmp_path, store, run_id, process=True) == "completed"
     assert not alive(first["pid"]) and not alive(first["child_pid"])  # the leftover group was killed
     assert len(cli_runs(workdir)) == 2  # started afresh, never continued
     saved = RunStore(store).load_run(run_id)

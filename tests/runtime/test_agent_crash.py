@@ -1,7 +1,8 @@
 """kill -9 in the middle of an agent's conversation, then resume, with real processes:
 no turn is paid twice, a finished tool call is not run again, a cut-off call of an
 idempotent tool runs again (its leftover process killed first), and a cut-off call of a
-non-idempotent one waits for a person (here: skip, which the model is told)."""
+non-idempotent one waits for a person (here: skip, which the model is told). The runs
+killed are real processes; most resumes run in this process."""
 from __future__ import annotations
 
 import json
@@ -14,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
+import loopdsl
 from loopdsl.adapters.store.run_store import RunStore
 from loopdsl.api.durable import decide
 from loopdsl.runtime.actions.agent_turns import agent_key
 
 DRIVER = Path(__file__).with_name("agent_crash_driver.py")
+sys.path.insert(0, str(DRIVER.parent))
+from agent_crash_driver import Provider  # noqa: E402
 PRICE = "price: {input_per_mtok: 1, output_per_mtok: 2}"
 
 
@@ -30,7 +34,7 @@ def write_loop(workdir: Path, idempotent: bool, unattended: bool = False) -> Non
         + f"models:\n  m: {{model: openai/gpt-4o-mini, max_tokens: 50, {PRICE}}}\n"
         "tools:\n  mark:\n    description: Record n, then wait.\n"
         "    params: {n: {type: integer}, sleep: {type: integer}}\n    required: [n, sleep]\n"
-        "    shell: echo {{ args.n }} >> ran.txt; echo $$ > pid.txt; sleep {{ args.sleep }}\n"
+        "    shell: echo {{ args.n }} >> ran.txt; echo $$ > pid.txt; [ -e resumed ] || sleep {{ args.sleep }}\n"
         f"    idempotent: {str(idempotent).lower()}\n"
         "start: work\nstates:\n  work:\n    agent:\n      model: m\n      prompt: Mark three times.\n"
         "      tools: [mark]\n      max_turns: 6\n      output: json\n    next: done\n  done: {end: completed}\n")
@@ -42,7 +46,20 @@ def env(tmp_path: Path) -> dict[str, str]:
     return e
 
 
-def driver(tmp_path: Path, *args: str, timeout: float = 60) -> dict:
+def driver(tmp_path: Path, *args: str, timeout: float = 60, process: bool = False) -> dict:
+    """`resume STORE RUN_ID` in this process with the driver's provider (what the resume does
+    is the point), or with `process` (and for `run`) in the driver's own process."""
+    if args[0] == "resume" and not process:
+        saved = os.environ.get("REQUESTS")
+        os.environ["REQUESTS"] = env(tmp_path)["REQUESTS"]
+        try:
+            result = loopdsl.resume(args[2], store=Path(args[1]), provider=Provider())
+        finally:
+            if saved is None:
+                os.environ.pop("REQUESTS")
+            else:
+                os.environ["REQUESTS"] = saved
+        return {"run_id": result.run_id, "status": result.status}
     done = subprocess.run([sys.executable, str(DRIVER), *args], cwd=tmp_path, env=env(tmp_path),
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr
@@ -61,6 +78,8 @@ def crash_in_second_call(tmp_path: Path, workdir: Path, store: Path) -> str:
     time.sleep(0.2)  # the call's process is in its sleep
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
+    # A rerun of the cut-off call need not wait out its 30 s; the leftover keeps sleeping.
+    (workdir / "resumed").touch()
     ids = [r["run_id"] for r in RunStore(store).list_runs()]
     assert len(ids) == 1
     return ids[0]
@@ -86,7 +105,7 @@ def test_a_cut_off_idempotent_call_reruns_and_nothing_paid_or_finished_runs_twic
     run_id = crash_in_second_call(tmp_path, workdir, store)
     assert turns_paid(tmp_path) == ["turn 1", "turn 2"]
     assert leftover_alive(workdir)  # loopdsl died, its tool's process did not
-    ended = driver(tmp_path, "resume", str(store), run_id)
+    ended = driver(tmp_path, "resume", str(store), run_id, process=True)
     assert ended["status"] == "completed"
     assert turns_paid(tmp_path) == ["turn 1", "turn 2", "turn 3", "turn 4"]  # turns 1 and 2 replayed from the store
     ledger = RunStore(store).load_run(run_id)["ledger"]

@@ -76,56 +76,76 @@ prices = st.builds(lambda i, o: {"input_per_mtok": i, "output_per_mtok": o},
                    st.sampled_from([0, 0.1, 0.15, 1, 2.5, 5, 15, 60]), st.sampled_from([0, 0.4, 0.6, 4, 10, 30, 120]))
 
 
+# Built once, not in every example: hypothesis spends more time making and checking
+# strategies drawn inside a composite than the runs themselves take.
+MAX_TOKENS = st.integers(1, 400)
+FALLBACKS = st.lists(st.sampled_from(FALLBACK_MODELS), max_size=2, unique=True)
+STATE_COUNT = st.integers(1, 6)
+KINDS = st.sampled_from(["llm", "llm", "llm", "set", "shell"])
+ALIASES = st.sampled_from(["a", "b"])
+BOOLS = st.booleans()
+DIGITS = st.integers(0, 9)
+COMMANDS = st.sampled_from(["true", "true", "false"])
+ATTEMPTS = st.integers(1, 3)
+MAX_VISITS = st.integers(1, 4)
+BACK_LIMIT = st.integers(2, 5)
+TOKEN_CAP = st.integers(0, 3000)
+COST_CAP = st.sampled_from([0, 1e-6, 1e-5, 1e-4, 5e-4, 2e-3, 0.01])
+STEP_CAP = st.integers(1, 25)
+ROUTE = st.sampled_from(["out", ""])  # "": the state's following one
+BACK_TARGETS = [st.sampled_from([f"s{j}" for j in range(i + 1)]) for i in range(6)]  # s0..s<i>
+
+
 @st.composite
 def loops(draw: st.DrawFn) -> dict[str, Any]:
     models = {}
     for name in ("a", "b"):
         alias: dict[str, Any] = {"model": f"openai/planned-{name}", "price": draw(prices),
-                                 "max_tokens": draw(st.integers(1, 400))}
-        fallbacks = draw(st.lists(st.sampled_from(FALLBACK_MODELS), max_size=2, unique=True))
+                                 "max_tokens": draw(MAX_TOKENS)}
+        fallbacks = draw(FALLBACKS)
         if fallbacks:
             alias["fallbacks"] = fallbacks
         models[name] = alias
-    count = draw(st.integers(1, 6))
+    count = draw(STATE_COUNT)
     names = [f"s{i}" for i in range(count)]
     states: dict[str, Any] = {}
     for i, name in enumerate(names):
         following = names[i + 1] if i + 1 < count else "done"
-        kind = draw(st.sampled_from(["llm", "llm", "llm", "set", "shell"]))
+        kind = draw(KINDS)
         state: dict[str, Any]
         if kind == "llm":
-            llm: dict[str, Any] = {"model": draw(st.sampled_from(["a", "b"])),
+            llm: dict[str, Any] = {"model": draw(ALIASES),
                                    "prompt": "step {{ run.visits }}.{{ run.attempt }} {{ feedback }}"}
-            if draw(st.booleans()):
-                llm["max_tokens"] = draw(st.integers(1, 400))
+            if draw(BOOLS):
+                llm["max_tokens"] = draw(MAX_TOKENS)
             state = {"llm": llm}
         elif kind == "set":
-            state = {"set": {"v": "run.visits", "k": draw(st.integers(0, 9))}}
+            state = {"set": {"v": "run.visits", "k": draw(DIGITS)}}
         else:
-            state = {"shell": draw(st.sampled_from(["true", "true", "false"]))}
-        attempts = draw(st.integers(1, 3))
+            state = {"shell": draw(COMMANDS)}
+        attempts = draw(ATTEMPTS)
         if attempts > 1:
             state["retry"] = {"max_attempts": attempts, "backoff": {"initial": 0}}
-        state["max_visits"] = draw(st.integers(1, 4))
-        if draw(st.booleans()):
-            state["on_exhausted"] = draw(st.sampled_from(["out", following]))
-        if draw(st.booleans()):
-            state["on_failure"] = draw(st.sampled_from(["out", following]))
-        if draw(st.booleans()):  # a back edge: a cycle bounded by max_visits
-            back = draw(st.sampled_from(names[: i + 1]))
-            state["transitions"] = [{"to": back, "when": f"run.visits < {draw(st.integers(2, 5))}"}, {"to": following}]
+        state["max_visits"] = draw(MAX_VISITS)
+        if draw(BOOLS):
+            state["on_exhausted"] = draw(ROUTE) or following
+        if draw(BOOLS):
+            state["on_failure"] = draw(ROUTE) or following
+        if draw(BOOLS):  # a back edge: a cycle bounded by max_visits
+            back = draw(BACK_TARGETS[i])
+            state["transitions"] = [{"to": back, "when": f"run.visits < {draw(BACK_LIMIT)}"}, {"to": following}]
         else:
             state["next"] = following
         states[name] = state
     states["done"] = {"end": "completed"}
     states["out"] = {"end": "escalated"}
     budget = {}
-    if draw(st.booleans()):
-        budget["tokens"] = draw(st.integers(0, 3000))
-    if draw(st.booleans()):
-        budget["cost_usd"] = draw(st.sampled_from([0, 1e-6, 1e-5, 1e-4, 5e-4, 2e-3, 0.01]))
-    if draw(st.booleans()):
-        budget["steps"] = draw(st.integers(1, 25))
+    if draw(BOOLS):
+        budget["tokens"] = draw(TOKEN_CAP)
+    if draw(BOOLS):
+        budget["cost_usd"] = draw(COST_CAP)
+    if draw(BOOLS):
+        budget["steps"] = draw(STEP_CAP)
     data = {"loopdsl": 1, "name": "generated", "models": models, "start": names[0], "states": states}
     if budget:
         data["budget"] = budget
@@ -134,7 +154,8 @@ def loops(draw: st.DrawFn) -> dict[str, Any]:
 
 replies = st.builds(
     Reply,
-    error=st.one_of(st.none(), st.none(), st.none(), st.sampled_from(ERROR_KINDS)),
+    # None three times in four, else one of the kinds (one draw, not a one_of's two)
+    error=st.sampled_from([None] * 3 * len(ERROR_KINDS) + list(ERROR_KINDS)),
     prompt_percent=st.integers(0, 100),
     completion_percent=st.integers(0, 100),
 )

@@ -1,7 +1,7 @@
 """Checkpoints wait for people: exit 4, approve/reject/decide with who and when, timeouts.
 
-Runs and decisions go through the real CLI where its output or exit code is the point;
-resumes run in-process (`loopdsl.resume`) against the same on-disk store.
+Runs and decisions go through the CLI where its output or exit code is the point (in-process,
+tests/cli_in_process.py, but for two real processes); resumes run in-process (`loopdsl.resume`) against the same on-disk store.
 """
 from __future__ import annotations
 
@@ -17,10 +17,20 @@ import pytest
 import loopdsl
 from loopdsl.adapters.store.run_store import RunStore
 
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from cli_in_process import cli_in_process  # noqa: E402
+
 DATA = Path(__file__).parents[1] / "data" / "durable"
 
 
 def _cli(args: list[str], cwd: Path, **env: str | None) -> subprocess.CompletedProcess[str]:
+    """The command's answer, in this process (tests/cli_in_process.py); `None` unsets a variable."""
+    return cli_in_process(args, cwd, env)
+
+
+def _cli_process(args: list[str], cwd: Path, **env: str | None) -> subprocess.CompletedProcess[str]:
+    """`python -m loopdsl ARGS` as a process of its own (a run waiting with no terminal;
+    who decides, read from the process's environment and git)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
     for key, value in env.items():
         if value is None:
@@ -45,7 +55,7 @@ def _near_now(stamp: str) -> bool:
 
 def test_run_at_a_checkpoint_exits_4_and_says_how_to_decide(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    done = _cli(["run", str(DATA / "checkpoint.yaml"), "--store", str(store)], tmp_path)
+    done = _cli_process(["run", str(DATA / "checkpoint.yaml"), "--store", str(store)], tmp_path)
     assert done.returncode == 4, done.stderr
     run_id = RunStore(store).list_runs()[0]["run_id"]
     out = done.stdout
@@ -105,7 +115,7 @@ def test_without_loopdsl_user_the_git_identity_decides(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     (home / ".gitconfig").write_text("[user]\n\tname = Grace Hopper\n\temail = grace@example.com\n")
-    done = _cli(["approve", run_id, "--store", str(store)], tmp_path, LOOPDSL_USER=None, HOME=str(home),
+    done = _cli_process(["approve", run_id, "--store", str(store)], tmp_path, LOOPDSL_USER=None, HOME=str(home),
                 XDG_CONFIG_HOME=str(home), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=None)
     assert done.returncode == 0, done.stderr
     assert RunStore(store).load(run_id)["decision"]["by"] == "Grace Hopper <grace@example.com>"

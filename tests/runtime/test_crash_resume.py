@@ -5,10 +5,15 @@ The loop (tests/data/durable/crash_loop.yaml) marks its slow steps with files, a
 `llm` state calls a loopback stub that counts requests per (state, visit, attempt) and
 can hold a request open, so each kill lands at a chosen place. The processes run the
 real CLI through bench/crash_torture.py's launcher, which only lowers the default run
-lock TTL (a SIGKILLed holder's lock otherwise takes up to 15 s to expire).
+lock TTL (a SIGKILLed holder's lock otherwise takes up to 15 s to expire). The runs that
+call the model are forked from bench/forked_cli.py's server, which has imported the CLI and
+LiteLLM once, so each kill point costs a fork, not a LiteLLM import; the side-effect tests
+start theirs as plain processes.
 """
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -20,6 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import crash_torture as ct
+from forked_cli import ForkServer
 
 import loopdsl
 from loopdsl.api.durable import decide
@@ -27,6 +33,24 @@ from loopdsl.adapters.store.run_store import RunStore
 
 DATA = Path(__file__).parents[1] / "data" / "durable"
 PAUSE = "0.5"
+pytestmark = pytest.mark.xdist_group("crash_resume")  # one fork server per module
+
+
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    server = ForkServer(tmp_path_factory.mktemp("forked-output"), ct.cli_env())
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _forked_cli(forks: ForkServer, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`loopdsl ARGS` to its end in a forked process, as `ct.cli` runs it in a fresh one."""
+    proc = forks.launch(args, cwd)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode is not None
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 @pytest.fixture
@@ -47,14 +71,15 @@ def _run_args(loop: Path, store: Path, marks: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_killed_at_ten_points_ends_like_an_uninterrupted_run(tmp_path: Path, counting_stub: ct.CountingStub) -> None:
+def test_killed_at_ten_points_ends_like_an_uninterrupted_run(tmp_path: Path, counting_stub: ct.CountingStub,
+                                                             forks: ForkServer) -> None:
     # The uninterrupted run, on its own stub, runs alongside the crashed one.
     base_stub = ct.CountingStub().start()
     try:
         base_marks = tmp_path / "base-marks"
         base_marks.mkdir()
         base_loop = ct.write_loop(tmp_path / "base", base_stub.api_base)
-        baseline = ct.launch(_run_args(base_loop, tmp_path / "base-store", base_marks), tmp_path)
+        baseline = forks.launch(_run_args(base_loop, tmp_path / "base-store", base_marks), tmp_path)
 
         marks, store = tmp_path / "marks", tmp_path / "store"
         marks.mkdir()
@@ -79,18 +104,18 @@ def test_killed_at_ten_points_ends_like_an_uninterrupted_run(tmp_path: Path, cou
 
         def resume() -> Any:
             probe.lock(run_id, ttl=5.0, wait=ct.LOCK_TTL_S * 4 + 5).release()  # the dead holder's lock expired
-            return ct.launch(["resume", run_id, "--store", str(store)], tmp_path)
+            return forks.launch(["resume", run_id, "--store", str(store)], tmp_path)
 
         def begins() -> int:
             return ct.markers(marks, "begin")
 
         # 1. right after start: as soon as the run exists in the store
-        proc = ct.launch(_run_args(loop, store, marks), tmp_path)
+        proc = forks.launch(_run_args(loop, store, marks), tmp_path)
         rec = killed_at("start", proc, lambda: bool(probe.list_runs()))
         assert rec["status"] == "running" and rec["current"] in ("init", "begin")
-        found = ct.run_id_from_cli(store, tmp_path)
-        assert found is not None
-        run_id = found
+        listed = _forked_cli(forks, ["runs", "--store", str(store), "--json"], tmp_path)
+        assert listed.returncode == 0, listed.stderr
+        run_id = json.loads(listed.stdout)[0]["run_id"]
 
         # 2-3. inside the same shell state, twice in a row
         for name in ("shell", "same shell again"):
@@ -130,7 +155,7 @@ def test_killed_at_ten_points_ends_like_an_uninterrupted_run(tmp_path: Path, cou
         # 10. during the end: the moment the end is committed
         rec = killed_at("end", resume(), lambda: probe.load(run_id)["status"] == "completed")
         assert rec["status"] == "completed"
-        again = ct.cli(["resume", run_id, "--store", str(store)], tmp_path)
+        again = _forked_cli(forks, ["resume", run_id, "--store", str(store)], tmp_path)
         assert again.returncode == 2 and "already ended with status completed" in again.stderr
         assert "Traceback" not in again.stderr
 
@@ -231,7 +256,7 @@ def _gate_start_committed(store: Path) -> bool:
 
 @pytest.mark.parametrize("kill_when", ["gate started", "gate start committed"])
 def test_prompt_reading_the_budget_is_not_paid_again_after_a_crash(tmp_path: Path, counting_stub: ct.CountingStub,
-                                                                   kill_when: str) -> None:
+                                                                   kill_when: str, forks: ForkServer) -> None:
     """Killed after the paid reply was stored but before the state committed: on resume the
     killed call's reservation is charged, so `budget.remaining` (in the prompt) renders
     differently; the stored reply must still be reused, not bought a second time. Also when a
@@ -239,7 +264,7 @@ def test_prompt_reading_the_budget_is_not_paid_again_after_a_crash(tmp_path: Pat
     marks, store = tmp_path / "marks", tmp_path / "store"
     marks.mkdir()
     loop = ct.write_loop(tmp_path / "loop", counting_stub.api_base, DATA / "budget_prompt.yaml")
-    proc = ct.launch(["run", str(loop), "--store", str(store), "--input", f"marks={marks}"], tmp_path)
+    proc = forks.launch(["run", str(loop), "--store", str(store), "--input", f"marks={marks}"], tmp_path)
     ct.wait_until(lambda: ct.markers(marks, "gate_after") == 1, proc, what="the after-gate started")
     if kill_when == "gate start committed":
         ct.wait_until(lambda: _gate_start_committed(store), proc, what="the gate's start was committed")
@@ -251,7 +276,7 @@ def test_prompt_reading_the_budget_is_not_paid_again_after_a_crash(tmp_path: Pat
     ct.wait_lock_free(store, run_id)
     (marks / "resumed").touch()  # the gate is quick from now on
 
-    done = ct.cli(["resume", run_id, "--store", str(store)], tmp_path)
+    done = _forked_cli(forks, ["resume", run_id, "--store", str(store)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     final = ct.record(store, run_id)
     assert final["status"] == "completed"

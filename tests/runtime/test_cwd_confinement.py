@@ -1,6 +1,7 @@
 """`cwd` is a folder inside the workspace, whatever a template renders it to: an absolute
 path, a `..` part or a symlink that leads out fails the state (or gate) with a clear
-message, and the command does not run. Real `loopdsl run` processes."""
+message, and the command does not run. `loopdsl run` in-process (tests/cli_in_process.py),
+and as a real process for one case of each kind."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from cli_in_process import cli_in_process  # noqa: E402
 
 LOOP = """\
 loopdsl: 1
@@ -35,6 +39,9 @@ states:
 def _run(workspace: Path, pkg: str, *, gate: bool = False) -> subprocess.CompletedProcess[str]:
     text = LOOP if gate else LOOP.replace("    gates:\n      before:\n        - shell: {cmd: \"true\", cwd: \"{{ inputs.pkg }}\"}\n          name: pkg-gate\n", "")
     (workspace / "loop.yaml").write_text(text)
+    args = ["run", "loop.yaml", "--no-store", "--input", f"pkg={pkg}"]
+    if pkg not in ("out", "pkgs/inner"):
+        return cli_in_process(args, workspace)
     env = {k: v for k, v in os.environ.items() if k != "LOOPDSL_STORE"}
     return subprocess.run([sys.executable, "-m", "loopdsl", "run", "loop.yaml", "--no-store", "--input", f"pkg={pkg}"],
                           cwd=workspace, env=env, capture_output=True, text=True, timeout=60)

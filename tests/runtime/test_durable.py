@@ -23,6 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import crash_torture as ct
+from cli_in_process import cli_in_process
 
 import loopdsl
 from loopdsl.api.durable import RunConflict, abort, decide
@@ -32,7 +33,13 @@ DATA = Path(__file__).parents[1] / "data" / "durable"
 SECRET = "s3cr3t-value-7f1c9a"
 
 
-def _cli(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The command's answer, in this process (tests/cli_in_process.py)."""
+    return cli_in_process(args, cwd)
+
+
+def _cli_process(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`python -m loopdsl ARGS` as a process of its own, where a second process is the point."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
     return subprocess.run([sys.executable, "-m", "loopdsl", *args], check=False, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=timeout)
@@ -216,7 +223,7 @@ def test_a_second_process_cannot_advance_a_run_in_use(tmp_path: Path) -> None:
         ct.wait_until(lambda: ct.markers(marks, "nap") == 1, holder, what="the shell state started")
         run_id = RunStore(store).list_runs()[0]["run_id"]
         for args in (["resume", run_id], ["abort", run_id]):
-            refused = _cli([*args, "--store", str(store)], tmp_path)
+            refused = _cli_process([*args, "--store", str(store)], tmp_path)
             assert refused.returncode == 2, args
             _no_traceback(refused)
             assert f"run {run_id} is in use by process {holder.pid} on host" in refused.stderr

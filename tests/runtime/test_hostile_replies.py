@@ -1,5 +1,6 @@
 """Hostile model replies (huge integers, deep nesting) are `parse` failures, never crashes:
-real `python -m loopdsl run` subprocesses with scripted replies."""
+`loopdsl run` with scripted replies, in-process (tests/cli_in_process.py, where an exception
+that is not an exit fails the test), and once as a real `python -m loopdsl` subprocess."""
 from __future__ import annotations
 
 import json
@@ -15,13 +16,19 @@ from loopdsl.language import bounded_json
 from loopdsl.language.user_schema import SchemaTimeout, ecma_pattern, schema_errors
 from loopdsl.runtime.redaction import Redactor
 
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from cli_in_process import cli_in_process  # noqa: E402
+
 LOOP = Path(__file__).parents[1] / "data" / "limits" / "json_reply.yaml"
 SECRET = "sekrit-value-123"
 
 
-def run_loop(tmp_path: Path, replies: list[str], *extra: str) -> subprocess.CompletedProcess[str]:
+def run_loop(tmp_path: Path, replies: list[str], *extra: str, process: bool = False) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "replies.json"
     script.write_text(json.dumps({"ask": replies}))
+    args = ["run", str(LOOP), "--script", str(script), "--store", str(tmp_path / "store"), *extra]
+    if not process:
+        return cli_in_process(args, tmp_path, {"TOK": SECRET})
     env = {k: v for k, v in os.environ.items() if k != "LOOPDSL_STORE"}
     env["TOK"] = SECRET
     return subprocess.run([sys.executable, "-m", "loopdsl", "run", str(LOOP), "--script", str(script),
@@ -49,7 +56,7 @@ def test_hostile_reply_is_a_parse_failure_that_is_retried(tmp_path: Path, reply:
 
 
 def test_only_hostile_replies_fail_the_run_cleanly(tmp_path: Path) -> None:
-    proc = run_loop(tmp_path, ["[" * 100_000, "1" * 5000])
+    proc = run_loop(tmp_path, ["[" * 100_000, "1" * 5000], process=True)
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
     assert "internal error" not in proc.stderr
     assert "nests deeper than" in proc.stdout + proc.stderr or "digits" in proc.stdout + proc.stderr
@@ -97,9 +104,8 @@ def test_backtracking_schema_pattern_is_bounded_in_time(tmp_path: Path) -> None:
     script = tmp_path / "replies.json"
     script.write_text(json.dumps({"ask": [json.dumps({"s": "a" * 40 + "!"}), '{"s": "aaaa"}']}))
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--script", str(script),
-                           "--store", str(tmp_path / "store"), "--json"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = cli_in_process(["run", str(loop), "--script", str(script), "--store", str(tmp_path / "store"), "--json"],
+                          tmp_path)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     retries = [e for e in map(json.loads, proc.stdout.splitlines()) if e.get("type") == "retry"]
@@ -127,9 +133,7 @@ def test_deep_inputs_file_is_a_usage_error(tmp_path: Path, text: str) -> None:
     inputs = tmp_path / "inputs.yaml"
     inputs.write_text(text + "\n")
     loop = Path(__file__).parents[1] / "data" / "runs" / "typed_inputs.yaml"
-    proc = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--inputs", str(inputs),
-                           "--store", str(tmp_path / "store")], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    proc = cli_in_process(["run", str(loop), "--inputs", str(inputs), "--store", str(tmp_path / "store")], tmp_path)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert "nested deeper than" in proc.stderr and "internal error" not in proc.stderr
 
@@ -139,8 +143,7 @@ def test_a_set_value_too_big_to_print_fails_the_state_not_the_run(tmp_path: Path
     loop = tmp_path / "bigint.yaml"
     loop.write_text("loopdsl: 1\nname: bigint\nstart: a\nstates:\n  a:\n    set: {x: \"10 ** 5000\"}\n"
                     "    next: done\n  done:\n    end: completed\n")
-    proc = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--store", str(tmp_path / "store")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = cli_in_process(["run", str(loop), "--store", str(tmp_path / "store")], tmp_path)
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
     assert "internal error" not in proc.stderr and "a power" in proc.stderr
 
@@ -151,12 +154,9 @@ def test_a_long_integer_input_is_stored_and_shown(tmp_path: Path) -> None:
     loop.write_text("loopdsl: 1\nname: longint\ninputs:\n  n: {type: integer}\nstart: done\nstates:\n"
                     "  done:\n    end: completed\n")
     store = str(tmp_path / "store")
-    env = {k: v for k, v in os.environ.items() if k != "LOOPDSL_STORE"}
-    run = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--input", "n=" + "7" * 4000,
-                          "--store", store, "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    run = cli_in_process(["run", str(loop), "--input", "n=" + "7" * 4000, "--store", store, "--json"], tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     run_id = json.loads(run.stdout.splitlines()[-1])["run_id"]
-    shown = subprocess.run([sys.executable, "-m", "loopdsl", "show", run_id, "--store", store, "--json"],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    shown = cli_in_process(["show", run_id, "--store", store, "--json"], tmp_path)
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert json.loads(shown.stdout)["run"]["inputs"]["n"] == int("7" * 4000)

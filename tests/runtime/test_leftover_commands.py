@@ -2,11 +2,13 @@
 copy beside it. Its process group and marker are in the store before it is waited on: an
 idempotent step's leftover is stopped (with the `setsid` child it started) before the step
 runs again; a non-idempotent one waits for a person, and is stopped once they approve.
-Also: a `setsid` child does not survive the wall-time stop of a run. Real processes only.
+Also: a `setsid` child does not survive the wall-time stop of a run. Real processes are
+killed; the commands after a kill run in-process but in the first test.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -20,11 +22,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import crash_torture as ct
 
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from cli_in_process import cli_in_process  # noqa: E402
+
 import loopdsl
 from loopdsl.adapters.store.run_store import MARKER_NAME, RunStore
 from loopdsl.runtime.errors import StoreError
 
 DATA = Path(__file__).parents[1] / "data" / "durable"
+
+
+def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A command after the kill, in this process (tests/cli_in_process.py): what it does
+    to the leftover is the point, not its process; the first test resumes in a real one."""
+    return cli_in_process(args, cwd, {"LOOPDSL_USER": "crash-tester"})
+
+
+def _run_id(store: Path, cwd: Path) -> str:
+    listed = _cli(["runs", "--store", str(store), "--json"], cwd)
+    assert listed.returncode == 0, listed.stderr
+    return str(json.loads(listed.stdout)[0]["run_id"])
 
 
 def _alive(pid: int) -> bool:
@@ -77,9 +94,7 @@ def _start_and_kill(tmp_path: Path, marks: Path, idempotent: bool) -> tuple[Path
     finally:
         killed = ct.kill(proc)
     assert killed  # kill -9 landed while the command ran
-    run_id = ct.run_id_from_cli(store, tmp_path)
-    assert run_id is not None
-    return store, run_id
+    return store, _run_id(store, tmp_path)
 
 
 def test_resume_stops_an_idempotent_steps_leftover_before_running_it_again(tmp_path: Path, marks: Path) -> None:
@@ -98,12 +113,12 @@ def test_resume_stops_an_idempotent_steps_leftover_before_running_it_again(tmp_p
 def test_a_non_idempotent_steps_leftover_waits_for_a_person(tmp_path: Path, marks: Path) -> None:
     store, run_id = _start_and_kill(tmp_path, marks, idempotent=False)
     first_escaped = _escaped(marks)[0]
-    waiting = ct.cli(["resume", run_id, "--store", str(store)], tmp_path)
+    waiting = _cli(["resume", run_id, "--store", str(store)], tmp_path)
     assert waiting.returncode == 4, waiting.stderr
     assert "still running" in waiting.stdout + waiting.stderr
     assert _alive(first_escaped) and (marks / "log").read_text() == "start\n"  # neither stopped nor re-run
-    assert ct.cli(["approve", run_id, "--store", str(store)], tmp_path).returncode == 0
-    done = ct.cli(["resume", run_id, "--store", str(store)], tmp_path)
+    assert _cli(["approve", run_id, "--store", str(store)], tmp_path).returncode == 0
+    done = _cli(["resume", run_id, "--store", str(store)], tmp_path)
     assert done.returncode == 0, done.stderr
     assert (marks / "log").read_text() == "start\nstart\nend\n"
     assert not _alive(first_escaped)
@@ -177,18 +192,16 @@ def _kill_mid_command(tmp_path: Path, marks: Path, loop_text: str, what: str, *e
     assert killed
     first = [int(p) for p in (marks / "first").read_text().split()]
     assert all(_alive(p) for p in first)  # kill -9 of loopdsl left the command and its setsid child running
-    run_id = ct.run_id_from_cli(store, tmp_path)
-    assert run_id is not None
-    return store, run_id, first
+    return store, _run_id(store, tmp_path), first
 
 
 def _resume_and_check(tmp_path: Path, marks: Path, store: Path, run_id: str, first: list[int], *extra: str) -> None:
-    done = ct.cli(["resume", run_id, "--store", str(store), *extra], tmp_path)
+    done = _cli(["resume", run_id, "--store", str(store), *extra], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     # The first copy was stopped before the second started: no overlap, and it never wrote "end".
     assert (marks / "log").read_text() == "start\nstart\nend\n"
     assert not any(_alive(p) for p in first)
-    shown = ct.cli(["show", run_id, "--store", str(store), "--json"], tmp_path)
+    shown = _cli(["show", run_id, "--store", str(store), "--json"], tmp_path)
     assert '"stopped_leftover"' in shown.stdout
 
 
@@ -243,11 +256,11 @@ def test_resume_stops_the_mcp_server_of_a_killed_agent_run(tmp_path: Path, marks
     [server] = [entry["pgid"] for entry in _running_commands(store) if entry["what"] == "mcp srv"]
     time.sleep(1.0)  # the server itself has seen its stdin end
     assert _alive(server)
-    run_id = ct.run_id_from_cli(store, tmp_path)
-    done = ct.cli(["resume", str(run_id), "--store", str(store), "--script", str(script)], tmp_path)
+    run_id = _run_id(store, tmp_path)
+    done = _cli(["resume", str(run_id), "--store", str(store), "--script", str(script)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not _alive(server)
-    shown = ct.cli(["show", str(run_id), "--store", str(store), "--json"], tmp_path)
+    shown = _cli(["show", str(run_id), "--store", str(store), "--json"], tmp_path)
     assert '"stopped_leftover"' in shown.stdout and '"mcp srv"' in shown.stdout
 
 
@@ -273,11 +286,11 @@ def test_resume_stops_a_coding_agent_cli_left_running_before_it_runs_again(tmp_p
     first = int(pid_file.read_text())
     try:
         assert _alive(first)
-        run_id = ct.run_id_from_cli(store, tmp_path)
-        done = ct.cli(["resume", str(run_id), "--store", str(store)], tmp_path)
+        run_id = _run_id(store, tmp_path)
+        done = _cli(["resume", str(run_id), "--store", str(store)], tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
         assert not _alive(first)
-        shown = ct.cli(["show", str(run_id), "--store", str(store), "--json"], tmp_path)
+        shown = _cli(["show", str(run_id), "--store", str(store), "--json"], tmp_path)
         assert '"stopped_leftover"' in shown.stdout and "All done: fixed a.py." in shown.stdout  # not "overlap"
     finally:
         with contextlib.suppress(ProcessLookupError):

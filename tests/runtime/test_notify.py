@@ -1,4 +1,4 @@
-"""`notify:` webhooks (docs/dsl.md, notify), through real `loopdsl` subprocesses with
+"""`notify:` webhooks (docs/dsl.md, notify), through `loopdsl` commands (in-process) with
 scripted replies, against a webhook receiver on loopback written here: what arrives for a
 waiting and a failed run, the Slack format, a secret URL kept out of everything stored or
 printed, a dead receiver costing a run at most its timeout, and a resume not sending twice.
@@ -19,6 +19,9 @@ from typing import Any, Iterator
 import pytest
 
 from loopdsl.adapters.store.run_store import RunStore
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from cli_in_process import cli_in_process  # noqa: E402
 
 SECRET_PATH = "hook-Zr81qK7wLm2sPuniq"  # the part of the secret URL that must never show
 
@@ -100,10 +103,10 @@ states:
 
 
 def cli(base: Path, *args: str, **env: str) -> subprocess.CompletedProcess[bytes]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
-    environ.update(env)
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=base, env=environ, capture_output=True,
-                          stdin=subprocess.DEVNULL, timeout=120)
+    """`loopdsl ARGS` in this process (tests/cli_in_process.py): the answer is the point here;
+    the Ctrl-C and import-probe tests below start real processes."""
+    done = cli_in_process(args, base, env)
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.encode(), done.stderr.encode())
 
 
 def run_loop(base: Path, *extra: str, **env: str) -> tuple[subprocess.CompletedProcess[bytes], str]:

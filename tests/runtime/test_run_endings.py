@@ -17,6 +17,9 @@ import pytest
 import loopdsl
 from loopdsl.adapters.store.run_store import RunStore
 
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from cli_in_process import cli_in_process  # noqa: E402
+
 DATA = Path(__file__).parents[1] / "data" / "durable"
 
 
@@ -25,8 +28,9 @@ def _env() -> dict[str, str]:
 
 
 def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=_env(), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=60, check=False)
+    """A command's answer, in this process (tests/cli_in_process.py); the runs that are
+    interrupted, killed or Ctrl-C'd are real processes."""
+    return cli_in_process(args, cwd)
 
 
 def _start_sleeper(tmp_path: Path, store: Path) -> subprocess.Popen[str]:

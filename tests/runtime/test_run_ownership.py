@@ -7,6 +7,7 @@ of one checkpoint: exactly one is recorded, the other exits 5.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,10 +21,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import crash_torture as ct
 
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from cli_in_process import cli_in_process  # noqa: E402
+
 from loopdsl.adapters.store.run_store import RunStore
 
 DATA = Path(__file__).parents[1] / "data" / "durable"
 EXIT_CHANGED = 5
+
+
+def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A command whose answer is the point, in this process (tests/cli_in_process.py);
+    what two processes do at once runs in real ones."""
+    return cli_in_process(args, cwd, {"LOOPDSL_USER": "crash-tester"})
+
+
+def _run_id(store: Path, cwd: Path) -> str:
+    listed = _cli(["runs", "--store", str(store), "--json"], cwd)
+    assert listed.returncode == 0, listed.stderr
+    return str(json.loads(listed.stdout)[0]["run_id"])
 
 
 def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:
@@ -41,8 +57,7 @@ def test_a_suspended_process_taken_over_stops_and_records_nothing(tmp_path: Path
         ct.wait_until(lambda: ct.markers(marks, "slow") >= 1, first, what="the slow step")
         os.kill(first.pid, signal.SIGSTOP)
         time.sleep(ct.LOCK_TTL_S * 4)  # its lock expires: it cannot refresh it while stopped
-        run_id = ct.run_id_from_cli(store, tmp_path)
-        assert run_id is not None
+        run_id = _run_id(store, tmp_path)
         code, output = _finish(ct.launch(["resume", run_id, "--store", str(store)], tmp_path))
         assert code == 0, output
         with RunStore(store) as probe:
@@ -89,11 +104,9 @@ def _waiting_run(tmp_path: Path) -> tuple[Path, str]:
         "  yes: {end: completed}\n  no: {end: failed}\n"
     )
     store = tmp_path / "store"
-    done = ct.cli(["run", str(loop), "--store", str(store)], tmp_path)
+    done = _cli(["run", str(loop), "--store", str(store)], tmp_path)
     assert done.returncode == 4, done.stderr
-    run_id = ct.run_id_from_cli(store, tmp_path)
-    assert run_id is not None
-    return store, run_id
+    return store, _run_id(store, tmp_path)
 
 
 def test_concurrent_approve_and_reject_record_exactly_one(tmp_path: Path) -> None:
@@ -114,11 +127,11 @@ def test_concurrent_approve_and_reject_record_exactly_one(tmp_path: Path) -> Non
 
 def test_a_second_decision_after_the_first_is_refused(tmp_path: Path) -> None:
     store, run_id = _waiting_run(tmp_path)
-    assert ct.cli(["approve", run_id, "--store", str(store)], tmp_path).returncode == 0
-    late = ct.cli(["reject", run_id, "--store", str(store)], tmp_path)
+    assert _cli(["approve", run_id, "--store", str(store)], tmp_path).returncode == 0
+    late = _cli(["reject", run_id, "--store", str(store)], tmp_path)
     assert late.returncode == EXIT_CHANGED and "already has a decision: 'approve'" in late.stderr
     assert "recorded" not in late.stdout
-    resumed = ct.cli(["resume", run_id, "--store", str(store)], tmp_path)
+    resumed = _cli(["resume", run_id, "--store", str(store)], tmp_path)
     assert resumed.returncode == 0, resumed.stderr
 
 

@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from cli_in_process import cli_in_process  # noqa: E402
+
 pytestmark = pytest.mark.xdist_group("leaky-run")  # the run every test inspects, once (tests/conftest.py)
 SECRET = "zq9-SECRET-7Vx3kLw8uniq"
 VARIANTS = [SECRET.encode(), base64.b64encode(SECRET.encode()), base64.b64encode(SECRET.encode()).rstrip(b"=")]
@@ -166,12 +169,10 @@ def test_a_secret_too_short_to_hide_is_refused_before_the_run(tmp_path: Path, va
     loop.write_text(LOOP, encoding="utf-8")
     script = tmp_path / "replies.yaml"
     script.write_text("ask:\n  - text: hello\n", encoding="utf-8")
-    env = {**os.environ, "MY_TOKEN": value}
-    env.pop("LOOPDSL_STORE", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "loopdsl", "run", str(loop), "--script", str(script), "--store", str(tmp_path / "store")],
-        cwd=tmp_path, env=env, capture_output=True, timeout=120)
-    err = proc.stderr.decode()
+    # In-process (tests/cli_in_process.py): the refusal is the point; leaky_run is a real process.
+    proc = cli_in_process(["run", str(loop), "--script", str(script), "--store", str(tmp_path / "store")], tmp_path,
+                          {"MY_TOKEN": value})
+    err = proc.stderr
     assert proc.returncode == 2, err
     assert "secret MY_TOKEN has fewer than 4 characters" in err and "Traceback" not in err
     assert not (tmp_path / "direct.txt").exists()  # the first state never ran
