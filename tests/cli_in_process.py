@@ -15,6 +15,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from loopdsl.cli import cli
+from loopdsl.runtime import redaction
 
 
 def cli_in_process(args: Sequence[str], cwd: Path | None = None, env: Mapping[str, str] | None = None,
@@ -26,11 +27,16 @@ def cli_in_process(args: Sequence[str], cwd: Path | None = None, env: Mapping[st
         name: None for name in os.environ if only_env or name.startswith("LOOPDSL_")}
     changes.update(env or {})
     here = Path.cwd()
+    # The secrets a command reads stay in a process-wide set for its error messages; a
+    # `python -m loopdsl` process ends with its command, so forget them here as it would
+    # (else another test's secret redacts this command's output).
+    secrets_read_before = set(redaction._READ)
     if cwd is not None:
         os.chdir(cwd)
     try:
         done = CliRunner().invoke(cli, list(args), env=changes)
     finally:
         os.chdir(here)
+        redaction._READ.intersection_update(secrets_read_before)
     assert done.exception is None or isinstance(done.exception, SystemExit), done.exc_info
     return subprocess.CompletedProcess(list(args), done.exit_code, done.stdout, done.stderr)
