@@ -59,6 +59,13 @@ def test_graph_loads_neither_the_engine_nor_litellm() -> None:
     assert [m for m in loaded if m.startswith(("loopdsl.runtime.engine", "litellm"))] == []
 
 
+def test_show_loads_neither_the_engine_nor_templates(tmp_path: Path) -> None:
+    loaded = _modules_loaded_by("show", "no-such-run", "--store", str(tmp_path))
+    assert "loopdsl.api.records" in loaded
+    assert [m for m in loaded if m.startswith(("loopdsl.runtime.engine", "loopdsl.api.runs", "loopdsl.runtime.actions",
+                                               "loopdsl.language.templates", "litellm"))] == []
+
+
 def test_every_lazy_command_resolves_under_its_own_name() -> None:
     commands = cli.all_commands()
     assert set(commands) == set(cli.lazy_commands)
