@@ -10,7 +10,7 @@ from ..adapters.worktree_diff import worktree_diff
 from ..adapters.store.listing import RunSummary, child_ids, run_count, spend_history, summaries
 from ..adapters.store.run_store import default_store_dir
 from ..runtime.errors import StoreError
-from .runs import UsageError, open_store
+from .store_access import UsageError, open_store
 from .transcript import model_calls
 
 

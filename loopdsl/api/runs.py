@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ..language.compile import CompiledLoop, compile_loop
-from ..language.errors import LoopdslError
 from ..language.packaged_loops import child_loop_path
 from ..runtime.engine import Engine, MemoryResponses, MemoryRunLog, NoHuman, Ports, utc_now
 from ..runtime.ports import ChildLoop
@@ -29,14 +28,11 @@ from ..language.model import LlmAction, Loop
 from ..language.schedules import time_zone
 from ..runtime.run_state import COMPLETED, RUNNING, WAITING, RunState
 from ..adapters.otel import traced
-from ..adapters.store.run_store import RunStore, default_store_dir
+from ..adapters.store.run_store import RunStore
 from ..runtime.errors import StoreError
+from .store_access import UsageError, open_store
 
 EXIT_CODES = {COMPLETED: 0, WAITING: 4}
-
-
-class UsageError(LoopdslError):
-    """A user mistake outside the loop file (bad input, unknown run, changed file); exit 2."""
 
 
 @dataclass
@@ -267,18 +263,6 @@ def stubbed_tool_kinds(kinds: dict[str, Any], stubs: Mapping[str, Any] | None) -
     except ValueError as exc:
         raise UsageError(str(exc), 'give each stubbed tool {"result": ...} or {"error": "..."}') from None
     return stubbed_kinds(kinds, parsed)
-
-
-def open_store(store: str | Path | RunStore | None, near: Path, *, create: bool = True) -> RunStore:
-    """The run store to use; commands that only read or change existing runs pass
-    create=False so that a mistyped --store is an error, not a new empty store."""
-    if isinstance(store, RunStore):
-        return store
-    directory = Path(store) if store is not None else default_store_dir(near)
-    if not create and not directory.exists():
-        raise StoreError(f"no run store at {directory}",
-                         "pass --store DIR (or set LOOPDSL_STORE) where `loopdsl run` kept its runs")
-    return RunStore(directory)
 
 
 # ---------------------------------------------------------------- run

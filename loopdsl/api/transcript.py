@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from ..runtime.actions.agent_turns import agent_key
+from ..runtime.run_keys import agent_key
 from ..runtime.redaction import redact_printed
 
 TEXT_LIMIT = 50_000  # characters of one message shown; the rest is counted

@@ -20,6 +20,7 @@ from ..language.errors import LoopdslError
 from ..runtime.redaction import redact_printed
 from .lazy import LazyGroup
 from .output import EXIT_INTERNAL, EXIT_USAGE, fail
+from .summaries import SUMMARIES
 
 _COMMANDS = {
     **{name: f"loopdsl.cli.lint_commands:{name}" for name in ("lint", "validate", "lock")},
@@ -51,7 +52,8 @@ class _LoopdslGroup(LazyGroup):
             fail(exc.message, exc.hint, exc.exit_code)
 
 
-@click.group(cls=_LoopdslGroup, lazy_commands=_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_LoopdslGroup, lazy_commands=_COMMANDS, summaries=SUMMARIES,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="loopdsl")
 def cli() -> None:
     """Run AI agent loops written as validated YAML state machines."""

@@ -23,13 +23,23 @@ _REQUIRED_KEYS = {"type", "oneOf", "allOf"}
 _GATE_KEYS = {"if", "then", "else"}
 
 
-def with_kind_shortcuts(schema: Any) -> Any:
-    """A copy of `schema` in which every per-kind dispatcher is wrapped in KEYWORD."""
+def with_kind_shortcuts(schema: Any, _done: dict[int, Any] | None = None) -> Any:
+    """A copy of `schema` in which every per-kind dispatcher is wrapped in KEYWORD. A node
+    shared by several parents (inlined references are) is copied once and stays shared."""
+    done: dict[int, Any] = {} if _done is None else _done
+    if isinstance(schema, (list, dict)) and id(schema) in done:
+        return done[id(schema)]
     if isinstance(schema, list):
-        return [with_kind_shortcuts(item) for item in schema]
+        done[id(schema)] = [with_kind_shortcuts(item, done) for item in schema]
+        return done[id(schema)]
     if not isinstance(schema, dict):
         return schema
-    copied = {key: with_kind_shortcuts(value) for key, value in schema.items()}
+    done[id(schema)] = _wrapped({key: with_kind_shortcuts(value, done) for key, value in schema.items()})
+    return done[id(schema)]
+
+
+def _wrapped(copied: dict[str, Any]) -> dict[str, Any]:
+    """`copied` (children already done), its dispatcher moved under KEYWORD if it is one."""
     kinds = _kinds(copied)
     if not kinds:
         return copied

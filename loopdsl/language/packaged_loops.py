@@ -6,7 +6,7 @@ entry point points at; pinning those is pip's job.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import metadata, resources
+from importlib import resources
 from pathlib import Path
 
 from .errors import LoopdslError
@@ -27,6 +27,9 @@ class PackagedLoop:
 
 
 def installed_loops() -> list[PackagedLoop]:
+    # Imported here: ~15 ms (email, zipfile, csv ...) that every `run` paid, used only for pkg: loops.
+    from importlib import metadata
+
     found: list[PackagedLoop] = []
     for ep in metadata.entry_points(group=GROUP):
         dist = ep.dist.name if ep.dist else ep.name

@@ -3,6 +3,7 @@ run's rows, the key of a paid LLM response, and where the store is by default.""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,13 @@ def child_run_id(display_id: str) -> str:
         return flat
     digest = hashlib.sha256(display_id.encode("utf-8")).hexdigest()[:16]
     return f"{flat[: _MAX_RUN_ID - len(digest) - 1]}.{digest}"
+
+
+def agent_key(what: str, **parts: Any) -> str:
+    """A store key for a piece of an agent attempt, from its position in the run only
+    (never from rendered text, which may change across a crash)."""
+    body = json.dumps({"agent": what, **parts}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def default_store_dir(start: Path) -> Path:

@@ -8,12 +8,14 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
 
 from loopdsl.adapters.git_worktree import SecretInCommit, WorkspaceError
 from loopdsl.adapters.store.lock import RunChanged
 from loopdsl.adapters.store.run_store import RunLocked
 from loopdsl.api.runs import UsageError
 from loopdsl.cli import cli
+from loopdsl.cli.summaries import SUMMARIES
 from loopdsl.language.errors import LoopdslError
 from loopdsl.language.inputs import InputError
 from loopdsl.language.packaged_loops import PackageError
@@ -57,12 +59,47 @@ def test_graph_loads_neither_the_engine_nor_litellm() -> None:
     assert [m for m in loaded if m.startswith(("loopdsl.runtime.engine", "litellm"))] == []
 
 
+def test_show_loads_neither_the_engine_nor_templates(tmp_path: Path) -> None:
+    loaded = _modules_loaded_by("show", "no-such-run", "--store", str(tmp_path))
+    assert "loopdsl.api.records" in loaded
+    assert [m for m in loaded if m.startswith(("loopdsl.runtime.engine", "loopdsl.api.runs", "loopdsl.runtime.actions",
+                                               "loopdsl.language.templates", "litellm"))] == []
+
+
 def test_every_lazy_command_resolves_under_its_own_name() -> None:
     commands = cli.all_commands()
     assert set(commands) == set(cli.lazy_commands)
     for name, command in commands.items():
         assert isinstance(command, click.Command)
         assert command.name == name
+
+
+def test_every_summary_shortens_to_its_commands_own_help() -> None:
+    """`loopdsl --help` lists commands from SUMMARIES: at every width it must read exactly as
+    click would list the imported command."""
+    commands = cli.all_commands()
+    assert set(SUMMARIES) == set(commands)
+    for name, command in commands.items():
+        assert not command.hidden and not command.deprecated and not command.short_help
+        for limit in (10, 25, 45, 60, 80, 120, 400):
+            assert click.Command(name, help=SUMMARIES[name]).get_short_help_str(limit) == \
+                command.get_short_help_str(limit), (name, limit)
+
+
+def test_help_lists_every_command_without_importing_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
+    done = subprocess.run([sys.executable, "-c", PROBE, "--help"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    loaded = json.loads(done.stderr.strip().splitlines()[-1])
+    assert [m for m in loaded if m.startswith("loopdsl.cli.") and m.endswith(("_command", "_commands"))] == []
+    assert "loopdsl.language.model" not in loaded
+    listed = done.stdout.split("Commands:\n", 1)[1]
+    cli.all_commands()  # every command imported: click lists them from their docstrings
+    monkeypatch.setenv("COLUMNS", "80")  # the same width as the child's
+    context = click.Context(cli)
+    formatter = context.make_formatter()
+    cli.format_commands(context, formatter)
+    assert listed == formatter.getvalue().split("Commands:\n", 1)[1]
 
 
 def test_every_user_error_is_a_loopdsl_error_with_its_exit_code() -> None:

@@ -9,8 +9,6 @@ turn 15 does not throw away 14 paid turns.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import TYPE_CHECKING, Any
 
 from ...language.agent_model import AgentAction
@@ -18,6 +16,7 @@ from ...language.model import ModelAlias
 from ..errors import StepFailure
 from ..model_port import LlmRequest, ProviderError
 from ..retry import backoff_delay
+from ..run_keys import agent_key  # its home is with the other store keys; agent.py imports it from here
 from .llm import CallContext
 
 if TYPE_CHECKING:
@@ -25,13 +24,6 @@ if TYPE_CHECKING:
 
 # Errors of one turn that are retried in place (each retry reserved anew).
 TURN_RETRIED = frozenset({"rate_limit", "server_error", "timeout", "connection"})
-
-
-def agent_key(what: str, **parts: Any) -> str:
-    """A store key for a piece of an agent attempt, from its position in the run only
-    (never from rendered text, which may change across a crash)."""
-    body = json.dumps({"agent": what, **parts}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(body.encode()).hexdigest()
 
 
 class TurnCaller:
