@@ -167,7 +167,9 @@ async def _stop_after_cancelled_spawn(spawn: asyncio.Future[asyncio.subprocess.P
         return
     except (OSError, ValueError):
         return  # it never started
-    ref = CommandRef(proc.pid, marker)
+    # The pipes too: a process the command started may already have left its session,
+    # cleared its environment, and lost its parent; holding our pipes is then its only link.
+    ref = CommandRef(proc.pid, marker, start_time(proc.pid), _pipe_inodes(proc))
     try:
         await _stop_group(proc, ref, grace)
     except asyncio.CancelledError:
