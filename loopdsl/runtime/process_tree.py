@@ -103,10 +103,11 @@ def _carries(pid: int, needle: bytes) -> bool:
 
 def _holds_pipe(pid: int, links: frozenset[str]) -> bool:
     try:
-        for entry in os.scandir(_PROC / str(pid) / "fd"):
-            with contextlib.suppress(OSError):
-                if os.readlink(entry.path) in links:
-                    return True
+        with os.scandir(_PROC / str(pid) / "fd") as entries:  # closed also on an early return
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if os.readlink(entry.path) in links:
+                        return True
     except OSError:
         pass
     return False
