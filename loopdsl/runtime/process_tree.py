@@ -12,6 +12,10 @@ which children inherit across `setsid` and `fork`; the command's processes are
   - and every descendant of those (by parent pid), for a child that cleared its
     environment while its parent lives.
 
+Stopping first freezes the command (SIGSTOP, looking again until nothing new shows up),
+so the tree is whole before a signal kills a parent and orphans its children; each
+process found stays a target until it is gone.
+
 proc(5) documents the files read here. Where /proc is missing (not Linux) only the
 process group is known, and `killpg` is all there is. What none of these find is a
 process that left the session, cleared its environment, closed the pipes and lost its
