@@ -12,6 +12,10 @@ which children inherit across `setsid` and `fork`; the command's processes are
   - and every descendant of those (by parent pid), for a child that cleared its
     environment while its parent lives.
 
+Stopping first freezes the command (SIGSTOP, looking again until nothing new shows up),
+so the tree is whole before a signal kills a parent and orphans its children; each
+process found stays a target until it is gone.
+
 proc(5) documents the files read here. Where /proc is missing (not Linux) only the
 process group is known, and `killpg` is all there is. What none of these find is a
 process that left the session, cleared its environment, closed the pipes and lost its
@@ -33,6 +37,8 @@ MARKER_VAR = "LOOPDSL_COMMAND_ID"
 _PROC = Path("/proc")
 # A few rounds of SIGKILL catch processes forked while the previous round was sent.
 _KILL_ROUNDS = 5
+# Looks at a freezing command: each stops what the previous one found, forked meanwhile.
+_FREEZE_ROUNDS = 5
 
 
 def new_marker() -> str:
@@ -101,17 +107,21 @@ def _carries(pid: int, needle: bytes) -> bool:
 
 def _holds_pipe(pid: int, links: frozenset[str]) -> bool:
     try:
-        for entry in os.scandir(_PROC / str(pid) / "fd"):
-            with contextlib.suppress(OSError):
-                if os.readlink(entry.path) in links:
-                    return True
+        with os.scandir(_PROC / str(pid) / "fd") as entries:  # closed also on an early return
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if os.readlink(entry.path) in links:
+                        return True
     except OSError:
         pass
     return False
 
 
-def command_pids(ref: CommandRef) -> list[int] | None:
-    """The live processes of the command, or None where /proc cannot tell."""
+def _find(ref: CommandRef, known: dict[int, int] | None = None) -> dict[int, int] | None:
+    """The live processes of the command (pid -> start time), or None where /proc cannot
+    tell. `known` holds processes seen in an earlier look: one still running (same start
+    time, so not a reused id) stays the command's, with its descendants, even after the
+    parent that linked it to the command has died."""
     if not (_PROC / "self" / "stat").exists():
         return None
     procs = [p for p in (_stat(e.name) for e in os.scandir(_PROC) if e.name.isdigit()) if p is not None]
@@ -121,11 +131,13 @@ def command_pids(ref: CommandRef) -> list[int] | None:
     group_is_ours = ref.start is None or leader is None or not leader.live or leader.start == ref.start
     needle = f"{MARKER_VAR}={ref.marker}".encode()
     links = frozenset(f"pipe:[{inode}]" for inode in ref.pipes)
+    known = known or {}
     me = os.getpid()
     found = {
         p.pid for p in procs
         if p.live and p.pid != me
         and ((group_is_ours and p.pgrp == ref.pgid and (ref.start is None or p.start >= ref.start))
+             or known.get(p.pid) == p.start
              or _carries(p.pid, needle) or (links and _holds_pipe(p.pid, links)))
     }
     children: dict[int, list[int]] = {}
@@ -138,13 +150,21 @@ def command_pids(ref: CommandRef) -> list[int] | None:
             if child not in found and child != me:
                 found.add(child)
                 todo.append(child)
-    return sorted(found)
+    return {pid: by_pid[pid].start for pid in found}
 
 
-def command_alive(ref: CommandRef) -> bool:
-    pids = command_pids(ref)
-    if pids is not None:
-        return bool(pids)
+def command_pids(ref: CommandRef) -> list[int] | None:
+    """The live processes of the command, or None where /proc cannot tell."""
+    found = _find(ref)
+    return sorted(found) if found is not None else None
+
+
+def command_alive(ref: CommandRef, known: dict[int, int] | None = None) -> bool:
+    found = _find(ref, known)
+    if found is not None:
+        if known is not None:
+            known.update(found)
+        return bool(found)
     try:
         os.killpg(ref.pgid, 0)
     except ProcessLookupError:
@@ -154,13 +174,40 @@ def command_alive(ref: CommandRef) -> bool:
     return True
 
 
-def signal_command(ref: CommandRef, sig: int) -> None:
-    """Send `sig` to the command's group and to each of its processes outside it."""
+def _send(pid: int, sig: int, group: bool = False) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(ref.pgid, sig)
-    for pid in command_pids(ref) or ():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
+        (os.killpg if group else os.kill)(pid, sig)
+
+
+def signal_command(ref: CommandRef, sig: int, known: dict[int, int] | None = None) -> None:
+    """Send `sig` to the command's group and to each of its processes outside it.
+
+    The processes are looked up before any is signalled: a parent killed first takes with
+    it the only link to a child that left the session and cleared its environment (the
+    child is re-parented to init at once). `known`, when given, gathers what was found."""
+    found = _find(ref, known)
+    if known is not None and found:
+        known.update(found)
+    _send(ref.pgid, sig, group=True)
+    for pid in found or ():
+        _send(pid, sig)
+
+
+def _freeze(ref: CommandRef) -> dict[int, int]:
+    """SIGSTOP the command's group and each of its processes, looking again until no new
+    one shows up: a stopped process neither dies nor forks, so the tree seen is complete
+    before any signal that kills. Returns what was stopped (pid -> start time)."""
+    _send(ref.pgid, signal.SIGSTOP, group=True)
+    stopped: dict[int, int] = {}
+    for _ in range(_FREEZE_ROUNDS):
+        found = _find(ref, stopped)
+        new = {pid: start for pid, start in (found or {}).items() if pid not in stopped}
+        for pid in new:
+            _send(pid, signal.SIGSTOP)
+        stopped.update(new)
+        if not new:
+            break
+    return stopped
 
 
 async def stop_command(ref: CommandRef, grace: float, *, exited: Any = None,
@@ -170,24 +217,29 @@ async def stop_command(ref: CommandRef, grace: float, *, exited: Any = None,
     whatever is left (in rounds, for processes forked meanwhile). `exited()`, when given,
     says whether the direct child has been reaped (the caller's own child). The engine
     passes its clock port's `monotonic` and `sleep`; the shell runner (itself a port) the
-    machine's."""
-    signal_command(ref, signal.SIGTERM)
+    machine's. Every process found along the way stays a target until it is gone, so one
+    whose parent died first is not lost."""
+    known = _freeze(ref)
+    signal_command(ref, signal.SIGTERM, known)
+    # Stopped processes act on the SIGTERM (their handlers, their exit) once continued.
+    signal_command(ref, signal.SIGCONT, known)
     deadline = monotonic() + grace
     while monotonic() < deadline:
-        if (exited is None or exited()) and not command_alive(ref):
+        if (exited is None or exited()) and not command_alive(ref, known):
             break
         await sleep(0.02)
     # Unconditional: a process that ignores SIGTERM, or one we could not observe.
     for _ in range(_KILL_ROUNDS):
-        signal_command(ref, signal.SIGKILL)
-        if not command_pids(ref):
+        signal_command(ref, signal.SIGKILL, known)
+        if not _find(ref, known):
             break
         await sleep(0.01)
 
 
 def kill_now(ref: CommandRef) -> None:
     """SIGKILL at once, without waiting (a cancelled step that is cancelled again)."""
-    signal_command(ref, signal.SIGKILL)
+    known = _freeze(ref)
+    signal_command(ref, signal.SIGKILL, known)
 
 
 async def spawn_in_session(argv: Any, *, marker: str, env: dict[str, str],

@@ -167,11 +167,15 @@ async def _stop_after_cancelled_spawn(spawn: asyncio.Future[asyncio.subprocess.P
         return
     except (OSError, ValueError):
         return  # it never started
-    ref = CommandRef(proc.pid, marker)
+    # The pipes too: a process the command started may already have left its session,
+    # cleared its environment, and lost its parent; holding our pipes is then its only link.
+    ref = CommandRef(proc.pid, marker, start_time(proc.pid), _pipe_inodes(proc))
     try:
         await _stop_group(proc, ref, grace)
     except asyncio.CancelledError:
         kill_now(ref)
+    finally:
+        _close_pipes(proc)  # nothing reads them; left open, a finaliser closes them after the loop
 
 
 async def _await_readers(proc: asyncio.subprocess.Process, readers: asyncio.Future[Any], timeout: float) -> None:
@@ -187,6 +191,10 @@ async def _await_readers(proc: asyncio.subprocess.Process, readers: asyncio.Futu
 
 def _abandon(proc: asyncio.subprocess.Process, readers: asyncio.Future[Any]) -> None:
     readers.cancel()
+    _close_pipes(proc)
+
+
+def _close_pipes(proc: asyncio.subprocess.Process) -> None:
     # asyncio has no public way to close a subprocess's pipes early; left open, the
     # transport is closed by its finaliser after the event loop is gone, which warns.
     transport = getattr(proc, "_transport", None)

@@ -15,7 +15,8 @@ import pytest
 
 from loopdsl.runtime.redaction import Redactor
 from loopdsl.language.templates import TRUNCATION_MARKER
-from loopdsl.runtime.shell import BASH, ShellResult, run_command
+from loopdsl.runtime.process_tree import MARKER_VAR, new_marker
+from loopdsl.runtime.shell import BASH, ShellResult, _stop_after_cancelled_spawn, run_command
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
 
@@ -294,3 +295,32 @@ def test_processes_that_left_the_group_are_stopped_too(tmp_path: Path, how: str)
         assert [p for p in escaped if _alive(p)] == []
     finally:
         _kill_listed(pids)
+
+
+def test_a_stop_after_a_cancelled_spawn_finds_what_holds_only_the_pipes(tmp_path: Path) -> None:
+    # A cancellation that lands while asyncio is still wiring the pipes is followed by a stop
+    # of its own. By then a child may have left the session, cleared its environment and
+    # lost its parent (the command exited): the output pipe it holds is its only link.
+    pid_file = tmp_path / "pid"
+    script = (f"setsid env -i bash -c 'echo $$ > {pid_file}; exec sleep 61' & "
+              f"while [ ! -s {pid_file} ]; do sleep 0.01; done")
+    marker = new_marker()
+
+    async def scenario() -> None:
+        spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
+            *BASH, script, env={**ENV, MARKER_VAR: marker}, start_new_session=True,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        proc = await spawn
+        while proc.returncode is None:  # the command itself exits; its child lives on
+            await asyncio.sleep(0.01)
+        await _stop_after_cancelled_spawn(spawn, marker, 0.3)
+
+    try:
+        asyncio.run(scenario())
+        child = int(pid_file.read_text())
+        deadline = time.monotonic() + 15  # a bound, not a speed target
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child)
+    finally:
+        _kill_listed(pid_file)
