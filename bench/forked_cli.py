@@ -19,15 +19,20 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TextIO
 
 # The server: imports once, then per line of stdin either forks a command or polls a child.
 _SERVER = r"""
 import atexit, gc, json, os, sys, threading
+import importlib
 import loopdsl.adapters.store.run_store as store
-store.RunStore.lock.__wrapped__.__kwdefaults__['ttl'] = float(os.environ['CRASH_LOCK_TTL'])
+if 'CRASH_LOCK_TTL' in os.environ:  # the crash tests' short lock lifetime, as crash_torture sets it
+    store.RunStore.lock.__wrapped__.__kwdefaults__['ttl'] = float(os.environ['CRASH_LOCK_TTL'])
 from loopdsl.adapters.litellm_loading import ensure_litellm
 from loopdsl.cli import main
 ensure_litellm()
+for name in filter(None, os.environ.get('FORKED_CLI_PRELOAD', '').split(',')):
+    importlib.import_module(name)  # what the forked commands import besides (e.g. temporalio)
 gc.freeze()  # the imported objects stay out of the children's collections (no copy-on-write)
 children = set()
 def answer(value):
@@ -56,6 +61,8 @@ while True:
     children.add(pid)
     answer(pid)
 # The child: the command's own directory, environment and output files, then the CLI.
+if req.get("session"):
+    os.setsid()  # its own session and process group, as Popen(start_new_session=True)
 os.chdir(req["cwd"])
 os.environ.clear(); os.environ.update(req["env"])
 for fd, path, mode in ((0, os.devnull, os.O_RDONLY), (1, req["out"], os.O_WRONLY), (2, req["err"], os.O_WRONLY)):
@@ -89,12 +96,25 @@ class ForkedProcess:
             self.returncode = self.server.ask({"poll": self.pid})
         return self.returncode
 
-    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+    @property
+    def stderr(self) -> TextIO:
+        """What the command has written to stderr so far, as a file to read."""
+        return open(self._err, encoding="utf-8")  # noqa: SIM115  # the caller reads it once
+
+    def err_text(self) -> str:
+        return self._err.read_text(encoding="utf-8")
+
+    def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             if deadline is not None and time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(["loopdsl"], timeout or 0)
             time.sleep(0.005)
+        assert self.returncode is not None
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
         return self._out.read_text(encoding="utf-8"), self._err.read_text(encoding="utf-8")
 
 
@@ -121,12 +141,14 @@ class ForkServer:
         self._proc.stdin.flush()
         return self._read()
 
-    def launch(self, args: Iterable[str], cwd: Path, env: dict[str, str] | None = None) -> ForkedProcess:
+    def launch(self, args: Iterable[str], cwd: Path, env: dict[str, str] | None = None, *,
+               new_session: bool = False) -> ForkedProcess:
         self._count += 1
         out, err = self.scratch / f"{self._count}.out", self.scratch / f"{self._count}.err"
         out.touch()
         err.touch()
-        pid = self.ask({"args": list(args), "cwd": str(cwd), "env": env or self.env, "out": str(out), "err": str(err)})
+        pid = self.ask({"args": list(args), "cwd": str(cwd), "env": env or self.env, "out": str(out), "err": str(err),
+                        "session": new_session})
         assert isinstance(pid, int)
         return ForkedProcess(self, pid, out, err)
 

@@ -19,6 +19,8 @@ from typing import Iterator
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+from forked_cli import ForkedProcess, ForkServer  # noqa: E402  # bench/ is not a package
 # Namespaces besides `default` that docs/scale-out.md uses (a cluster's and a Temporal Cloud one).
 EXTRA_NAMESPACES = ("team-a", "my-ns.a1b2c")
 pytest.importorskip("temporalio", reason="the temporal extra (pip install 'loopdsl[temporal]')")
@@ -78,28 +80,41 @@ def loopdsl(*args: str, cwd: Path, timeout: float = 120, **env: str) -> subproce
                           text=True, timeout=timeout)
 
 
-class Workers:
-    """`loopdsl worker` subprocesses, stopped at the end of the test."""
+@pytest.fixture(scope="session")
+def worker_forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    """One process that has imported the CLI, LiteLLM and the Temporal worker, forking each
+    test's `loopdsl worker` (bench/forked_cli.py): a real process of its own (own pid and
+    session, killed by signals as any worker), without the ~5 CPU-s of imports per worker."""
+    env = cli_env(FORKED_CLI_PRELOAD="loopdsl.cli.temporal_commands,loopdsl.adapters.temporal.worker,"
+                                     "loopdsl.adapters.temporal.client")
+    server = ForkServer(tmp_path_factory.mktemp("forked-workers"), env)
+    try:
+        yield server
+    finally:
+        server.close()
 
-    def __init__(self, address: str, queue: str):
-        self.address, self.queue = address, queue
-        self.procs: list[subprocess.Popen[str]] = []
+
+class Workers:
+    """`loopdsl worker` processes (forked from `worker_forks`), stopped at the end of the test."""
+
+    def __init__(self, address: str, queue: str, forks: ForkServer):
+        self.address, self.queue, self.forks = address, queue, forks
+        self.procs: list[ForkedProcess] = []
 
     def start(self, cwd: Path, *, sticky_s: float = 1.0, extra_args: tuple[str, ...] = (), models: bool = True,
               count: int = 1, **env: str) -> subprocess.Popen[str]:
         """`count` workers started side by side (their start-ups overlap); returns the last.
         `models=False` for a test whose loops call no model: `--no-models` skips LiteLLM's
         import, most of a worker's start-up."""
-        procs = [subprocess.Popen([sys.executable, "-m", "loopdsl", "worker", "--temporal", self.address,
-                                   "--task-queue", self.queue, "--sticky-timeout", str(sticky_s), *extra_args,
-                                   *([] if models else ["--no-models"])],
-                                  cwd=cwd, env=cli_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  text=True, start_new_session=True) for _ in range(count)]
+        args = ["worker", "--temporal", self.address, "--task-queue", self.queue, "--sticky-timeout", str(sticky_s),
+                *extra_args, *([] if models else ["--no-models"])]
+        procs = [self.forks.launch(args, cwd, cli_env(**env), new_session=True) for _ in range(count)]
         self.procs.extend(procs)
-        for proc in procs:
-            assert proc.stderr is not None
-            line = proc.stderr.readline()  # "loopdsl worker: serving ..." once it polls
-            assert "serving" in line, line + proc.stderr.read()
+        deadline = time.monotonic() + 120
+        for proc in procs:  # "loopdsl worker: serving ..." once it polls
+            while "serving" not in proc.err_text():
+                assert proc.poll() is None and time.monotonic() < deadline, proc.err_text()
+                time.sleep(0.02)
         return procs[-1]
 
     def stop_all(self) -> None:
@@ -115,8 +130,8 @@ class Workers:
 
 
 @pytest.fixture
-def workers(temporal_server: str) -> Iterator[Workers]:
-    pool = Workers(temporal_server, "q-" + uuid.uuid4().hex[:8])
+def workers(temporal_server: str, worker_forks: ForkServer) -> Iterator[Workers]:
+    pool = Workers(temporal_server, "q-" + uuid.uuid4().hex[:8], worker_forks)
     try:
         yield pool
     finally:
