@@ -19,7 +19,6 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TextIO
 
 # The server: imports once, then per line of stdin either forks a command or polls a child.
 _SERVER = r"""
@@ -96,12 +95,8 @@ class ForkedProcess:
             self.returncode = self.server.ask({"poll": self.pid})
         return self.returncode
 
-    @property
-    def stderr(self) -> TextIO:
-        """What the command has written to stderr so far, as a file to read."""
-        return open(self._err, encoding="utf-8")  # noqa: SIM115  # the caller reads it once
-
     def err_text(self) -> str:
+        """What the command has written to stderr so far."""
         return self._err.read_text(encoding="utf-8")
 
     def wait(self, timeout: float | None = None) -> int:

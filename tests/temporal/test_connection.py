@@ -86,4 +86,4 @@ def test_the_address_and_api_key_come_from_the_environment_and_stay_out_of_histo
     for text in (out.stdout, out.stderr, shown.stdout, listed.stdout, history):
         assert KEY not in text  # ... but not the key that authenticated the worker and the CLI
     workers.stop_all()
-    assert worker.stderr is not None and KEY not in worker.stderr.read()
+    assert KEY not in worker.err_text()

@@ -45,16 +45,21 @@ def _shown(run_id: str, address: str, cwd: Path, until_not: str | None = None) -
         time.sleep(0.3)
 
 
-def test_a_loop_file_edited_at_a_checkpoint_is_refused_unless_forced(tmp_path: Path, workers: Workers) -> None:
-    from loopdsl.adapters.temporal import loops
-
+def _waiting_run(tmp_path: Path, workers: Workers) -> tuple[Path, str]:
+    """A repository with the first version of LOOP, its worker, and a run waiting at 'approve'."""
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "loop.yaml").write_text(LOOP.replace("VERSION", "first"))
     workers.start(repo, models=False)
     started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, cwd=repo)
     assert started.returncode == 4, started.stdout + started.stderr
-    run_id = run_id_of(started.stderr)
+    return repo, run_id_of(started.stderr)
+
+
+def test_a_loop_file_edited_at_a_checkpoint_is_refused_unless_forced(tmp_path: Path, workers: Workers) -> None:
+    from loopdsl.adapters.temporal import loops
+
+    repo, run_id = _waiting_run(tmp_path, workers)
     # The replay below stands for the worker that ran the run from its start: it saw both versions.
     loops.set_root(repo)
     loops.load("loop.yaml", None)
@@ -86,13 +91,7 @@ def test_a_loop_file_edited_at_a_checkpoint_is_refused_unless_forced(tmp_path: P
 
 def test_an_unchanged_loop_file_needs_no_force_and_local_decisions_refuse_it(tmp_path: Path,
                                                                              workers: Workers) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "loop.yaml").write_text(LOOP.replace("VERSION", "first"))
-    workers.start(repo, models=False)
-    started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, cwd=repo)
-    assert started.returncode == 4, started.stdout + started.stderr
-    run_id = run_id_of(started.stderr)
+    repo, run_id = _waiting_run(tmp_path, workers)
     local = loopdsl("approve", run_id, "--force", cwd=repo)
     assert local.returncode == 2 and "resume" in local.stderr and "Traceback" not in local.stderr, local.stderr
     decided = loopdsl("reject", run_id, "--temporal", workers.address, cwd=repo)
@@ -104,13 +103,7 @@ def test_an_unchanged_loop_file_needs_no_force_and_local_decisions_refuse_it(tmp
 
 
 def test_a_fresh_worker_with_edited_files_says_why_it_cannot_rebuild_the_run(tmp_path: Path, workers: Workers) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "loop.yaml").write_text(LOOP.replace("VERSION", "first"))
-    workers.start(repo, models=False)
-    started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, cwd=repo)
-    assert started.returncode == 4, started.stdout + started.stderr
-    run_id = run_id_of(started.stderr)
+    repo, run_id = _waiting_run(tmp_path, workers)
     workers.stop_all()
     (repo / "loop.yaml").write_text(LOOP.replace("VERSION", "second"))
     workers.start(repo, models=False)  # it never loaded the version the run started with
