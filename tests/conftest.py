@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import compileall
+import multiprocessing
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -25,6 +27,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # once, in the process that starts the xdist workers
         _compile_the_package()
+        if (getattr(config.option, "numprocesses", None) or 0) > 1:
+            _rewrite_the_tests(config)
     # Under pytest-xdist (`-n`), distribute as `load` does but keep each `xdist_group` on one
     # worker: a module whose tests share an expensive module-scoped setup (a venv with a package
     # built into it, a browser, LiteLLM imported in-process) marks itself
@@ -32,18 +36,61 @@ def pytest_configure(config: pytest.Config) -> None:
     # worker its tests happen to land on. Other modes asked for on the command line are kept.
     if getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"
+    # A worker learns the mode from the controller (below): it parses the command line itself,
+    # before `-n` implies `load`, so it would not tag its tests with their groups and the
+    # controller's loadgroup scheduler would see no group at all.
+    if getattr(config, "workerinput", {}).get("loopdsl_loadgroup"):
+        config.option.loadgroup = True
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Start the tests marked `slow` first.
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, controller side: tell each worker whether tests are grouped."""
+    node.workerinput["loopdsl_loadgroup"] = node.config.option.dist == "loadgroup"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: two workers per core the process may use, at most 16.
+
+    Much of the suite waits rather than computes: for a Temporal server and its workers, a
+    killed run's lock to expire, a browser, a stub server's slow reply, a child process's
+    start. With one worker per core a core sits idle through each such wait; with two, the
+    other worker's test fills it. The cap bounds what every worker sets up once (its own
+    Temporal dev server, its collection of the suite) on a machine with many cores.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(16, 2 * cores)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist has tagged the grouped tests
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Start the tests marked `slow` first, and check that grouped tests are grouped.
 
     xdist hands tests out in collection order, so a minute-long end-to-end test collected near
     the end (tests/temporal sorts late) starts when the other worker has nothing left to do and
     stretches the wall time by its whole length. Started first, the long ones overlap each
     other and the many short tests fill the gaps. The order within each kind is kept, so a
     module's tests stay together and share their module-scoped setup.
+
+    In an xdist worker that groups tests, each test of a group has an id ending in `@GROUP`.
+    Where a pytest release changes how ids are kept, xdist's tag is lost without a word and each
+    group's setup runs once per worker again (seen with pytest 9.2): such tests then fail.
     """
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    if config.getoption("loadgroup", False):
+        for item in items:
+            if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+                item.stash[_UNGROUPED] = True
+
+
+_UNGROUPED = pytest.StashKey[bool]()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.stash.get(_UNGROUPED, False):
+        pytest.fail("pytest-xdist did not tag this test with its xdist_group, so groups are ignored: "
+                    "check the pytest and pytest-xdist pins in pyproject.toml", pytrace=False)
 
 
 def _compile_the_package() -> None:
@@ -57,6 +104,57 @@ def _compile_the_package() -> None:
     then reads it wherever it is current. A folder that cannot be written is left as it is.
     """
     compileall.compile_dir(str(Path(loopdsl.__file__).parent), quiet=2)
+
+
+def _rewrite_the_tests(config: pytest.Config) -> None:
+    """Write pytest's assertion-rewritten bytecode of every test module, once, for all workers.
+
+    Each xdist worker imports every test module, and pytest rewrites each module's asserts
+    before compiling it (about 6 s of CPU a worker for this suite). It keeps the result in
+    __pycache__ and reads it back wherever it is current, but writes it only where Python may
+    write bytecode, so under PYTHONDONTWRITEBYTECODE (set on this project's machines and CI)
+    every worker rewrote every module again. Rewritten here once (split over forked processes,
+    one a core), the workers read it. This uses pytest's own rewriting functions, which are not
+    public: if they move, nothing is written and each worker rewrites the modules, as before.
+    """
+    try:
+        from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, get_cache_dir
+    except ImportError:
+        return
+    tests = Path(__file__).resolve().parent
+    stale = [source for source in sorted(tests.rglob("*.py"))
+             if (source.name.startswith("test_") or source.name == "conftest.py")
+             and not {"data", "node_modules"} & set(source.relative_to(tests).parts)
+             and _read_pyc(source, get_cache_dir(source) / (source.name[:-3] + PYC_TAIL)) is None]
+    if not stale:
+        return
+    global _REWRITE_CONFIG
+    _REWRITE_CONFIG = config
+    if "fork" not in multiprocessing.get_all_start_methods():
+        for source in stale:
+            _rewrite_one(source)
+        return
+    # Forked, the children share `config` (nothing to pickle); no thread has started yet.
+    with multiprocessing.get_context("fork").Pool(min(len(stale), os.cpu_count() or 1)) as pool:
+        pool.map(_rewrite_one, stale, chunksize=4)
+
+
+_REWRITE_CONFIG: pytest.Config | None = None
+
+
+def _rewrite_one(source: Path) -> None:
+    from _pytest.assertion.rewrite import PYC_TAIL, _rewrite_test, _write_pyc_fp, get_cache_dir
+
+    pyc = get_cache_dir(source) / (source.name[:-3] + PYC_TAIL)
+    try:
+        stat, code = _rewrite_test(source, _REWRITE_CONFIG)  # type: ignore[arg-type]
+        pyc.parent.mkdir(exist_ok=True)
+        partial = pyc.with_name(f"{pyc.name}.{os.getpid()}")
+        with partial.open("wb") as out:
+            _write_pyc_fp(out, stat, code)
+        os.replace(partial, pyc)  # whole or absent: a worker may read it at any moment
+    except (OSError, SyntaxError):
+        pass  # the worker rewrites it (and reports a syntax error) itself
 
 
 @pytest.fixture

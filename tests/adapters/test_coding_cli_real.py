@@ -44,10 +44,14 @@ CANARY = "CANARY-must-not-reach-the-model"
 
 @pytest.fixture(scope="session")
 def clis(pytestconfig: pytest.Config) -> dict[str, Path]:
-    """Both CLIs, installed once per lock file (`npm ci`, ~360 MB download, ~800 MB on disk),
-    offline afterwards."""
+    """Both CLIs: from tests/coding_cli/node_modules where `npm ci --prefix tests/coding_cli`
+    put them (.ci/run does, before the suite), else installed once per lock file into pytest's
+    cache (~360 MB download, ~800 MB on disk), offline afterwards."""
     if not shutil.which("node") or not shutil.which("npm"):
         pytest.skip("node and npm are needed to install the real claude and codex CLIs")
+    installed = {cli: PACKAGE / "node_modules" / ".bin" / cli for cli in VERSIONS}
+    if all(path.exists() for path in installed.values()):
+        return _checked(installed)
     lock = (PACKAGE / "package-lock.json").read_bytes()
     cache = getattr(pytestconfig, "cache", None)  # absent under -p no:cacheprovider
     name = f"coding-cli-npm-{hashlib.sha256(lock).hexdigest()[:12]}"
@@ -62,6 +66,11 @@ def clis(pytestconfig: pytest.Config) -> dict[str, Path]:
             done = subprocess.run(["npm", "ci", "--prefix", str(prefix), "--no-audit", "--no-fund"],
                                   capture_output=True, text=True, timeout=900)
             assert done.returncode == 0, done.stderr[-4000:]
+    return _checked(bins)
+
+
+def _checked(bins: dict[str, Path]) -> dict[str, Path]:
+    """The CLIs, once each reports the pinned version (a stale node_modules fails here)."""
     for cli, path in bins.items():
         shown = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60)
         assert shown.stdout.strip() == VERSIONS[cli], shown.stdout + shown.stderr
@@ -277,9 +286,11 @@ def test_real_codex_answers_in_a_read_only_sandbox_priced_from_the_table(
     assert (usage["input_tokens"], usage["cache_read_tokens"], usage["cache_write_tokens"]) == (3300, 20_000, 4000)
     assert usage["completion_tokens"] == 120
     calls = [(e["name"], e["summary"], e["ok"]) for e in result.events if e["type"] == "tool_call"]
-    # Codex 0.171 reports the command it ran (shown unwrapped from its `bash -lc`); the write the
-    # sandbox refused is not reported as an item.
-    assert calls == [("shell", "cat a.txt", True)], calls
+    # Codex 0.171 reports the command it ran (shown unwrapped from its `bash -lc`). The write the
+    # sandbox refused is usually not reported as an item; on a loaded machine it sometimes is,
+    # then as failed (seen in a full suite run with four workers on two cores).
+    assert calls in ([("shell", "cat a.txt", True)],
+                     [("shell", "cat a.txt", True), ("shell", "echo x > b.txt", False)]), calls
     assert "the file in the workspace" in next(e for e in result.events if e["type"] == "tool_call")["output"]
 
 
