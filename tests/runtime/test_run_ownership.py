@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -42,6 +43,26 @@ def _run_id(store: Path, cwd: Path) -> str:
     return str(json.loads(listed.stdout)[0]["run_id"])
 
 
+def _suspend_outside_a_write(pid: int, store: Path) -> None:
+    """SIGSTOP the process between two of its store writes. Stopped inside one (its lock's
+    heartbeat writes every fraction of a second), it would hold SQLite's write lock, and no
+    other process could open the store until it is continued: a different case from the one
+    here, met now and then on a loaded machine."""
+    for _ in range(100):
+        os.kill(pid, signal.SIGSTOP)
+        probe = sqlite3.connect(store / "cache.db", timeout=0.2)
+        try:
+            probe.execute("BEGIN IMMEDIATE")  # the write lock, free unless the process holds it
+            probe.rollback()
+            return
+        except sqlite3.OperationalError:
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.02)
+        finally:
+            probe.close()
+    raise AssertionError("the process was inside a store write at each of 100 tries")
+
+
 def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:
     out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out + err
@@ -55,7 +76,7 @@ def test_a_suspended_process_taken_over_stops_and_records_nothing(tmp_path: Path
     first = ct.launch(["run", str(loop), "--store", str(store), "--input", f"marks={marks}"], tmp_path)
     try:
         ct.wait_until(lambda: ct.markers(marks, "slow") >= 1, first, what="the slow step")
-        os.kill(first.pid, signal.SIGSTOP)
+        _suspend_outside_a_write(first.pid, store)
         time.sleep(ct.LOCK_TTL_S * 4)  # its lock expires: it cannot refresh it while stopped
         run_id = _run_id(store, tmp_path)
         code, output = _finish(ct.launch(["resume", run_id, "--store", str(store)], tmp_path))
