@@ -42,6 +42,11 @@ def stub_request(stub: StubServer, model: str = "openai/gpt-4o-mini", **kw: Any)
 def expect_error(stub: StubServer, request: LlmRequest) -> ProviderError:
     with pytest.raises(ProviderError) as info:
         run(LiteLLMProvider().complete(request, state="draft"))
+    # A call that timed out may return before the stub's thread has read the request (seen on a
+    # loaded machine with a 0.4 s timeout): give it a moment to be recorded.
+    deadline = time.monotonic() + 5
+    while not stub.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert len(stub.requests) == 1, "one complete() must be exactly one HTTP request (no hidden retries)"
     return info.value
 
