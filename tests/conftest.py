@@ -144,7 +144,12 @@ _REWRITE_CONFIG: pytest.Config | None = None
 
 
 def _rewrite_one(source: Path) -> None:
-    from _pytest.assertion.rewrite import PYC_TAIL, _rewrite_test, _write_pyc_fp, get_cache_dir
+    from _pytest.assertion.rewrite import (
+        PYC_TAIL,
+        _rewrite_test,
+        _write_pyc_fp,
+        get_cache_dir,
+    )
 
     pyc = get_cache_dir(source) / (source.name[:-3] + PYC_TAIL)
     try:
