@@ -25,6 +25,7 @@ from loopdsl.adapters.store.run_store import (
     default_store_dir,
 )
 from loopdsl.runtime.actions.llm import request_key
+from loopdsl.adapters.store.disk import database_error
 from loopdsl.runtime.errors import StoreError
 
 
@@ -525,3 +526,14 @@ def test_a_missing_event_batch_is_a_damaged_run(store: RunStore, store_dir: Path
         con.execute("DELETE FROM Cache WHERE key = 'run/holed/event/0000000001'")
     with pytest.raises(StoreError, match="counts 3 event batches but 2 are stored"):
         store.events("holed")
+
+
+def test_a_locked_database_is_reported_busy_not_damaged(tmp_path: Path) -> None:
+    # Seen for real: a process stopped inside a write holds SQLite's write lock, and the next
+    # process's open waits its whole busy timeout (30 s, too long for a test) then fails. The
+    # advice for a damaged database (move the store aside) would hide a healthy store's runs.
+    busy = str(database_error(tmp_path, sqlite3.OperationalError("database is locked")))
+    assert "stayed locked by another process" in busy and "stopped or stuck loopdsl process" in busy
+    assert "move the store directory aside" not in busy
+    damaged = str(database_error(tmp_path, sqlite3.DatabaseError("file is not a database")))
+    assert "is unreadable (file is not a database)" in damaged and "move the store directory aside" in damaged

@@ -46,13 +46,26 @@ def _guarded(method: _F) -> _F:
                 "retry; if it persists, look for a stuck loopdsl process",
             ) from None
         except sqlite3.DatabaseError as exc:
-            raise StoreError(
-                f"the run store database {self.directory / DB_NAME} is unreadable: {exc}",
-                "it is left untouched; move the store directory aside (or set "
-                "LOOPDSL_STORE) to start a fresh store",
-            ) from None
+            raise database_error(self.directory, exc) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def database_error(directory: Path, exc: sqlite3.DatabaseError) -> StoreError:
+    """The error for an SQLite failure on the store's database. "locked" or "busy" means
+    another process held the write lock past the wait (one stopped mid-write, say): the
+    database is fine, and moving it aside, the advice for a damaged one, would hide its runs."""
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+        return StoreError(
+            f"the run store database {directory / DB_NAME} stayed locked by another process ({exc})",
+            "retry once that process is done; if it persists, look for a stopped or stuck loopdsl "
+            "process (a suspended job, a paused container) and continue or end it",
+        )
+    return StoreError(
+        f"the run store database {directory / DB_NAME} is unreadable ({exc})",
+        "it is left untouched; move the store directory aside (or set LOOPDSL_STORE) to start "
+        "a fresh store",
+    )
 
 
 # --------------------------------------------------------------------------- JSON disk

@@ -40,7 +40,8 @@ import diskcache
 
 # The on-disk layer and the run lock live in their own modules; their public names are
 # re-exported (see `__all__`) so `from loopdsl.adapters.store.run_store import ...` keeps working.
-from .disk import DB_NAME, FORMAT_VERSION, MARKER_NAME, JsonOnlyDisk, _guarded, _prepare_directory, put_rows, read_range
+from .disk import (DB_NAME, FORMAT_VERSION, MARKER_NAME, JsonOnlyDisk, _guarded, _prepare_directory, database_error,
+                   put_rows, read_range)
 from ...runtime.errors import StoreError
 from ...runtime.run_state import events_problem, record_problem
 from ...runtime.run_keys import (
@@ -107,11 +108,7 @@ class RunStore:
                 sqlite_wal_autocheckpoint=4000,
             )
         except sqlite3.DatabaseError as exc:
-            raise StoreError(
-                f"the run store database {self.directory / DB_NAME} is unreadable ({exc})",
-                "it was left untouched; move the store directory aside (or set LOOPDSL_STORE) "
-                "to start a fresh store",
-            ) from None
+            raise database_error(self.directory, exc) from None
         self._locks: set[RunLock] = set()
         self._locks_guard = threading.Lock()
         self._rows = RunRows()  # what this process wrote of each run (see commit)
