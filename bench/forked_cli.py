@@ -31,7 +31,12 @@ from loopdsl.adapters.litellm_loading import ensure_litellm
 from loopdsl.cli import main
 ensure_litellm()
 for name in filter(None, os.environ.get('FORKED_CLI_PRELOAD', '').split(',')):
-    importlib.import_module(name)  # what the forked commands import besides (e.g. temporalio)
+    # What the forked commands import besides (e.g. temporalio); `module:function` also calls
+    # that function once, for what a process computes once and keeps (a memoized value).
+    module, _, function = name.partition(':')
+    loaded = importlib.import_module(module)
+    if function:
+        getattr(loaded, function)()
 gc.freeze()  # the imported objects stay out of the children's collections (no copy-on-write)
 children = set()
 def answer(value):

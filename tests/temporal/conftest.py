@@ -84,9 +84,16 @@ def loopdsl(*args: str, cwd: Path, timeout: float = 120, **env: str) -> subproce
 def worker_forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
     """One process that has imported the CLI, LiteLLM and the Temporal worker, forking each
     test's `loopdsl worker` (bench/forked_cli.py): a real process of its own (own pid and
-    session, killed by signals as any worker), without the ~5 CPU-s of imports per worker."""
+    session, killed by signals as any worker), without the ~5 CPU-s of imports per worker.
+
+    It also does once what each worker would do at start: the imports `warm_imports` makes
+    (half the modules a forked worker still imported), and the SDK's default worker build id,
+    a hash of the bytecode of every loaded module (~3,600 with LiteLLM) that the SDK memoizes
+    per process (0.45 CPU-s a worker, measured with cProfile in the forked workers: most of a
+    short test worker's own CPU)."""
     env = cli_env(FORKED_CLI_PRELOAD="loopdsl.cli.temporal_commands,loopdsl.adapters.temporal.worker,"
-                                     "loopdsl.adapters.temporal.client")
+                                     "loopdsl.adapters.temporal.client,loopdsl.adapters.temporal.worker:warm_imports,"
+                                     "temporalio.worker._worker:load_default_build_id")
     server = ForkServer(tmp_path_factory.mktemp("forked-workers"), env)
     try:
         yield server
