@@ -28,8 +28,10 @@ _BLOCK = re.compile(r"(?P<before>[^\n]*)\n```bash\n(?P<body>.*?)^```", re.MULTIL
 _PIP = re.compile(r"\b((?:python3? -m )?pip3? install)\b")
 _VENV = re.compile(r"\b(python3? -m venv) (\S+)")
 OUTER_ENV = Path(__file__).resolve().parent / "outer_env.py"
+# node_modules: the test tools npm installed under tests/ (the coding CLIs alone are ~800 MB),
+# which no document uses.
 SKIPPED_DIRS = {".git", ".venv", "build", ".loopdsl", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", "__pycache__",
-                ".benchmarks", "loopdsl.egg-info"}
+                ".benchmarks", "loopdsl.egg-info", "node_modules"}
 
 
 def shell_blocks(text: str) -> list[str]:
