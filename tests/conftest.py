@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import compileall
-import multiprocessing
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,8 +59,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     own fixed costs (its Temporal dev server, LiteLLM's import, its share of collection), and
     the timing-bound tests then run on a machine busier than it has cores.
     """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return cores + 1
+    return _usable_cores() + 1
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist has tagged the grouped tests
@@ -123,44 +121,51 @@ def _rewrite_the_tests(config: pytest.Config) -> None:
     except ImportError:
         return
     tests = Path(__file__).resolve().parent
-    stale = [source for source in sorted(tests.rglob("*.py"))
-             if (source.name.startswith("test_") or source.name == "conftest.py")
-             and not {"data", "node_modules"} & set(source.relative_to(tests).parts)
-             and _read_pyc(source, get_cache_dir(source) / (source.name[:-3] + PYC_TAIL)) is None]
-    if not stale:
+    stale = []
+    for source in sorted(tests.rglob("*.py")):
+        if ((source.name.startswith("test_") or source.name == "conftest.py")
+                and not {"data", "node_modules"} & set(source.relative_to(tests).parts)):
+            pyc = get_cache_dir(source) / (source.name[:-3] + PYC_TAIL)
+            if _read_pyc(source, pyc) is None:
+                stale.append((source, pyc))
+    if not hasattr(os, "fork"):
+        _rewrite(stale, config)
         return
-    global _REWRITE_CONFIG
-    _REWRITE_CONFIG = config
-    if "fork" not in multiprocessing.get_all_start_methods():
-        for source in stale:
-            _rewrite_one(source)
-        return
-    # Forked, the children share `config` (nothing to pickle); no thread has started yet.
-    with multiprocessing.get_context("fork").Pool(min(len(stale), os.cpu_count() or 1)) as pool:
-        pool.map(_rewrite_one, stale, chunksize=4)
+    # Plain forks (no thread has started yet): each child rewrites every n-th module and ends;
+    # nothing crosses a pipe, so nothing is pickled (a pool would pickle its function by a
+    # module name, and which `conftest` module that name finds depends on what was collected).
+    shares = min(len(stale), _usable_cores())
+    children = []
+    for index in range(shares):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _rewrite(stale[index::shares], config)
+            finally:
+                os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
 
 
-_REWRITE_CONFIG: pytest.Config | None = None
+def _rewrite(modules: list[tuple[Path, Path]], config: pytest.Config) -> None:
+    from _pytest.assertion.rewrite import _rewrite_test, _write_pyc_fp
+
+    for source, pyc in modules:
+        try:
+            stat, code = _rewrite_test(source, config)
+            pyc.parent.mkdir(exist_ok=True)
+            partial = pyc.with_name(f"{pyc.name}.{os.getpid()}")
+            with partial.open("wb") as out:
+                _write_pyc_fp(out, stat, code)
+            os.replace(partial, pyc)  # whole or absent: a worker may read it at any moment
+        except (OSError, SyntaxError):
+            pass  # the worker rewrites it (and reports a syntax error) itself
 
 
-def _rewrite_one(source: Path) -> None:
-    from _pytest.assertion.rewrite import (
-        PYC_TAIL,
-        _rewrite_test,
-        _write_pyc_fp,
-        get_cache_dir,
-    )
-
-    pyc = get_cache_dir(source) / (source.name[:-3] + PYC_TAIL)
-    try:
-        stat, code = _rewrite_test(source, _REWRITE_CONFIG)  # type: ignore[arg-type]
-        pyc.parent.mkdir(exist_ok=True)
-        partial = pyc.with_name(f"{pyc.name}.{os.getpid()}")
-        with partial.open("wb") as out:
-            _write_pyc_fp(out, stat, code)
-        os.replace(partial, pyc)  # whole or absent: a worker may read it at any moment
-    except (OSError, SyntaxError):
-        pass  # the worker rewrites it (and reports a syntax error) itself
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, where the system has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from cli_forked import loopdsl_command
 
 STATUS_NAMES = {0: "UNSET", 1: "OK", 2: "ERROR"}
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +131,7 @@ def otel_env(endpoint: str | None, **extra: str) -> dict[str, str]:
 
 
 def run_loopdsl(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([*loopdsl_command(), *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=180)
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_forked import loopdsl_bin
 from test_docs_shell import shell_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +26,7 @@ def test_the_github_walkthrough_runs(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("LOOPDSL_", "OPENAI", "ANTHROPIC", "GITHUB_", "GIT_"))}
     env.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1", PYTHONPATH=str(ROOT),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+               PATH=os.pathsep.join([str(loopdsl_bin()), str(Path(sys.executable).parent), env.get("PATH", "")]))
     done = subprocess.run(["bash", "--noprofile", "--norc", "-c", "set -e\n" + "\n".join(blocks) + "\n"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

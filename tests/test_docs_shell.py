@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_forked import loopdsl_bin
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = sorted((ROOT / "docs" / "tutorials").glob("*.md"))
@@ -88,7 +89,9 @@ def test_document_shell_blocks_run(document: Path, tmp_path: Path) -> None:
         pytest.fail(f"{document.name} runs pip install outside a venv it made: it would change the test interpreter")
     where = _workspace(document, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPDSL_", "OPENAI", "ANTHROPIC"))}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    # `loopdsl` forked from a preloaded server (tests/cli_forked.py); a document's own venv, once
+    # activated, comes first with its own `loopdsl`.
+    env["PATH"] = os.pathsep.join([str(loopdsl_bin()), str(Path(sys.executable).parent), env.get("PATH", "")])
     script = "set -e\n" + "\n".join(blocks) + "\n"
     done = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], cwd=where, env=env,
                           capture_output=True, text=True, timeout=600)

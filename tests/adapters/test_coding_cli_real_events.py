@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from stub_server import StubReply, StubServer, tool_call
 from test_coding_cli_real import CLAUDE_KEY, clis, loop_file, stubs, world  # noqa: F401  (fixtures)
+from cli_forked import loopdsl_command
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def loopdsl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))  # `world` set the key and a hostile outer env
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([*loopdsl_command(), *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=180)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import cli_in_process
+from cli_forked import loopdsl_command
 
 SECRET = "npm_Q7tR2vX9kLm4Pz8Wc1Yb"
 # What the commands below write, byte for byte: each must be absent from everything kept.
@@ -84,7 +85,7 @@ def _run(repo: Path, cmd: str, *, real: bool = False) -> tuple[subprocess.Comple
     if real:
         env = {**os.environ, "NPM_TOKEN": SECRET}
         env.pop("LOOPDSL_STORE", None)
-        proc = subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=repo, env=env, capture_output=True,
+        proc = subprocess.run([*loopdsl_command(), *args], cwd=repo, env=env, capture_output=True,
                               timeout=180)
     else:
         done = cli_in_process(args, repo, {"NPM_TOKEN": SECRET})
@@ -148,7 +149,7 @@ def test_a_secret_in_any_encoding_refuses_the_commit_and_names_the_files(repo: P
         assert not any(f in stream for f in FORMS)
     assert WRAPPED in (worktree / "wrapped.txt").read_bytes()
     assert [p for p in _holding_secret(store) if not p.startswith(f"worktrees/{run_id}/")] == []
-    shown = subprocess.run([sys.executable, "-m", "loopdsl", "show", run_id, "--store", str(store)],
+    shown = subprocess.run([*loopdsl_command(), "show", run_id, "--store", str(store)],
                            cwd=repo, capture_output=True, timeout=60)
     assert b"raw.txt" in shown.stdout and not any(f in shown.stdout + shown.stderr for f in FORMS)
 

@@ -13,12 +13,13 @@ import pytest
 from cli_in_process import cli_in_process
 
 from loopdsl.project.init import find_pattern
+from cli_forked import loopdsl_command
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def loopdsl_process(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([*loopdsl_command(), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300, check=False, env={**os.environ, "NO_COLOR": "1"})
 
 

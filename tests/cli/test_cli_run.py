@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import cli_in_process
+from cli_forked import loopdsl_command
 
 DATA = Path(__file__).parents[1] / "data" / "runs"
 TYPED = DATA / "typed_inputs.yaml"
@@ -26,7 +27,7 @@ def loopdsl(*args: str, cwd: Path, real: bool = False) -> subprocess.CompletedPr
     env["LOOPDSL_USER"] = "cli-test"
     if not real:
         return cli_in_process(args, cwd, env, only_env=True)
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([*loopdsl_command(), *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=120, input="")
 
 

@@ -16,6 +16,7 @@ from cli_in_process import cli_in_process
 import loopdsl
 from loopdsl.api.durable import abort
 from loopdsl.adapters.store.run_store import RunStore
+from cli_forked import loopdsl_command
 
 DATA = Path(__file__).parents[1] / "data" / "durable"
 
@@ -29,7 +30,7 @@ def _process(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProc
     """A real `python -m loopdsl` subprocess."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
     environ.update(env)
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], check=False, cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
+    return subprocess.run([*loopdsl_command(), *args], check=False, cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)
 
 

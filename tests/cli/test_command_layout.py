@@ -24,6 +24,7 @@ from loopdsl.project.init import InitError
 from loopdsl.project.install_source import InstallSourceError
 from loopdsl.project.schedule import ScheduleError
 from loopdsl.runtime.errors import ScriptError, ScriptExhausted, StoreError
+from cli_forked import loopdsl_command
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP = ROOT / "tests" / "data" / "project" / "strong" / "loops" / "notes.yaml"
@@ -118,7 +119,7 @@ def test_every_user_error_is_a_loopdsl_error_with_its_exit_code() -> None:
 
 def test_a_user_error_from_any_command_is_a_message_not_a_traceback(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "loopdsl", "lock", str(tmp_path)], cwd=tmp_path, env=env,
+    done = subprocess.run([*loopdsl_command(), "lock", str(tmp_path)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.startswith(f"loopdsl: error: no loadable loop files under {tmp_path}\n  hint: lint them")

@@ -18,6 +18,7 @@ from cli_in_process import cli_in_process
 from stub_server import StubServer
 
 import loopdsl
+from cli_forked import loopdsl_command
 
 pytestmark = pytest.mark.xdist_group("first-use-scaffold")  # the scaffolded project, once (tests/conftest.py)
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +78,7 @@ def scaffold(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`loopdsl init --pattern daily-triage`, committed to a fresh git repository."""
     base = tmp_path_factory.mktemp("first-use")
     env = bare_env(base, **GIT_IDENTITY)
-    subprocess.run([sys.executable, "-m", "loopdsl", "init", "proj", "--pattern", "daily-triage", "--pip-spec", "loopdsl==0.1.0"], cwd=base,
+    subprocess.run([*loopdsl_command(), "init", "proj", "--pattern", "daily-triage", "--pip-spec", "loopdsl==0.1.0"], cwd=base,
                    env=env, check=True, capture_output=True, timeout=120)
     project = base / "proj"
     for command in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "scaffold"]):

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from loopdsl.adapters.terminal_safe import visible, visible_json
+from cli_forked import loopdsl_command
 
 LOOP = Path(__file__).parents[1] / "data" / "limits" / "escapes.yaml"
 # ESC, BEL, CR, C1 CSI (U+009B), SOH: what the loop's command prints; tab and newline are fine.
@@ -20,7 +21,7 @@ RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 def loopdsl(*args: str, cwd: Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "LOOPDSL_STORE"}
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([*loopdsl_command(), *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=120, **kwargs)  # type: ignore[call-overload]
 
 

@@ -16,6 +16,7 @@ from cli_in_process import cli_in_process
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "ui"))
 from ui_support import free_port  # noqa: E402
+from cli_forked import loopdsl_command
 
 SECRET = "s3cr3t-transcript-value-42"
 LOOP = """loopdsl: 1
@@ -42,7 +43,7 @@ def loopdsl(*args: str, cwd: Path, real: bool = False) -> subprocess.CompletedPr
     env["MY_TOKEN"] = SECRET
     if not real:
         return cli_in_process(args, cwd, env, only_env=True)
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([*loopdsl_command(), *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
@@ -97,7 +98,7 @@ def test_the_ui_run_page_shows_the_prompt_escaped(done_run: tuple[Path, Path, st
     base, store, run_id = done_run
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
-    proc = subprocess.Popen([sys.executable, "-m", "loopdsl", "ui", "--port", str(port), "--store", str(store)],
+    proc = subprocess.Popen([*loopdsl_command(), "ui", "--port", str(port), "--store", str(store)],
                             cwd=base, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         page = ""

@@ -22,6 +22,7 @@ from loopdsl.language.diagnostics import LoopError
 from loopdsl.lint.pipeline import lint_paths
 from loopdsl.language.model import build_loop
 from loopdsl.language.templates import InputFacts, TemplateError, analyze_shell, argv_problems, check_shell
+from cli_forked import loopdsl_command
 
 MARKER = "MARKER"
 ARITH = "a[$(touch MARKER)]"
@@ -330,7 +331,7 @@ def test_lint_reports_the_rule_with_file_line_and_column(tmp_path: Path) -> None
             next: done
           done: {end: completed}
         """))
-    done = subprocess.run([sys.executable, "-m", "loopdsl", "lint", str(path)], capture_output=True,
+    done = subprocess.run([*loopdsl_command(), "lint", str(path)], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 1
     assert f"{path}:7:16: error:" in done.stdout and "[shell-arithmetic]" in done.stdout
@@ -354,7 +355,7 @@ def test_loopdsl_run_with_a_hostile_input_refuses_and_runs_nothing(name: str, tm
     path.write_text(json.dumps(loop_with_shell(template, "input")))
     args = ["run", str(path), "--input", f"v={value}"]
     if name == "test--eq":  # one case through a real `python -m loopdsl`; the others in process
-        done = subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=tmp_path, capture_output=True,
+        done = subprocess.run([*loopdsl_command(), *args], cwd=tmp_path, capture_output=True,
                               text=True, timeout=120)
     else:
         done = cli_in_process(args, cwd=tmp_path)

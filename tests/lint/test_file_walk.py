@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from cli_in_process import cli_in_process
+from cli_forked import loopdsl_command
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP = """\
@@ -21,7 +22,7 @@ states:
 
 def _loopdsl(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=env,
+    return subprocess.run([*loopdsl_command(), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -21,6 +21,7 @@ from loopdsl.lint import registry as rules
 from loopdsl.language.diagnostics import LoopError
 from loopdsl.lint.pipeline import LintSession, lint_paths, lint_source, load_loop, run_lint_cli
 from loopdsl.language.skills import check_skill, missing_sections, read_skill
+from cli_forked import loopdsl_command
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
@@ -54,7 +55,7 @@ def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
 def real_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, "-m", "loopdsl", *args],
+        [*loopdsl_command(), *args],
         cwd=cwd or REPO, capture_output=True, text=True, env=env, timeout=60,
     )
 

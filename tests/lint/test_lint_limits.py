@@ -12,6 +12,7 @@ import pytest
 from cli_in_process import cli_in_process
 
 from loopdsl.language.dominators import DominatorTree
+from cli_forked import loopdsl_command
 
 HEAD = """\
 loopdsl: 1
@@ -44,7 +45,7 @@ DEEP = {
 
 def lint(path: Path) -> subprocess.CompletedProcess[str]:
     """A real process: the deep cases are about a crash (stack overflow) never reaching the user."""
-    return subprocess.run([sys.executable, "-m", "loopdsl", "lint", "--format", "json", str(path)],
+    return subprocess.run([*loopdsl_command(), "lint", "--format", "json", str(path)],
                           capture_output=True, text=True, timeout=120)
 
 

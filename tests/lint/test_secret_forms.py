@@ -20,6 +20,7 @@ import pytest
 
 import loopdsl
 from loopdsl.language.model import build_loop
+from cli_forked import loopdsl_command
 
 pytestmark = pytest.mark.xdist_group("secret-forms-run")  # the run every test inspects, once (tests/conftest.py)
 SECRET = 'zq9-S"ECRET/7Vx3kL+w8uniq'
@@ -126,10 +127,10 @@ def forms_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     work.mkdir()
     env = {**os.environ, "MY_TOKEN": SECRET}
     env.pop("LOOPDSL_STORE", None)
-    proc = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(base / "loop.yaml"), "--json", "--store",
+    proc = subprocess.run([*loopdsl_command(), "run", str(base / "loop.yaml"), "--json", "--store",
                            str(store), "--input", f"script={script}"], cwd=work, env=env, capture_output=True, timeout=180)
     summary = json.loads(proc.stdout.decode().splitlines()[-1])
-    show = subprocess.run([sys.executable, "-m", "loopdsl", "show", summary["run_id"], "--json", "--store", str(store)],
+    show = subprocess.run([*loopdsl_command(), "show", summary["run_id"], "--json", "--store", str(store)],
                           cwd=work, env=env, capture_output=True, timeout=60)
     return {"proc": proc, "summary": summary, "show": show, "store": store, "work": work}
 

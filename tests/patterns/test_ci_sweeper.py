@@ -24,6 +24,7 @@ from .conftest import (
     commit_file,
     git,
 )
+from cli_forked import loopdsl_command
 
 LOOP = LOOPS_DIR / "ci-sweeper.yaml"
 REPLIES = SCRIPTS_DIR / "ci-sweeper.replies.yaml"
@@ -235,7 +236,7 @@ def test_passing_tests_end_the_run_without_a_model_call(scratch_repo: Path, tmp_
 
 
 def test_lint_strict_passes() -> None:
-    completed = subprocess.run([sys.executable, "-m", "loopdsl", "lint", "--strict", str(LOOP)],
+    completed = subprocess.run([*loopdsl_command(), "lint", "--strict", str(LOOP)],
                                capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "0 errors, 0 warnings in 1 file" in completed.stdout + completed.stderr

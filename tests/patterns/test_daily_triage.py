@@ -16,6 +16,7 @@ from .conftest import (
     git,
     run_loop,
 )
+from cli_forked import loopdsl_command
 
 OWNED_LOOPS = ["daily-triage", "changelog-drafter", "post-merge-cleanup", "issue-triage"]
 SINCE = "2024-03-09T00:00:00+00:00"
@@ -108,7 +109,7 @@ def test_daily_triage_rejected_publishes_nothing(scratch_repo: Path, tmp_path: P
 
 def test_lint_strict_passes_on_the_four_pattern_loops() -> None:
     files = [str(LOOPS_DIR / f"{name}.yaml") for name in OWNED_LOOPS]
-    done = subprocess.run([sys.executable, "-m", "loopdsl", "lint", "--strict", *files],
+    done = subprocess.run([*loopdsl_command(), "lint", "--strict", *files],
                           cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 errors, 0 warnings in 4 files" in done.stdout + done.stderr

@@ -19,6 +19,7 @@ from .conftest import (
     git,
     run_loop,
 )
+from cli_forked import loopdsl_command
 
 LOOP = LOOPS_DIR / "dependency-sweeper.yaml"
 CHILD = LOOPS_DIR / "parts" / "dependency-bump.yaml"
@@ -185,7 +186,7 @@ def test_a_missing_manifest_is_a_clear_failure(scratch_repo: Path, tmp_path: Pat
 def test_lint_passes_with_one_known_warning() -> None:
     """The repair agent's failure path reverts the bump (a shell state lint cannot see into)
     before the child completes; the sweeper's own checkpoint comes after every bump."""
-    completed = subprocess.run([sys.executable, "-m", "loopdsl", "lint", str(LOOP), str(CHILD)],
+    completed = subprocess.run([*loopdsl_command(), "lint", str(LOOP), str(CHILD)],
                                capture_output=True, text=True, check=False)
     out = completed.stdout + completed.stderr
     assert completed.returncode == 0, out

@@ -23,6 +23,7 @@ from .conftest import (
     git,
     run_loop,
 )
+from cli_forked import loopdsl_command
 
 LOOP = LOOPS_DIR / "pr-babysitter.yaml"
 REPLIES = SCRIPTS_DIR / "pr-babysitter.replies.yaml"
@@ -239,7 +240,7 @@ def test_the_review_tools_read_the_branch_and_refuse_what_is_not_in_it(scratch_r
 
 def test_lint_strict_passes() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "loopdsl", "lint", "--strict", str(LOOP), str(LOOPS_DIR / "parts" / "pr-check.yaml")],
+        [*loopdsl_command(), "lint", "--strict", str(LOOP), str(LOOPS_DIR / "parts" / "pr-check.yaml")],
         capture_output=True, text=True, check=False,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr

@@ -281,6 +281,7 @@ def test_every_suggested_command_runs_as_printed_from_where_audit_ran(where: str
     import subprocess
     import sys
 
+    from cli_forked import loopdsl_bin
     from cli_in_process import cli_in_process
 
     project = tmp_path / "my project"  # a space: the printed paths must be quoted
@@ -290,7 +291,7 @@ def test_every_suggested_command_runs_as_printed_from_where_audit_ran(where: str
     (project / "loops" / "broken.yaml").write_text("loopdsl: 1\nname: broken\nstart: nowhere\nstates: {}\n")
     cwd, target = (tmp_path, "my project") if where == "parent" else (project / "loops", "..")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = os.pathsep.join([str(loopdsl_bin()), str(Path(sys.executable).parent), env.get("PATH", "")])
 
     def sh(command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["bash", "--noprofile", "--norc", "-c", command], cwd=cwd, env=env,

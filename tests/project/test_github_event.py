@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cli_in_process import cli_in_process
 from git_repos import git, isolate_git, make_repo
+from cli_forked import loopdsl_command
 
 GREETER = """loopdsl: 1
 name: greeter
@@ -93,7 +94,7 @@ def loopdsl(cwd: Path, *args: str, event: tuple[str, dict] | None = None, real: 
     full["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])  # for gates that import loopdsl
     if not real:
         return cli_in_process(args, cwd, full, only_env=True)
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=full, capture_output=True,
+    return subprocess.run([*loopdsl_command(), *args], cwd=cwd, env=full, capture_output=True,
                           text=True, timeout=120)
 
 

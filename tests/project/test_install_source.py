@@ -26,6 +26,7 @@ from test_precommit import snapshot_of_this_checkout
 from test_schedule import actionlint, lint_workflow
 
 from loopdsl.project.install_source import InstallSourceError, from_direct_url, from_spec
+from cli_forked import loopdsl_command
 
 __all__ = ["actionlint"]  # a fixture, imported for its use below
 DATA = Path(__file__).parents[1] / "data" / "project"
@@ -171,7 +172,7 @@ def test_the_scaffolds_local_python_hook_installs_the_spec_and_lints(served: str
 
     spec = f"loopdsl @ {served}"
     project = tmp_path / "proj"
-    made = subprocess.run([sys.executable, "-m", "loopdsl", "init", str(project), "--pattern", "daily-triage",
+    made = subprocess.run([*loopdsl_command(), "init", str(project), "--pattern", "daily-triage",
                            "--pip-spec", spec], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert made.returncode == 0, made.stderr
     hook = YAML(typ="safe").load((project / ".pre-commit-config.yaml").read_text())["repos"][0]["hooks"][0]

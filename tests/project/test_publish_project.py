@@ -8,6 +8,7 @@ from pathlib import Path
 
 from loopdsl.lint.pipeline import load_loop
 from loopdsl.project.dry_run import dry_run
+from cli_forked import loopdsl_command
 
 
 def test_the_dry_run_names_the_writes_and_when() -> None:
@@ -40,7 +41,7 @@ def test_loop_tests_check_the_publish_templates_and_write_nothing(tmp_path: Path
         (tmp_path / f"{name}.test.yaml").write_text(f"loop: {name}.yaml\nexpect: {{status: completed}}\n")
     # No GITHUB_REPOSITORY nor token: a test never reaches GitHub, so it needs neither.
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run([sys.executable, "-m", "loopdsl", "test", str(tmp_path)], cwd=tmp_path, env=env,
+    done = subprocess.run([*loopdsl_command(), "test", str(tmp_path)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.stdout.splitlines()[-1] == "1 passed, 1 failed", done.stdout + done.stderr
     [good] = [line for line in done.stdout.splitlines() if "good.test.yaml" in line]

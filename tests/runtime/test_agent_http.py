@@ -17,6 +17,7 @@ from loopdsl.adapters.litellm import ensure_litellm
 from loopdsl.adapters.store.run_store import RunStore
 
 import loopdsl
+from cli_forked import loopdsl_command
 
 OPENAI, ANTHROPIC = "openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"
 PRICE = "price: {input_per_mtok: 1, output_per_mtok: 2}"
@@ -87,17 +88,17 @@ def test_loopdsl_run_shows_each_tool_call_and_show_lists_them(tmp_path: Path) ->
     script = tmp_path / "replies.yaml"
     script.write_text("work:\n  - tool_calls: [{name: count_lines, args: {file: a.txt}}]\n  - It has 3 lines.\n")
     store = tmp_path / "store"
-    ran = subprocess.run([sys.executable, "-m", "loopdsl", "run", str(loop), "--script", str(script),
+    ran = subprocess.run([*loopdsl_command(), "run", str(loop), "--script", str(script),
                           "--store", str(store)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
     [line] = [ln for ln in ran.stderr.splitlines() if ln.strip().startswith("tool ")]
     assert line.strip().startswith("tool count_lines a.txt ok ") and line.strip().endswith("s")
     run_id = RunStore(store).list_runs()[0]["run_id"]
-    shown = subprocess.run([sys.executable, "-m", "loopdsl", "show", run_id, "--store", str(store)],
+    shown = subprocess.run([*loopdsl_command(), "show", run_id, "--store", str(store)],
                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
     assert "tool calls:" in shown.stdout and "work #1 turn 1: tool count_lines a.txt ok" in shown.stdout
-    runs = subprocess.run([sys.executable, "-m", "loopdsl", "show", run_id, "--store", str(store), "--json"],
+    runs = subprocess.run([*loopdsl_command(), "show", run_id, "--store", str(store), "--json"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert runs.returncode == 0, runs.stderr
     events = [e for e in json.loads(runs.stdout)["events"] if e["type"] == "tool_call"]

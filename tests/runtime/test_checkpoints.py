@@ -19,6 +19,7 @@ from loopdsl.adapters.store.run_store import RunStore
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from cli_in_process import cli_in_process  # noqa: E402
+from cli_forked import loopdsl_command
 
 DATA = Path(__file__).parents[1] / "data" / "durable"
 
@@ -37,7 +38,7 @@ def _cli_process(args: list[str], cwd: Path, **env: str | None) -> subprocess.Co
             environ.pop(key, None)
         else:
             environ[key] = value
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], check=False, cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
+    return subprocess.run([*loopdsl_command(), *args], check=False, cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from cli_in_process import cli_in_process  # noqa: E402
+from cli_forked import loopdsl_command
 
 LOOP = """\
 loopdsl: 1
@@ -43,7 +44,7 @@ def _run(workspace: Path, pkg: str, *, gate: bool = False) -> subprocess.Complet
     if pkg not in ("out", "pkgs/inner"):
         return cli_in_process(args, workspace)
     env = {k: v for k, v in os.environ.items() if k != "LOOPDSL_STORE"}
-    return subprocess.run([sys.executable, "-m", "loopdsl", "run", "loop.yaml", "--no-store", "--input", f"pkg={pkg}"],
+    return subprocess.run([*loopdsl_command(), "run", "loop.yaml", "--no-store", "--input", f"pkg={pkg}"],
                           cwd=workspace, env=env, capture_output=True, text=True, timeout=60)
 
 

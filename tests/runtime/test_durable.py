@@ -23,6 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import crash_torture as ct
+from cli_forked import loopdsl_command
 from cli_in_process import cli_in_process
 
 import loopdsl
@@ -41,7 +42,7 @@ def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 def _cli_process(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """`python -m loopdsl ARGS` as a process of its own, where a second process is the point."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], check=False, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+    return subprocess.run([*loopdsl_command(), *args], check=False, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -18,6 +18,7 @@ from loopdsl.runtime.redaction import Redactor
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from cli_in_process import cli_in_process  # noqa: E402
+from cli_forked import loopdsl_command
 
 LOOP = Path(__file__).parents[1] / "data" / "limits" / "json_reply.yaml"
 SECRET = "sekrit-value-123"
@@ -31,7 +32,7 @@ def run_loop(tmp_path: Path, replies: list[str], *extra: str, process: bool = Fa
         return cli_in_process(args, tmp_path, {"TOK": SECRET})
     env = {k: v for k, v in os.environ.items() if k != "LOOPDSL_STORE"}
     env["TOK"] = SECRET
-    return subprocess.run([sys.executable, "-m", "loopdsl", "run", str(LOOP), "--script", str(script),
+    return subprocess.run([*loopdsl_command(), "run", str(LOOP), "--script", str(script),
                            "--store", str(tmp_path / "store"), *extra],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from cli_in_process import cli_in_process  # noqa: E402
 
 from loopdsl.adapters.store.run_store import RunStore
+from cli_forked import loopdsl_command
 
 DATA = Path(__file__).parents[1] / "data" / "durable"
 EXIT_CHANGED = 5
@@ -132,7 +133,7 @@ def _waiting_run(tmp_path: Path) -> tuple[Path, str]:
 
 def test_concurrent_approve_and_reject_record_exactly_one(tmp_path: Path) -> None:
     store, run_id = _waiting_run(tmp_path)
-    procs = [subprocess.Popen([sys.executable, "-m", "loopdsl", verb, run_id, "--store", str(store)], cwd=tmp_path,
+    procs = [subprocess.Popen([*loopdsl_command(), verb, run_id, "--store", str(store)], cwd=tmp_path,
                               env=ct.cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for verb in ("approve", "reject")]
     results = [_finish(p) for p in procs]

@@ -22,6 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from cli_in_process import cli_in_process  # noqa: E402
+from cli_forked import loopdsl_command
 
 pytestmark = pytest.mark.xdist_group("leaky-run")  # the run every test inspects, once (tests/conftest.py)
 SECRET = "zq9-SECRET-7Vx3kLw8uniq"
@@ -94,12 +95,12 @@ def leaky_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     env = {**os.environ, "MY_TOKEN": SECRET}
     env.pop("LOOPDSL_STORE", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "loopdsl", "run", str(loop), "--script", str(script), "--json", "--store", str(store)],
+        [*loopdsl_command(), "run", str(loop), "--script", str(script), "--json", "--store", str(store)],
         cwd=work, env=env, capture_output=True, timeout=180,
     )
     lines = [json.loads(line) for line in proc.stdout.decode().splitlines() if line.strip()]
     summary = lines[-1]
-    show = subprocess.run([sys.executable, "-m", "loopdsl", "show", summary["run_id"], "--json", "--store", str(store)],
+    show = subprocess.run([*loopdsl_command(), "show", summary["run_id"], "--json", "--store", str(store)],
                           cwd=work, env=env, capture_output=True, timeout=60)
     return {"proc": proc, "lines": lines, "summary": summary, "work": work, "store": store, "show": show}
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from cli_forked import loopdsl_command
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -76,7 +77,10 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 def loopdsl(*args: str, cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=cli_env(**env), capture_output=True,
+    """`loopdsl ARGS` forked from a preloaded server (tests/cli_forked.py); a fresh
+    `python -m loopdsl` when the environment sets PYTHONPATH, which only a start reads."""
+    command = [sys.executable, "-m", "loopdsl"] if "PYTHONPATH" in env else loopdsl_command()
+    return subprocess.run([*command, *args], cwd=cwd, env=cli_env(**env), capture_output=True,
                           text=True, timeout=timeout)
 
 

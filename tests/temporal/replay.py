@@ -18,7 +18,10 @@ async def _replay(address: str, run_id: str, root: Path, strict: bool) -> Any:
     client = await Client.connect(address)
     history = await client.get_workflow_handle(run_id).fetch_history()
     loops.set_root(root)  # the replaying "worker" serves the run's repository
-    replayer = Replayer(workflows=[LoopWorkflow], workflow_runner=sandbox_runner(strict=strict))
+    # debug_mode: no 2 s deadlock timer. The replay checks what the workflow decides; on a test
+    # machine busier than it has cores, its first activation (compiling the loop's templates
+    # in the sandbox) once took longer than that, and failed a run that replayed identically.
+    replayer = Replayer(workflows=[LoopWorkflow], workflow_runner=sandbox_runner(strict=strict), debug_mode=True)
     await replayer.replay_workflow(history)  # raises on any nondeterminism
     return history
 

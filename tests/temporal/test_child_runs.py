@@ -45,6 +45,16 @@ def _show(run_id: str, address: str, cwd: Path) -> dict:
     return json.loads(out.stdout)
 
 
+def _status_once_started(run_id: str, address: str, cwd: Path) -> str | None:
+    """The run's status; None while its workflow has not been started yet (the parent starts
+    its child runs a moment after it starts itself)."""
+    out = loopdsl("show", run_id, "--temporal", address, "--json", cwd=cwd)
+    if out.returncode != 0 and "workflow not found" in out.stderr:
+        return None
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["run"].get("status")
+
+
 def test_a_childs_checkpoint_is_approved_by_its_id_and_the_parent_goes_on(tmp_path: Path, workers: Workers) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -55,7 +65,7 @@ def test_a_childs_checkpoint_is_approved_by_its_id_and_the_parent_goes_on(tmp_pa
     run_id = out.stdout.strip().splitlines()[-1]
     child = f"{run_id}/each/0"
     deadline = time.monotonic() + 120
-    while _show(child, workers.address, tmp_path)["run"].get("status") != "waiting":
+    while _status_once_started(child, workers.address, tmp_path) != "waiting":
         assert time.monotonic() < deadline, "the child never reached its checkpoint"
         time.sleep(0.3)
     assert _show(run_id, workers.address, tmp_path)["run"]["status"] == "running"  # it waits on its child

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_forked import loopdsl_bin
 
 from tests.test_docs_shell import shell_blocks
 
@@ -48,12 +49,8 @@ def test_the_scale_out_page_runs_against_the_dev_server(tmp_path: Path, temporal
         assert len(blocks) >= 7, "the page lost its tested blocks"
         env = cli_env()
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        # `loopdsl` as the page types it: this checkout's CLI, whatever is installed.
-        shim = tmp_path / "bin"
-        shim.mkdir()
-        (shim / "loopdsl").write_text(f'#!/bin/sh\nexec {sys.executable} -m loopdsl "$@"\n')
-        (shim / "loopdsl").chmod(0o755)
-        env["PATH"] = f"{shim}{os.pathsep}{env['PATH']}"
+        # `loopdsl` as the page types it: this checkout's CLI (forked, tests/cli_forked.py).
+        env["PATH"] = f"{loopdsl_bin()}{os.pathsep}{env['PATH']}"
         script = "set -e\ntrap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null' EXIT\n" + "\n".join(blocks) + "\n"
         done = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=600)

@@ -15,6 +15,7 @@ import pytest
 from ui_support import LOOP, REPLIES, WaitingRun, cli, free_port
 
 from loopdsl.adapters.store.run_store import RunStore
+from cli_forked import loopdsl_command
 
 
 def _make_waiting_run(workdir: Path) -> WaitingRun:
@@ -63,7 +64,7 @@ def serve_ui() -> Iterator[Callable[..., str]]:
         port = free_port()
         environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
         environ.update(env)
-        proc = subprocess.Popen([sys.executable, "-m", "loopdsl", "ui", "--port", str(port), *args], cwd=cwd,
+        proc = subprocess.Popen([*loopdsl_command(), "ui", "--port", str(port), *args], cwd=cwd,
                                 env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         procs.append(proc)

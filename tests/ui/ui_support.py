@@ -8,6 +8,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from cli_forked import loopdsl_command
 
 HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 LOOP = """loopdsl: 1
@@ -41,7 +42,7 @@ REPLIES = "write:\n  - " + repr(HOSTILE).replace("'", '"') + "\n"
 def cli(args: list[str], cwd: Path, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
     environ.update(env)
-    return subprocess.run([sys.executable, "-m", "loopdsl", *args], cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
+    return subprocess.run([*loopdsl_command(), *args], cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 

@@ -1,0 +1,148 @@
+"""The server behind tests/cli_forked.py: imports loopdsl once, then forks one CLI per client.
+
+Run as `python cli_forked_server.py SOCKET`; it ends when its stdin (a pipe from the pytest
+worker that started it) closes, killing what it still runs. A client (cli_forked_client.py)
+connects and sends its stdin, stdout and stderr (SCM_RIGHTS) with its argv, directory,
+environment and umask; the server forks a child that takes those as its own and runs
+`python -m loopdsl ARGS` as that module would run (runpy), then sends the child's exit status
+back. Bytes the client sends later are signals to pass on; the client's end of the connection
+closing (killed, timed out) kills the child. One thread: listening socket, connections and
+children (pidfds) are all waited on by one selector, so the fork never copies a held lock.
+"""
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import struct
+import sys
+
+# What a command imports besides its own module, imported here so no child pays for it.
+# Not LiteLLM: it reads its settings from the environment as it is imported, and what a
+# command's environment says about it is part of what the tests check.
+_PRELOAD = ("loopdsl.api.runs", "loopdsl.lint.pipeline", "loopdsl.runtime.engine", "loopdsl.language.compile",
+            "loopdsl.adapters.scripted", "loopdsl.runtime.actions.agent", "loopdsl.runtime.actions.subloop",
+            "loopdsl.adapters.temporal.client", "tree_sitter", "tree_sitter_bash")
+_HEADER = struct.Struct("!I")  # the length of the request's JSON, sent before it
+_STATUS = struct.Struct("!i")  # the child's exit code, or minus the signal that ended it
+
+
+def _preload() -> None:
+    from loopdsl.cli import _COMMANDS
+
+    for target in sorted({*(t.partition(":")[0] for t in _COMMANDS.values()), *_PRELOAD}):
+        try:
+            importlib.import_module(target)
+        except ImportError:  # an optional extra (the UI, Temporal) not installed: its commands import it then
+            pass
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
+    while len(data) < _HEADER.size or len(data) < _HEADER.size + _HEADER.unpack_from(data)[0]:
+        more = conn.recv(1 << 16)
+        if not more:
+            raise ConnectionError("the client went away mid-request")
+        data += more
+    return json.loads(data[_HEADER.size:]), fds
+
+
+def _child(request: dict, fds: list[int], inherited: list[int]) -> None:
+    """In the forked child: become the client's process, then run the CLI and exit as it does."""
+    for fd in inherited:
+        os.close(fd)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = ["loopdsl", *request["args"]]
+    runpy.run_module("loopdsl", run_name="__main__", alter_sys=True)
+    sys.exit(0)
+
+
+def _status(wait_status: int) -> int:
+    return -os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else os.WEXITSTATUS(wait_status)
+
+
+def serve(path: str) -> None:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "parent")
+    children: dict[int, tuple[socket.socket, int]] = {}  # pid -> (client connection, pidfd)
+    gc.freeze()  # the preloaded objects stay out of the children's collections (fewer copied pages)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while True:
+        for key, _events in selector.select():
+            kind = key.data
+            if kind == "parent":  # the pytest worker ended: so does every child, then the server
+                for pid in children:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                return
+            if kind == "accept":
+                conn, _ = listener.accept()
+                try:
+                    request, fds = _receive(conn)
+                except (ConnectionError, ValueError, OSError):
+                    conn.close()
+                    continue
+                inherited = [listener.fileno(), sys.stdin.fileno(), selector.fileno(), conn.fileno(),
+                             *(c.fileno() for c, _ in children.values()), *(p for _, p in children.values())]
+                pid = os.fork()
+                if pid == 0:
+                    _child(request, fds, inherited)
+                for fd in fds:
+                    os.close(fd)
+                pidfd = os.pidfd_open(pid)
+                children[pid] = (conn, pidfd)
+                selector.register(conn, selectors.EVENT_READ, ("client", pid))
+                selector.register(pidfd, selectors.EVENT_READ, ("exit", pid))
+                continue
+            what, pid = kind
+            conn, pidfd = children[pid]
+            if what == "client":
+                try:
+                    sent = conn.recv(64)
+                except OSError:
+                    sent = b""
+                for number in sent or [signal.SIGKILL]:  # the client gone: its command goes too
+                    try:
+                        os.kill(pid, number)
+                    except ProcessLookupError:
+                        pass
+                if not sent:
+                    selector.unregister(conn)
+                continue
+            _, wait_status = os.waitpid(pid, 0)
+            del children[pid]
+            selector.unregister(pidfd)
+            os.close(pidfd)
+            try:
+                selector.unregister(conn)
+            except KeyError:
+                pass
+            try:
+                conn.sendall(_STATUS.pack(_status(wait_status)))
+            except OSError:
+                pass
+            conn.close()
+
+
+if __name__ == "__main__":
+    _preload()
+    serve(sys.argv[1])
