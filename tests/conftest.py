@@ -50,16 +50,18 @@ def pytest_configure_node(node: Any) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker more than the cores the process may use.
+    """`-n auto`: two workers per core the process may use.
 
     Much of the suite waits rather than computes: for a Temporal server and its workers, a
     killed run's lock to expire, a browser, a stub server's slow reply, a child process's
     start. With one worker per core a core sits idle through each such wait (28% of two cores
-    measured idle at `-n 2`); the extra worker's tests fill it. Not more: every worker pays its
-    own fixed costs (its Temporal dev server, LiteLLM's import, its share of collection), and
-    the timing-bound tests then run on a machine busier than it has cores.
+    measured idle at `-n 2`); the other workers' tests fill it. On two cores, with the `loopdsl`
+    commands forked (tests/cli_forked.py): `-n 3` 240 s at 84% of the cores, `-n 4` 220 s
+    (three runs: 220, 240, 220 s) at 95%. Not more: every worker pays its own fixed costs (its
+    Temporal dev server and fork servers, LiteLLM's import, its share of collection), and the
+    timing-bound tests then run on a machine busier than it has cores.
     """
-    return _usable_cores() + 1
+    return 2 * _usable_cores()
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist has tagged the grouped tests
