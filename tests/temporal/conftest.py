@@ -27,6 +27,24 @@ EXTRA_NAMESPACES = ("team-a", "my-ns.a1b2c")
 pytest.importorskip("temporalio", reason="the temporal extra (pip install 'loopdsl[temporal]')")
 
 
+# Under pytest-xdist, the tests that use the dev server run in two groups, each on one worker:
+# every worker that runs any of them starts its own dev server and its own `worker_forks`
+# server (LiteLLM and the Temporal worker imported: ~4.4 CPU-s), so four workers paid that
+# four times. Two groups of about equal length (~100 s of test time each at -n 4) keep two
+# workers busy with them; one group would be a ~200 s chain, longer than the rest of the suite.
+_FIRST_GROUP = {"test_parity.py", "test_worker_loss.py", "test_continue_as_new.py", "test_temporal_changed_files.py",
+                "test_payloads_secrets.py", "test_connection.py", "test_budget_tree.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if item.path.parent == here and "temporal_server" in getattr(item, "fixturenames", ()):
+            group = "temporal-1" if item.path.name in _FIRST_GROUP else "temporal-2"
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
