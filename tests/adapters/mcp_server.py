@@ -25,8 +25,11 @@ def _fail_early(mode: str) -> None:
         sys.exit(3)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if os.environ.get("PIDFILE"):  # so the test can check this process is gone afterwards
-        with open(os.environ["PIDFILE"], "w") as handle:
+        # Written whole, then renamed: a test that sees the file may read the pid at once.
+        partial = os.environ["PIDFILE"] + ".partial"
+        with open(partial, "w") as handle:
             handle.write(str(os.getpid()))
+        os.replace(partial, os.environ["PIDFILE"])
     while sys.stdin.buffer.read(1):
         pass
     time.sleep(600)
