@@ -37,11 +37,16 @@ _STATUS = struct.Struct("!i")  # the child's exit code, or minus the signal that
 
 
 def _preload() -> None:
-    from loopdsl.cli import _COMMANDS
+    import click
 
-    for target in sorted({*(t.partition(":")[0] for t in _COMMANDS.values()), *_PRELOAD}):
+    from loopdsl.cli import cli
+
+    context = click.Context(cli)
+    loads = [lambda name=name: cli.get_command(context, name) for name in cli.list_commands(context)]
+    loads += [lambda target=target: importlib.import_module(target) for target in _PRELOAD]
+    for load in loads:  # each command's module (the group imports them lazily), then the rest
         try:
-            importlib.import_module(target)
+            load()
         except ImportError:  # an optional extra (the UI, Temporal) not installed: its commands import it then
             pass
 
