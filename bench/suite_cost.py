@@ -10,6 +10,9 @@ suite's wall time, the CPU total and the costliest folders, files and tests.
 Compare CPU, not wall time: the suite is CPU-bound on two cores, so its wall time only falls
 when its CPU falls, and CPU moves far less than wall time on a loaded machine. A child that a
 module- or session-scoped fixture starts is counted on the test during which it is reaped.
+The `loopdsl` commands forked by tests/cli_forked.py are the children of a per-worker server
+that ends after the last test, so they are counted nowhere: compare the system-wide total
+(/proc/stat) for them.
 """
 from __future__ import annotations
 
