@@ -55,11 +55,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     Much of the suite waits rather than computes: for a Temporal server and its workers, a
     killed run's lock to expire, a browser, a stub server's slow reply, a child process's
     start. With one worker per core a core sits idle through each such wait (28% of two cores
-    measured idle at `-n 2`); the other workers' tests fill it. On two cores, with the `loopdsl`
-    commands forked (tests/cli_forked.py): `-n 3` 240 s at 84% of the cores, `-n 4` 220 s
-    (three runs: 220, 240, 220 s) at 95%. Not more: every worker pays its own fixed costs (its
-    Temporal dev server and fork servers, LiteLLM's import, its share of collection), and the
-    timing-bound tests then run on a machine busier than it has cores.
+    measured idle at `-n 2`); the other workers' tests fill it. On two cores (bench/README.md,
+    sixth pass): `-n 3` 215 s, `-n 4` 187-212 s, at 84% and 95% of the cores. Not more: every
+    worker pays its own fixed costs (collection, LiteLLM's import, its `loopdsl` fork server),
+    and the timing-bound tests then run on a machine busier than it has cores.
     """
     return 2 * _usable_cores()
 
