@@ -20,6 +20,7 @@ import atexit
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,9 +32,10 @@ _server: subprocess.Popen[bytes] | None = None
 _socket = ""
 
 
-def _available() -> bool:
+def forked() -> bool:
+    """Whether `loopdsl_command()` forks (not turned off, and the system has what it needs)."""
     return (os.environ.get("LOOPDSL_TEST_FRESH_CLI") != "1" and hasattr(os, "fork")
-            and hasattr(os, "pidfd_open") and hasattr(__import__("socket"), "send_fds"))
+            and hasattr(os, "pidfd_open") and hasattr(socket, "send_fds"))
 
 
 def _start() -> str:
@@ -66,7 +68,7 @@ def _bin_folder() -> Path:
 
 def loopdsl_command() -> list[str]:
     """The argv prefix that runs `loopdsl ARGS` (see the module docstring)."""
-    if not _available():
+    if not forked():
         return list(_FRESH)
     return [sys.executable, "-I", "-S", str(_HERE / "cli_forked_client.py"), _start()]
 

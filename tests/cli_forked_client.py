@@ -21,7 +21,7 @@ _STATUS = struct.Struct("!i")
 def main() -> None:
     path, args = sys.argv[1], sys.argv[2:]
     request = json.dumps({"args": args, "cwd": os.getcwd(), "env": dict(os.environ),
-                          "umask": _umask()}).encode("utf-8", "surrogateescape")
+                          "umask": _umask()}).encode()  # ASCII: json escapes the rest, lone surrogates too
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
     socket.send_fds(conn, [_HEADER.pack(len(request)) + request], [0, 1, 2])

@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_forked import loopdsl_command
+from cli_forked import forked, loopdsl_command
 
-if os.environ.get("LOOPDSL_TEST_FRESH_CLI") == "1" or not hasattr(os, "pidfd_open"):
-    pytest.skip("the forked CLI is off here (LOOPDSL_TEST_FRESH_CLI=1, or no pidfd)", allow_module_level=True)
+if not forked():
+    pytest.skip("the forked CLI is off here (LOOPDSL_TEST_FRESH_CLI=1, or no fork, pidfd or SCM_RIGHTS)",
+                allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[1]
 SLEEPER = ROOT / "tests" / "data" / "durable" / "sleeper.yaml"
@@ -73,7 +74,8 @@ def _gone(pid: int, within: float) -> bool:
 def _loopdsl_ancestor(pid: int) -> int:
     """The loopdsl process above a shell state's process (the state may run under a wrapper)."""
     while pid > 1:
-        if b"loopdsl" in Path(f"/proc/{pid}/cmdline").read_bytes() or b"cli_forked" in Path(f"/proc/{pid}/cmdline").read_bytes():
+        command_line = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"loopdsl" in command_line or b"cli_forked" in command_line:
             return pid
         pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     raise AssertionError("no loopdsl process above the shell state")
