@@ -12,6 +12,7 @@ from hypothesis import settings
 from stub_server import StubServer
 
 import loopdsl
+from loopdsl.adapters.litellm_loading import freeze_after_import
 
 # Hypothesis profiles. `ci` (the default, so `pytest -n auto` in CI uses it) runs half the
 # examples of the property tests that scale with the profile (tests/scaled.py), without a
@@ -24,6 +25,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A test process is as much loopdsl's as the CLI's: when a test first imports LiteLLM, the
+    # objects then alive stay out of later collections (~1 CPU-s a worker; a test's objects
+    # alive at that moment are kept to the end, which a test process can afford).
+    freeze_after_import()
     if not hasattr(config, "workerinput"):  # once, in the process that starts the xdist workers
         _compile_the_package()
         if (getattr(config.option, "numprocesses", None) or 0) > 1:
