@@ -136,6 +136,12 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def shorten_lock_ttl() -> None:
+    """What LAUNCHER does before the CLI starts, for a process that forks CLI commands (the
+    crash test's fork server, tests/cli_forked.py: FORKED_CLI_PRELOAD)."""
+    RunStore.lock.__wrapped__.__kwdefaults__["ttl"] = float(os.environ["CRASH_LOCK_TTL"])  # type: ignore[attr-defined]
+
+
 def launch(args: Iterable[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """Start the loopdsl CLI (through the lock-TTL launcher) as its own process."""
     return subprocess.Popen(

@@ -15,7 +15,7 @@ import struct
 import sys
 
 _HEADER = struct.Struct("!I")
-_STATUS = struct.Struct("!i")
+_NUMBER = struct.Struct("!i")
 
 
 def main() -> None:
@@ -27,20 +27,25 @@ def main() -> None:
     socket.send_fds(conn, [_HEADER.pack(len(request)) + request], [0, 1, 2])
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, lambda received, _frame: conn.send(bytes([received])))
-    status = b""
-    while len(status) < _STATUS.size:
-        try:
-            more = conn.recv(_STATUS.size - len(status))
-        except InterruptedError:
-            continue
-        if not more:
-            sys.exit("loopdsl fork server: the connection closed before the command ended")
-        status += more
-    code = _STATUS.unpack(status)[0]
+    _receive_number(conn)  # the command's pid, which a caller of this process has no use for
+    code = _receive_number(conn)
     if code < 0:  # ended by a signal: end by the same one, so the caller sees what it would have
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     sys.exit(code)
+
+
+def _receive_number(conn: socket.socket) -> int:
+    data = b""
+    while len(data) < _NUMBER.size:
+        try:
+            more = conn.recv(_NUMBER.size - len(data))
+        except InterruptedError:
+            continue
+        if not more:
+            sys.exit("loopdsl fork server: the connection closed before the command ended")
+        data += more
+    return _NUMBER.unpack(data)[0]
 
 
 def _umask() -> int:

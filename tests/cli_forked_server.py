@@ -1,13 +1,18 @@
-"""The server behind tests/cli_forked.py: imports loopdsl once, then forks one CLI per client.
+"""The server behind tests/cli_forked.py: imports loopdsl once, then forks one CLI per request.
 
 Run as `python cli_forked_server.py SOCKET`; it ends when its stdin (a pipe from the pytest
-worker that started it) closes, killing what it still runs. A client (cli_forked_client.py)
-connects and sends its stdin, stdout and stderr (SCM_RIGHTS) with its argv, directory,
-environment and umask; the server forks a child that takes those as its own and runs
-`python -m loopdsl ARGS` as that module would run (runpy), then sends the child's exit status
-back. Bytes the client sends later are signals to pass on; the client's end of the connection
-closing (killed, timed out) kills the child. One thread: listening socket, connections and
-children (pidfds) are all waited on by one selector, so the fork never copies a held lock.
+worker that started it) closes, killing what it still runs. Besides the CLI's modules it
+imports those FORKED_CLI_PRELOAD names (`module` or `module:function`, comma-separated; the
+function is called once, for what a process computes once and keeps).
+
+A request is a connection to SOCKET that sends the command's stdin, stdout and stderr
+(SCM_RIGHTS) with its argv, directory, environment, and optionally its umask and whether it
+gets a session of its own. The server forks a child that takes those as its own and runs
+`python -m loopdsl ARGS` as that module would run (runpy); it sends the child's pid at once
+and its exit status at the end. Bytes the client sends later are signals to pass on; the
+client's end of the connection closing (killed, timed out) kills the child. One thread:
+listening socket, connections and children (pidfds) are all waited on by one selector, so
+the fork never copies a held lock.
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ _PRELOAD = ("loopdsl.api.runs", "loopdsl.lint.pipeline", "loopdsl.runtime.engine
             "loopdsl.adapters.scripted", "loopdsl.runtime.actions.agent", "loopdsl.runtime.actions.subloop",
             "loopdsl.adapters.temporal.client", "tree_sitter", "tree_sitter_bash")
 _HEADER = struct.Struct("!I")  # the length of the request's JSON, sent before it
-_STATUS = struct.Struct("!i")  # the child's exit code, or minus the signal that ended it
+_NUMBER = struct.Struct("!i")  # the child's pid, then its exit code or minus the signal that ended it
 
 
 def _preload() -> None:
@@ -49,6 +54,11 @@ def _preload() -> None:
             load()
         except ImportError:  # an optional extra (the UI, Temporal) not installed: its commands import it then
             pass
+    for name in filter(None, os.environ.get("FORKED_CLI_PRELOAD", "").split(",")):
+        module, _, function = name.partition(":")
+        loaded = importlib.import_module(module)
+        if function:
+            getattr(loaded, function)()
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -68,11 +78,14 @@ def _child(request: dict, fds: list[int], inherited: list[int]) -> NoReturn:
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
+    if request.get("session"):
+        os.setsid()  # its own session and process group, as Popen(start_new_session=True)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.chdir(request["cwd"])
-    os.umask(request["umask"])
+    if "umask" in request:
+        os.umask(request["umask"])
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = ["loopdsl", *request["args"]]
@@ -139,6 +152,10 @@ def serve(path: str) -> None:
                     os.close(fd)
                 pidfd = os.pidfd_open(pid)
                 children[pid] = (conn, pidfd)
+                try:
+                    conn.sendall(_NUMBER.pack(pid))
+                except OSError:  # the client is gone already: its connection's end kills the child below
+                    pass
                 selector.register(conn, selectors.EVENT_READ, ("client", pid))
                 selector.register(pidfd, selectors.EVENT_READ, ("exit", pid))
                 continue
@@ -166,7 +183,7 @@ def serve(path: str) -> None:
             except KeyError:
                 pass
             try:
-                conn.sendall(_STATUS.pack(_status(wait_status)))
+                conn.sendall(_NUMBER.pack(_status(wait_status)))
             except OSError:
                 pass
             conn.close()

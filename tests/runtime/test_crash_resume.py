@@ -6,26 +6,28 @@ The loop (tests/data/durable/crash_loop.yaml) marks its slow steps with files, a
 can hold a request open, so each kill lands at a chosen place. The processes run the
 real CLI through bench/crash_torture.py's launcher, which only lowers the default run
 lock TTL (a SIGKILLed holder's lock otherwise takes up to 15 s to expire). The runs that
-call the model are forked from bench/forked_cli.py's server, which has imported the CLI and
-LiteLLM once, so each kill point costs a fork, not a LiteLLM import; the side-effect tests
-start theirs as plain processes.
+call the model are forked from a server (tests/cli_forked.py) that has imported the CLI and
+LiteLLM once and lowered the lock TTL as the launcher does, so each kill point costs a fork,
+not a LiteLLM import; the side-effect tests start theirs as plain processes.
 """
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
 
 import crash_torture as ct
-from forked_cli import ForkServer
+from cli_forked import ForkServer
 
 import loopdsl
 from loopdsl.api.durable import decide
@@ -40,8 +42,10 @@ pytestmark = pytest.mark.xdist_group("crash_resume")  # one fork server per modu
 
 
 @pytest.fixture(scope="module")
-def forks(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    server = ForkServer(tmp_path_factory.mktemp("forked-output"), ct.cli_env())
+def forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    env = ct.cli_env({"FORKED_CLI_PRELOAD": "loopdsl.adapters.litellm_loading:ensure_litellm,crash_torture:shorten_lock_ttl",
+                      "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))})
+    server = ForkServer(tmp_path_factory.mktemp("forked-output"), env)
     try:
         yield server
     finally:

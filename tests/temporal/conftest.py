@@ -17,11 +17,9 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from cli_forked import loopdsl_command
+from cli_forked import ForkedProcess, ForkServer, loopdsl_command
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-from forked_cli import ForkedProcess, ForkServer  # noqa: E402  # bench/ is not a package
 # Namespaces besides `default` that docs/scale-out.md uses (a cluster's and a Temporal Cloud one).
 EXTRA_NAMESPACES = ("team-a", "my-ns.a1b2c")
 pytest.importorskip("temporalio", reason="the temporal extra (pip install 'loopdsl[temporal]')")
@@ -95,17 +93,15 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 def loopdsl(*args: str, cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
-    """`loopdsl ARGS` forked from a preloaded server (tests/cli_forked.py); a fresh
-    `python -m loopdsl` when the environment sets PYTHONPATH, which only a start reads."""
-    command = [sys.executable, "-m", "loopdsl"] if "PYTHONPATH" in env else loopdsl_command()
-    return subprocess.run([*command, *args], cwd=cwd, env=cli_env(**env), capture_output=True,
+    """`loopdsl ARGS` with `env` added to the environment (tests/cli_forked.py)."""
+    return subprocess.run([*loopdsl_command(env), *args], cwd=cwd, env=cli_env(**env), capture_output=True,
                           text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="session")
 def worker_forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
     """One process that has imported the CLI, LiteLLM and the Temporal worker, forking each
-    test's `loopdsl worker` (bench/forked_cli.py): a real process of its own (own pid and
+    test's `loopdsl worker` (tests/cli_forked.py): a real process of its own (own pid and
     session, killed by signals as any worker), without the ~5 CPU-s of imports per worker.
 
     It also does once what each worker would do at start: the imports `warm_imports` makes
@@ -113,7 +109,7 @@ def worker_forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServe
     a hash of the bytecode of every loaded module (~3,600 with LiteLLM) that the SDK memoizes
     per process (tests/temporal at -n 3: 179 against 189 system-wide CPU-s, one run each, for
     ~92 forked workers)."""
-    env = cli_env(FORKED_CLI_PRELOAD="loopdsl.cli.temporal_commands,loopdsl.adapters.temporal.worker,"
+    env = cli_env(FORKED_CLI_PRELOAD="loopdsl.adapters.litellm_loading:ensure_litellm,loopdsl.adapters.temporal.worker,"
                                      "loopdsl.adapters.temporal.client,loopdsl.adapters.temporal.worker:warm_imports,"
                                      "temporalio.worker._worker:load_default_build_id")
     server = ForkServer(tmp_path_factory.mktemp("forked-workers"), env)
