@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import gc
 import json
 import math
 import os
@@ -18,6 +19,7 @@ from stub_server import StubReply, StubServer
 
 from loopdsl.runtime.budget import cost_for
 from loopdsl.language.prices import model_price
+from loopdsl.adapters import litellm_loading
 from loopdsl.adapters.litellm import LiteLLMProvider, ScriptedProvider, ensure_litellm, map_litellm_error
 from loopdsl.runtime.model_port import LlmRequest, ProviderError
 from loopdsl.runtime.errors import ScriptError, ScriptExhausted
@@ -249,12 +251,18 @@ def test_ensure_litellm_sets_safe_defaults_without_overriding_the_user(tmp_path:
     (tmp_path / ".env").write_text("LOOPDSL_TEST_FROM_DOTENV=loaded\n")
     code = textwrap.dedent(
         """
-        import json, os, sys
+        import gc, json, os, sys
         import loopdsl.adapters.litellm as providers
         before = "litellm" in sys.modules
+        collections = []
+        gc.callbacks.append(lambda phase, info: collections.append(info) if phase == "start" else None)
         litellm = providers.ensure_litellm()
+        gc.callbacks.clear()
         print(json.dumps({
             "imported_by_module": before,
+            "collections_while_importing": len(collections),
+            "collecting": gc.isenabled(),  # paused for the import only
+            "frozen": gc.get_freeze_count(),  # a host's process: nothing frozen
             "cost_map": os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP"),
             "mode": os.environ.get("LITELLM_MODE"),
             "dotenv": os.environ.get("LOOPDSL_TEST_FROM_DOTENV"),
@@ -268,8 +276,19 @@ def test_ensure_litellm_sets_safe_defaults_without_overriding_the_user(tmp_path:
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result == {"imported_by_module": False, "cost_map": "true", "mode": "PRODUCTION", "dotenv": None,
-                      "quiet": True, "retries": 0}
+    # The collector paused for the import: the one it owes runs once it is back (~900 without the pause).
+    assert result.pop("collections_while_importing") < 5
+    assert result == {"imported_by_module": False, "collecting": True, "frozen": 0, "cost_map": "true",
+                      "mode": "PRODUCTION", "dotenv": None, "quiet": True, "retries": 0}
+
+
+def test_the_import_leaves_a_collector_turned_off_off() -> None:
+    gc.disable()
+    try:
+        litellm_loading._import_without_collecting()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 # -- ScriptedProvider ------------------------------------------------------------------------------

@@ -25,11 +25,12 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "deterministic-multistep"
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.invalid",
                 "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
-# Runs the CLI, then reports on stderr whether anything imported LiteLLM (whatever the exit).
+# Runs the CLI, then reports on stderr whether anything imported LiteLLM (whatever the exit),
+# and whether the process froze its objects out of the collector's reach (it does after LiteLLM).
 REPORTING_CLI = textwrap.dedent("""\
-    import atexit, sys
-    atexit.register(lambda: sys.stderr.write(
-        "\\nLITELLM-IMPORTED=%s\\n" % any(m.split(".")[0] == "litellm" for m in list(sys.modules))))
+    import atexit, gc, sys
+    atexit.register(lambda: sys.stderr.write("\\nLITELLM-IMPORTED=%s FROZEN=%s\\n" % (
+        any(m.split(".")[0] == "litellm" for m in list(sys.modules)), gc.get_freeze_count() > 0)))
     from loopdsl.cli import main
     sys.argv = ["loopdsl", *sys.argv[1:]]
     main()
@@ -99,7 +100,7 @@ def test_commands_that_call_no_model_never_import_litellm(scaffold: Path, tmp_pa
         cwd = tmp_path  # the example writes its scripts into the working directory
     done = cli(REPORTING_CLI, *command, cwd=cwd, env=bare_env(tmp_path))
     assert done.returncode in (0, 1), done.stderr  # audit's exit 1 is a score below its threshold
-    assert "LITELLM-IMPORTED=False" in done.stderr, done.stderr[-2000:]
+    assert "LITELLM-IMPORTED=False FROZEN=False" in done.stderr, done.stderr[-2000:]
 
 
 # -- a missing API key ----------------------------------------------------------------------------
@@ -111,6 +112,8 @@ def test_a_missing_key_stops_the_run_before_its_first_state(scaffold: Path, tmp_
     assert "hint: set ANTHROPIC_API_KEY, OPENAI_API_KEY" in done.stderr and "--script" in done.stderr
     assert "Traceback" not in done.stderr and "→" not in done.stderr  # no state ran
     assert not (scaffold / ".loopdsl").exists()  # no run recorded, no worktree made
+    # LiteLLM was imported to check the keys: the CLI's process then froze its objects.
+    assert "LITELLM-IMPORTED=True FROZEN=True" in done.stderr, done.stderr[-2000:]
 
 
 @pytest.mark.slow
