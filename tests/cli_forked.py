@@ -13,6 +13,12 @@ For tests whose point is what a command does. Tests of the process start itself 
 command imports, interpreter options, locale, signals to a process group, a terminal) keep
 `python -m loopdsl`. LOOPDSL_TEST_FRESH_CLI=1 makes `loopdsl_command()` the fresh process
 everywhere, to check that a failure is not the server's.
+
+`ForkServer` is that server with more imported (FORKED_CLI_PRELOAD: LiteLLM, the Temporal
+worker), for tests that start many long commands and kill them (the crash tests, the Temporal
+workers): `launch` forks one without a client process, its output to files, and returns a
+`ForkedProcess`, which answers as much of `subprocess.Popen` as those tests use. It needs
+what the forked commands need (fork, pidfds, SCM_RIGHTS: Linux), whatever that variable says.
 """
 from __future__ import annotations
 
