@@ -70,24 +70,21 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist has tagged the grouped tests
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Start the tests marked `slow` first, end with the pure layers' tests, and check that
-    grouped tests are grouped.
+    """Start the tests marked `slow` first, and check that grouped tests are grouped.
 
     xdist hands tests out in collection order, so a minute-long end-to-end test collected near
     the end (tests/temporal sorts late) starts when the other worker has nothing left to do and
     stretches the wall time by its whole length. Started first, the long ones overlap each
-    other and the many short tests fill the gaps. At the other end, tests that wait (timeouts,
-    kills, lock expiry, servers; tests/runtime sorted last) left a quarter of the cores idle
-    for the run's last ~25 s; the tests of `language` and `lint` compute, in small pieces,
-    and wait for nothing, so run last they keep every core busy until all are done. The order
-    within each kind is kept, so a module's tests stay together and share their module-scoped
-    setup.
+    other and the many short tests fill the gaps. The order within each kind is kept, so a
+    module's tests stay together and share their module-scoped setup. (Running the pure
+    layers' tests last, to fill the idle cores of the run's waiting end, measured slower:
+    bench/README.md, seventh pass.)
 
     In an xdist worker that groups tests, each test of a group has an id ending in `@GROUP`.
     Where a pytest release changes how ids are kept, xdist's tag is lost without a word and each
     group's setup runs once per worker again (seen with pytest 9.2): such tests then fail.
     """
-    items.sort(key=_run_order)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if config.getoption("loadgroup", False):
         for item in items:
             if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
@@ -95,14 +92,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _UNGROUPED = pytest.StashKey[bool]()
-_TESTS = Path(__file__).resolve().parent
-_PURE_LAYERS = {"language", "lint"}  # their tests never wait (see pytest_collection_modifyitems)
-
-
-def _run_order(item: pytest.Item) -> tuple[bool, bool]:
-    """Slow tests first, the pure layers' tests last, the rest between."""
-    folder = item.path.parent
-    return item.get_closest_marker("slow") is None, folder.parent == _TESTS and folder.name in _PURE_LAYERS
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
