@@ -51,6 +51,8 @@ def ensure_litellm() -> Any:
         return _ready
     _set_defaults()
     litellm = _import_without_collecting()
+    if _freeze_after_import:
+        gc.freeze()
     litellm.suppress_debug_info = True
     # Never fetch a HuggingFace tokenizer over the network to count tokens:
     # non-OpenAI counts are estimates either way and get our safety margin.
@@ -68,8 +70,9 @@ def ensure_litellm() -> Any:
 def _import_without_collecting() -> Any:
     # The import makes ~380,000 objects, none of them garbage, and the collector's full
     # collections walk them again and again as they pile up. Paused for the whole process
-    # meanwhile; a collector someone else turned off stays off. With the freeze: a one-call
-    # `loopdsl run` takes 2.9 CPU-s instead of 4.8 (bench/README.md, "LiteLLM's import").
+    # meanwhile; a collector someone else turned off stays off. With the freeze that follows
+    # in a process loopdsl owns: a one-call `loopdsl run` takes 2.9 CPU-s instead of 4.8
+    # (bench/README.md, "LiteLLM's import").
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -77,8 +80,6 @@ def _import_without_collecting() -> Any:
     finally:
         if collecting:
             gc.enable()
-    if _freeze_after_import:
-        gc.freeze()
     return litellm
 
 
