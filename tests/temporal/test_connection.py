@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Workers, free_port, loopdsl
+from ports import free_port
+
+from .conftest import Workers, loopdsl
 
 KEY = "tmprl-key-7f3a9c1e5d"  # a fake API key: found anywhere in output or history, it leaked
 LOOP = """\

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from tests.stub_server import StubServer
 
@@ -172,8 +173,6 @@ def test_a_decision_within_the_timeout_is_taken(tmp_path: Path, workers: Workers
 
 
 def test_an_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
-    from .conftest import free_port
-
     out = loopdsl("runs", "--temporal", f"127.0.0.1:{free_port()}", cwd=tmp_path, timeout=60)
     assert out.returncode == 3
     assert "cannot reach the Temporal server" in out.stderr and "Traceback" not in out.stderr

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from ui_support import LOOP, REPLIES, WaitingRun, cli, free_port
+from ports import free_port
+from ui_support import LOOP, REPLIES, WaitingRun, cli
 
 from loopdsl.adapters.store.run_store import RunStore
 from cli_forked import loopdsl_command

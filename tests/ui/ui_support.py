@@ -1,9 +1,8 @@
 """What the web UI tests share: a loop whose model reply is an XSS attempt, the CLI in a
-subprocess, a free loopback port."""
+subprocess."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -54,7 +53,3 @@ class WaitingRun:
 
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
