@@ -179,10 +179,17 @@ def _read_until(fd: int, marker: bytes | None, seconds: float) -> bytes:
     return seen
 
 
-@pytest.mark.skipif(bool(os.environ.get("PYTEST_XDIST_WORKER")),
-                    reason="flaky in a pytest-xdist worker after the language and lint tests (the child does "
-                    "not exit after ^C there; not yet understood): run `python -m pytest -p no:xdist "
-                    "tests/runtime/test_run_endings.py`")
+def _process_state(pid: int) -> bytes:
+    """What the kernel says of a process: its state, signal masks and where it sleeps."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError as exc:
+        return repr(exc).encode()
+    lines = [line for line in status.splitlines() if line.startswith(("State", "Sig", "Shd", "Threads"))]
+    return ("; ".join(lines) + f"; wchan {wchan}").encode()
+
+
 def test_ctrl_c_at_a_checkpoint_prompt_records_the_run_aborted(tmp_path: Path) -> None:
     """On a real terminal (a pty): Ctrl-C at the prompt stops the run at once (asyncio's
     handler alone would wait for a second Ctrl-C) and is recorded as an interruption."""
@@ -206,7 +213,8 @@ def test_ctrl_c_at_a_checkpoint_prompt_records_the_run_aborted(tmp_path: Path) -
         deadline = time.monotonic() + 10
         while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
-        if done[0] == 0:
+        if done[0] == 0:  # still running: say in what state, for the failure below
+            seen += b"\n[still running after ^C] " + _process_state(pid)
             os.kill(pid, signal.SIGKILL)
             done = os.waitpid(pid, 0)
         os.close(fd)
