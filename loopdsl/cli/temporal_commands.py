@@ -108,7 +108,8 @@ def _connect(conn: Connection) -> Any:
     return _adapter("client").connect(conn)
 
 
-def serve_worker(conn: Connection, task_queue: str, heartbeat_sticky_s: float, models: bool = True) -> None:
+def serve_worker(conn: Connection, task_queue: str, heartbeat_sticky_s: float, models: bool = True,
+                 grace_s: float = 0.0) -> None:
     from ..api.runs import command_environment
 
     worker = _adapter("worker")
@@ -119,12 +120,16 @@ def serve_worker(conn: Connection, task_queue: str, heartbeat_sticky_s: float, m
 
     def ready() -> None:
         click.echo(f"loopdsl worker: serving {root} on task queue '{task_queue}' at {conn.describe()}; "
-                   "Ctrl-C stops it", err=True)
+                   "Ctrl-C or SIGTERM stops it", err=True)
+
+    def stopping(why: str) -> None:
+        finish = f"running states get up to {grace_s:g} s to finish" if grace_s else "running states are cut off"
+        click.echo(f"loopdsl worker: stopping ({why}): no new work is taken; {finish}", err=True)
 
     async def main() -> None:
         client = await _connect(conn)
         await worker.serve(client, task_queue, root, base_env, sticky_timeout_s=heartbeat_sticky_s, ready=ready,
-                           models=models)
+                           stopping=stopping, models=models, grace_s=grace_s)
 
     try:
         _run(main())
@@ -310,12 +315,15 @@ def show_run(run_id: str, conn: Connection, as_json: bool) -> None:
 @click.option("--no-models", is_flag=True,
               help="Make no model calls (runs started with --script and loops without models are served): starts "
                    "in a fraction of the time, as LiteLLM is never imported; a real model call fails.")
-def worker(temporal: Connection | None, task_queue: str, sticky_s: float, no_models: bool) -> None:
+@click.option("--grace", "grace_s", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="On SIGTERM or Ctrl-C, seconds the states running here get to finish before they are cut off "
+                   "(set it below the time your service manager waits before it kills).")
+def worker(temporal: Connection | None, task_queue: str, sticky_s: float, no_models: bool, grace_s: float) -> None:
     """Run loops from Temporal in this repository (loop files, commands and worktrees are here)."""
     if not temporal:
         raise LoopdslError("`loopdsl worker` needs --temporal HOST:PORT (or LOOPDSL_TEMPORAL)",
                            "e.g. loopdsl worker --temporal localhost:7233")
-    serve_worker(temporal, task_queue, sticky_s, models=not no_models)
+    serve_worker(temporal, task_queue, sticky_s, models=not no_models, grace_s=grace_s)
 
 
 __all__: Sequence[str] = ["worker", "start_run", "decide_run", "abort_run", "list_runs", "show_run",

@@ -31,7 +31,8 @@ pytest.importorskip("temporalio", reason="the temporal extra (pip install 'loopd
 # four times. Two groups of about equal length (~100 s of test time each at -n 4) keep two
 # workers busy with them; one group would be a ~200 s chain, longer than the rest of the suite.
 _FIRST_GROUP = {"test_parity.py", "test_worker_loss.py", "test_continue_as_new.py", "test_temporal_changed_files.py",
-                "test_payloads_secrets.py", "test_connection.py", "test_budget_tree.py"}
+                "test_payloads_secrets.py", "test_connection.py", "test_budget_tree.py",
+                "test_worker_stop.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Mapping
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ...language.errors import LoopdslError
 from ...runtime.model_port import LlmRequest, ProviderError
@@ -23,11 +24,15 @@ from ..git_worktree import WorkspaceError
 from ...runtime.shell import CwdOutsideWorkspace, confined_cwd, run_command
 from . import loops, sealed
 from .payloads import PayloadTooLarge, fitted
-from .wire import FINISH, GIT, LLM, PREPARE, PUBLISH, SHELL, TOOL
+from .wire import FINISH, GIT, LLM, PREPARE, PUBLISH, SHELL, TOOL, WORKER_STOPPED
 
 
 @contextlib.asynccontextmanager
 async def _heartbeating(every: float) -> AsyncIterator[None]:
+    """Heartbeats while the body runs. A body cancelled because this worker is stopping fails as
+    WORKER_STOPPED, which the workflow takes as a lost worker (wf_ports.worker_lost): the call
+    may have been paid, the command may have run part-way. (The SDK would report it as
+    cancelled, which the workflow, having cancelled nothing, could only take as a failure.)"""
     async def beat() -> None:
         while True:
             activity.heartbeat()
@@ -36,6 +41,12 @@ async def _heartbeating(every: float) -> AsyncIterator[None]:
     task = asyncio.create_task(beat())
     try:
         yield
+    except asyncio.CancelledError:
+        if activity.is_worker_shutdown():
+            # Benign: the SDK then logs it at debug level; the worker says it is stopping already.
+            raise ApplicationError("the worker running this was asked to stop", type=WORKER_STOPPED,
+                                   non_retryable=True, category=ApplicationErrorCategory.BENIGN) from None
+        raise
     finally:
         task.cancel()
 

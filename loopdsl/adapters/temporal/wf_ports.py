@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, TimeoutError as ActivityTimeout, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError as ActivityTimeout, TimeoutType
 
 from ...language.model import Loop
 from ...runtime.errors import StepFailure
@@ -21,7 +21,7 @@ from ...runtime.model_port import LlmRequest, LlmResponse, ProviderError
 from ...runtime.run_state import RUNNING, WAITING, RunState
 from ...runtime.shell import ShellResult
 from ..scripted import scripted_prompt_tokens
-from .wire import LLM, NO_TIMEOUT, SHELL
+from .wire import LLM, NO_TIMEOUT, SHELL, WORKER_STOPPED
 
 if TYPE_CHECKING:
     from .workflow import LoopWorkflow
@@ -41,8 +41,10 @@ def activity_options(heartbeat_s: float, timeout_s: float | None) -> dict[str, A
 
 
 def worker_lost(exc: BaseException) -> bool:
-    """The activity's worker stopped answering (killed, or its host gone)."""
+    """The activity's worker stopped answering (killed, or its host gone) or was asked to stop."""
     cause = exc.cause if isinstance(exc, ActivityError) else None
+    if isinstance(cause, ApplicationError):
+        return cause.type == WORKER_STOPPED
     return isinstance(cause, ActivityTimeout) and cause.type in (TimeoutType.HEARTBEAT, TimeoutType.START_TO_CLOSE)
 
 

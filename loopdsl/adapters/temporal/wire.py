@@ -12,6 +12,8 @@ PROGRESS_QUERY = "progress"
 DECIDE_UPDATE = "decide"
 DEFAULT_TASK_QUEUE = "loopdsl"
 DEFAULT_NAMESPACE = "default"
+# The failure type of an activity cut off because its worker was asked to stop (worker.serve).
+WORKER_STOPPED = "loopdsl.WorkerStopped"
 # How long an activity may go without a heartbeat before its worker counts as dead.
 DEFAULT_HEARTBEAT_S = 30.0
 # A command or call without its own timeout still ends some time: a day.

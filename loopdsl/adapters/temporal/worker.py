@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import signal
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Mapping
@@ -38,7 +39,8 @@ def sandbox_runner(strict: bool = False) -> SandboxedWorkflowRunner:
 
 
 def build_worker(client: Client, task_queue: str, root: Path, base_env: Callable[[], Mapping[str, str]], *,
-                 identity: str | None = None, sticky_timeout_s: float = 10.0, models: bool = True) -> Worker:
+                 identity: str | None = None, sticky_timeout_s: float = 10.0, models: bool = True,
+                 grace_s: float = 0.0) -> Worker:
     loops.set_root(root)
     activities = LoopActivities(base_env, models=models)
     return Worker(client, task_queue=task_queue, workflows=[LoopWorkflow], activities=activities.all(),
@@ -46,7 +48,8 @@ def build_worker(client: Client, task_queue: str, root: Path, base_env: Callable
                   sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_timeout_s),
                   activity_executor=concurrent.futures.ThreadPoolExecutor(4),
                   max_heartbeat_throttle_interval=timedelta(seconds=1),
-                  default_heartbeat_throttle_interval=timedelta(seconds=1))
+                  default_heartbeat_throttle_interval=timedelta(seconds=1),
+                  graceful_shutdown_timeout=timedelta(seconds=grace_s))
 
 
 def warm_imports() -> None:
@@ -62,8 +65,13 @@ def warm_imports() -> None:
 
 async def serve(client: Client, task_queue: str, root: Path, base_env: Callable[[], Mapping[str, str]],
                 *, identity: str | None = None, sticky_timeout_s: float = 10.0,
-                ready: Callable[[], None] | None = None, models: bool = True) -> None:
-    """`models=False` (`--no-models`): scripted runs and loops without models only; the worker
+                ready: Callable[[], None] | None = None, stopping: Callable[[str], None] | None = None,
+                models: bool = True, grace_s: float = 0.0) -> None:
+    """Serve until Ctrl-C or SIGTERM, then stop as Temporal's worker shutdown does: no more
+    polling, running activities get `grace_s` seconds to finish before they are cancelled
+    (their commands stopped, their states recorded as cut off), and the server learns at once,
+    so another worker takes the runs over without waiting for a heartbeat to time out.
+    `models=False` (`--no-models`): scripted runs and loops without models only; the worker
     never imports LiteLLM (most of its start-up) and refuses a real model call."""
     from ..litellm_loading import wait_until_loaded
 
@@ -74,8 +82,34 @@ async def serve(client: Client, task_queue: str, root: Path, base_env: Callable[
         await wait_until_loaded()
     warm_imports()
     worker = build_worker(client, task_queue, root, base_env, identity=identity, sticky_timeout_s=sticky_timeout_s,
-                          models=models)
-    async with worker:
-        if ready is not None:
-            ready()
-        await asyncio.Event().wait()  # until cancelled (Ctrl-C, SIGTERM)
+                          models=models, grace_s=grace_s)
+    terminated = asyncio.Event()
+    # SIGTERM is how service managers and orchestrators (systemd, docker stop, Kubernetes) ask a
+    # process to stop; by default it would end the worker on the spot, mid-activity.
+    _on_sigterm(terminated.set)
+    try:
+        async with worker:
+            if ready is not None:
+                ready()
+            try:
+                await terminated.wait()
+            except asyncio.CancelledError:  # Ctrl-C: asyncio cancels this task
+                if stopping is not None:
+                    stopping("Ctrl-C")
+                raise
+            if stopping is not None:
+                stopping("SIGTERM")
+    finally:
+        _on_sigterm(None)
+
+
+def _on_sigterm(callback: Callable[[], object] | None) -> None:
+    """Call `callback` on SIGTERM (None: the default again), where the loop can (Unix, main thread)."""
+    loop = asyncio.get_running_loop()
+    try:
+        if callback is None:
+            loop.remove_signal_handler(signal.SIGTERM)
+        else:
+            loop.add_signal_handler(signal.SIGTERM, callback)
+    except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
+        pass
