@@ -22,6 +22,7 @@ from loopdsl.adapters.store.run_store import RunStore
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from cli_in_process import cli_in_process  # noqa: E402
+from ports import free_port  # noqa: E402
 
 SECRET_PATH = "hook-Zr81qK7wLm2sPuniq"  # the part of the secret URL that must never show
 
@@ -205,7 +206,7 @@ def test_a_secret_url_never_reaches_the_store_or_the_output(tmp_path: Path, rece
     shown = cli(tmp_path, "show", run_id, "--store", str(tmp_path / "store"), "--json", HOOK_URL=url)
     assert b"secret HOOK_URL" in shown.stdout
     # and when the send fails, its reason does not quote the URL either
-    dead = f"http://127.0.0.1:{refused_port()}/{SECRET_PATH}"
+    dead = f"http://127.0.0.1:{free_port()}/{SECRET_PATH}"
     (tmp_path / "replies.yaml").write_text(f'draft:\n  - text: "see {dead} now"\n', encoding="utf-8")
     (tmp_path / "store2").mkdir()
     failed = cli(tmp_path, "run", str(tmp_path / "loop.yaml"), "--script", str(tmp_path / "replies.yaml"),
@@ -216,12 +217,6 @@ def test_a_secret_url_never_reaches_the_store_or_the_output(tmp_path: Path, rece
     assert not leaks
     for proc in (done, shown, failed):
         assert SECRET_PATH.encode() not in proc.stdout + proc.stderr
-
-
-def refused_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_resume_does_not_send_again_and_each_new_status_is_sent_once(tmp_path: Path, receiver: Receiver) -> None:
@@ -266,7 +261,7 @@ def timed_run(base: Path, notify: str) -> tuple[float, subprocess.CompletedProce
 @pytest.mark.parametrize("dead", ["silent", "refused"])
 def test_a_dead_webhook_costs_a_run_at_most_its_timeout(tmp_path: Path, dead: str) -> None:
     silent = Silent()
-    url = silent.url if dead == "silent" else f"http://127.0.0.1:{refused_port()}/hook"
+    url = silent.url if dead == "silent" else f"http://127.0.0.1:{free_port()}/hook"
     try:
         plain, base_run, _ = timed_run(tmp_path / "plain", "")
         slow, done, run_id = timed_run(tmp_path / "dead", f"notify:\n  - {{on: [completed], webhook: {url}}}")

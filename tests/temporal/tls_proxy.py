@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import socket
 import ssl
 import subprocess
 import threading
@@ -70,9 +69,6 @@ def tls_proxy(upstream: str, pki: Pki, *, require_client_cert: bool) -> Iterator
         ctx.verify_mode = ssl.CERT_REQUIRED
         ctx.load_verify_locations(pki.ca)
     loop = asyncio.new_event_loop()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        listen = probe.getsockname()[1]
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -87,13 +83,15 @@ def tls_proxy(upstream: str, pki: Pki, *, require_client_cert: bool) -> Iterator
 
     def serve() -> None:
         asyncio.set_event_loop(loop)
-        holder.append(loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", listen, ssl=ctx)))
+        holder.append(loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx)))
         started.set()
         loop.run_forever()
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     started.wait(10)
+    # Bound by the server itself (port 0): a port chosen first and bound later may be taken between.
+    listen = holder[0].sockets[0].getsockname()[1]
     try:
         yield f"127.0.0.1:{listen}"
     finally:
