@@ -1,6 +1,7 @@
 """Ways a checkpoint gets a person's decision: a terminal, a script, or nobody (wait)."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import getpass
 import os
@@ -66,27 +67,101 @@ class TerminalHuman:
             return None
         import click
 
+        loop = asyncio.get_running_loop()
+        terminal = _TerminalLines(loop, sys.stdin.fileno())
         click.echo(visible(f"\n[{state}] {message}"), err=True)
-        with _interruptible():
-            try:
-                choice = click.prompt("decision", type=click.Choice([*choices, "later"]), default="later", err=True)
-                if choice == "later":
-                    return None
-                comment = click.prompt("comment", default="", show_default=False, err=True)
-            except click.exceptions.Abort:  # Ctrl-C or Ctrl-D at the prompt: the run is interrupted
-                raise KeyboardInterrupt from None
+        with _ctrl_c_interrupts(loop, terminal.interrupt):
+            choice = await terminal.choose("decision", [*choices, "later"], default="later")
+            if choice == "later":
+                return None
+            comment = await terminal.ask("comment: ")
         return decision(choice, comment)
 
 
+class _TerminalLines:
+    """Answers typed on the terminal, read through the event loop rather than input().
+
+    Why: Python runs signal handlers between bytecodes, so with a blocking input() a Ctrl-C
+    that lands after the prompt is printed but before read() blocks waits for the next key
+    press. Here the loop waits for the terminal and for signals alike (its signal wakeup fd),
+    so Ctrl-C always ends the wait at once. The terminal stays in its own line mode: the
+    kernel does the editing and echo, and hands over whole lines.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int):
+        self._loop = loop
+        self._fd = fd
+        self._unread = b""
+        self._interrupted = False
+        self._waiting: asyncio.Future[bytes] | None = None
+
+    def interrupt(self) -> None:
+        self._interrupted = True
+        if self._waiting is not None and not self._waiting.done():
+            self._waiting.set_exception(KeyboardInterrupt())
+
+    async def choose(self, label: str, options: list[str], default: str) -> str:
+        """One of `options`, asking again (as click.prompt does) until the answer is one."""
+        import click
+
+        kind = click.Choice(options)
+        while True:
+            answer = await self.ask(f"{label} ({', '.join(options)}) [{default}]: ") or default
+            try:
+                return str(kind.convert(answer, None, None))
+            except click.BadParameter as exc:
+                click.echo(f"Error: {exc.message}", err=True)
+
+    async def ask(self, prompt: str) -> str:
+        """One line, without its end and surrounding blanks. Ctrl-D on an empty line, or a
+        terminal that went away, interrupts the run as Ctrl-C does."""
+        import click
+
+        click.echo(prompt, nl=False, err=True)
+        while b"\n" not in self._unread:
+            chunk = await self._chunk()
+            if not chunk:
+                if self._unread:  # Ctrl-D after some text ends that text, as input() does
+                    break
+                raise KeyboardInterrupt
+            self._unread += chunk
+        line, _, self._unread = self._unread.partition(b"\n")
+        return line.decode(sys.stdin.encoding or "utf-8", errors="replace").strip()
+
+    async def _chunk(self) -> bytes:
+        if self._interrupted:
+            raise KeyboardInterrupt
+        waiting: asyncio.Future[bytes] = self._loop.create_future()
+
+        def readable() -> None:
+            self._loop.remove_reader(self._fd)
+            if waiting.done():
+                return
+            try:
+                waiting.set_result(os.read(self._fd, 4096))
+            except OSError:  # the terminal hung up
+                waiting.set_result(b"")
+
+        self._waiting = waiting
+        self._loop.add_reader(self._fd, readable)
+        try:
+            return await waiting
+        finally:
+            self._loop.remove_reader(self._fd)
+            self._waiting = None
+
+
 @contextlib.contextmanager
-def _interruptible() -> Iterator[None]:
-    """Let Ctrl-C stop a blocking prompt at once. asyncio's own SIGINT handler only cancels the
-    main task, which cannot happen while the event loop's thread waits in input()."""
+def _ctrl_c_interrupts(loop: asyncio.AbstractEventLoop, interrupt: Callable[[], None]) -> Iterator[None]:
+    """Make Ctrl-C call `interrupt` for as long as a prompt is open, then give SIGINT back to
+    whoever had it (asyncio.run's handler, which cancels the main task on a first Ctrl-C)."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield  # signals reach only the main thread's handlers: nothing to install
         return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous = signal.getsignal(signal.SIGINT)
+    loop.add_signal_handler(signal.SIGINT, interrupt)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        loop.remove_signal_handler(signal.SIGINT)
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)

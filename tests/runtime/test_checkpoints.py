@@ -19,7 +19,8 @@ from loopdsl.adapters.store.run_store import RunStore
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from cli_in_process import cli_in_process  # noqa: E402
-from cli_forked import loopdsl_command
+from cli_forked import loopdsl_command  # noqa: E402
+from on_a_terminal import TerminalSession  # noqa: E402
 
 DATA = Path(__file__).parents[1] / "data" / "durable"
 
@@ -92,6 +93,31 @@ def test_approve_records_who_and_when_and_later_templates_see_it(tmp_path: Path)
     assert shown.returncode == 0, shown.stderr
     assert f'  ask: approve by alice at {decided["at"]}: "looks right"' in shown.stdout.splitlines()
     assert shown.stdout.count("ask: approve by alice") == 1
+
+
+def test_a_person_at_the_terminal_decides_there_and_a_wrong_choice_is_asked_again(tmp_path: Path) -> None:
+    """On a real terminal (a pty) the run asks, refuses an answer that is not a choice, takes
+    the decision and comment typed, and goes on in the same process."""
+    store = tmp_path / "store"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}, "LOOPDSL_USER": "dana"}
+    session = TerminalSession(["run", str(DATA / "checkpoint.yaml"), "--store", str(store)], tmp_path, env)
+    try:
+        asked = session.read_until(b"[later]: ", 60)
+        assert b"[ask] Ship release 1.2?" in asked and b"decision (approve, reject, later) [later]: " in asked, asked
+        session.type(b"maybe\n")
+        again = session.read_until(b"[later]: ", 30)
+        assert b"Error: 'maybe' is not one of 'approve', 'reject', 'later'." in again, session.seen
+        session.type(b"  approve \n")
+        assert b"comment: " in session.read_until(b"comment: ", 30), session.seen
+        session.type(b"ship it\n")
+        session.read_until(None, 60)
+    finally:
+        code = session.exit_code(10)
+    assert code == 0, session.seen
+    with RunStore(store) as runs:
+        (record,) = runs.list_runs()
+    assert record["status"] == "completed" and record["path"] == ["prepare", "ask", "shipped"], record
+    assert record["outputs"]["said"] == "approve by dana: ship it"
 
 
 def test_show_lists_a_decision_recorded_before_the_resume(tmp_path: Path) -> None:

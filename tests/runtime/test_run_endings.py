@@ -3,7 +3,6 @@ a run whose process was killed outright shows as `interrupted (resume RUN)`."""
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from loopdsl.adapters.store.run_store import RunStore
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from cli_in_process import cli_in_process  # noqa: E402
+from on_a_terminal import TerminalSession  # noqa: E402
 
 DATA = Path(__file__).parents[1] / "data" / "durable"
 
@@ -161,64 +161,20 @@ def test_the_exit_code_table_lists_130() -> None:
     assert "| 130 |" in textwrap.dedent(doc)
 
 
-def _read_until(fd: int, marker: bytes | None, seconds: float) -> bytes:
-    """What the pty prints until `marker` (None: until it closes), never blocking past `seconds`."""
-    seen = b""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and (marker is None or marker not in seen):
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        seen += chunk
-    return seen
-
-
-def _process_state(pid: int) -> bytes:
-    """What the kernel says of a process: its state, signal masks and where it sleeps."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-        wchan = Path(f"/proc/{pid}/wchan").read_text()
-    except OSError as exc:
-        return repr(exc).encode()
-    lines = [line for line in status.splitlines() if line.startswith(("State", "Sig", "Shd", "Threads"))]
-    return ("; ".join(lines) + f"; wchan {wchan}").encode()
-
-
 def test_ctrl_c_at_a_checkpoint_prompt_records_the_run_aborted(tmp_path: Path) -> None:
     """On a real terminal (a pty): Ctrl-C at the prompt stops the run at once (asyncio's
-    handler alone would wait for a second Ctrl-C) and is recorded as an interruption."""
-    import pty
-
+    handler alone would wait for a second Ctrl-C), even when it lands the moment the prompt
+    shows, and is recorded as an interruption."""
     store = tmp_path / "store"
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: a session leader whose controlling terminal is the pty
-        try:
-            os.chdir(tmp_path)
-            os.execve(sys.executable, [sys.executable, "-m", "loopdsl", "run", str(DATA / "checkpoint.yaml"),
-                                       "--store", str(store)], _env())
-        finally:
-            os._exit(127)
+    session = TerminalSession(["run", str(DATA / "checkpoint.yaml"), "--store", str(store)], tmp_path, _env())
     try:
-        seen = _read_until(fd, b"decision", 60)
-        assert b"decision" in seen, seen
-        os.write(fd, b"\x03")  # the terminal turns it into SIGINT for the foreground group
-        seen += _read_until(fd, None, 30)
+        assert b"decision" in session.read_until(b"decision", 60), session.seen
+        session.type(b"\x03")  # the terminal turns it into SIGINT for the foreground group
+        session.read_until(None, 30)
     finally:
-        deadline = time.monotonic() + 10
-        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if done[0] == 0:  # still running: say in what state, for the failure below
-            seen += b"\n[still running after ^C] " + _process_state(pid)
-            os.kill(pid, signal.SIGKILL)
-            done = os.waitpid(pid, 0)
-        os.close(fd)
-    assert os.waitstatus_to_exitcode(done[1]) == 130, seen
+        code = session.exit_code(10)
+    seen = session.seen
+    assert code == 130, seen
     assert b"Traceback" not in seen
     record = _only_run(store)
     assert record["status"] == "aborted" and record["error"]["kind"] == "interrupted"
