@@ -110,7 +110,7 @@ class _TerminalLines:
             try:
                 return str(kind.convert(answer, None, None))
             except click.BadParameter as exc:
-                click.echo(f"Error: {exc.message}", err=True)
+                click.echo(visible(f"Error: {exc.message}"), err=True)  # echoes what was typed
 
     async def ask(self, prompt: str) -> str:
         """One line, without its end and surrounding blanks. Ctrl-D on an empty line, or a
