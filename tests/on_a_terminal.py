@@ -12,15 +12,17 @@ from pathlib import Path
 
 
 class TerminalSession:
-    """`python -m loopdsl ARGS` as a session leader on a fresh pty, in `cwd`."""
+    """`python -m loopdsl ARGS` as a session leader on a fresh pty, in `cwd`, with this
+    process's environment less its LOOPDSL_* variables (as tests/cli_in_process.py), plus `env`."""
 
-    def __init__(self, args: Sequence[str], cwd: Path, env: Mapping[str, str]):
+    def __init__(self, args: Sequence[str], cwd: Path, env: Mapping[str, str] | None = None):
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")} | dict(env or {})
         self.seen = b""
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: a session leader whose controlling terminal is the pty
             try:
                 os.chdir(cwd)
-                os.execve(sys.executable, [sys.executable, "-m", "loopdsl", *args], dict(env))
+                os.execve(sys.executable, [sys.executable, "-m", "loopdsl", *args], environ)
             finally:
                 os._exit(127)
 

@@ -99,8 +99,8 @@ def test_a_person_at_the_terminal_decides_there_and_a_wrong_choice_is_asked_agai
     """On a real terminal (a pty) the run asks, refuses an answer that is not a choice, takes
     the decision and comment typed, and goes on in the same process."""
     store = tmp_path / "store"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}, "LOOPDSL_USER": "dana"}
-    session = TerminalSession(["run", str(DATA / "checkpoint.yaml"), "--store", str(store)], tmp_path, env)
+    session = TerminalSession(["run", str(DATA / "checkpoint.yaml"), "--store", str(store)], tmp_path,
+                              {"LOOPDSL_USER": "dana"})
     try:
         asked = session.read_until(b"[later]: ", 60)
         assert b"[ask] Ship release 1.2?" in asked and b"decision (approve, reject, later) [later]: " in asked, asked

@@ -166,7 +166,7 @@ def test_ctrl_c_at_a_checkpoint_prompt_records_the_run_aborted(tmp_path: Path) -
     handler alone would wait for a second Ctrl-C), even when it lands the moment the prompt
     shows, and is recorded as an interruption."""
     store = tmp_path / "store"
-    session = TerminalSession(["run", str(DATA / "checkpoint.yaml"), "--store", str(store)], tmp_path, _env())
+    session = TerminalSession(["run", str(DATA / "checkpoint.yaml"), "--store", str(store)], tmp_path)
     try:
         assert b"decision" in session.read_until(b"decision", 60), session.seen
         session.type(b"\x03")  # the terminal turns it into SIGINT for the foreground group
