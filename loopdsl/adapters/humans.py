@@ -134,7 +134,7 @@ class _TerminalLines:
         waiting: asyncio.Future[bytes] = self._loop.create_future()
 
         def readable() -> None:
-            self._loop.remove_reader(self._fd)
+            self._loop.remove_reader(self._fd)  # else the loop calls again until this task resumes
             if waiting.done():
                 return
             try:
