@@ -168,8 +168,10 @@ def test_a_dead_collector_costs_its_bound_once_per_process(tmp_path: Path) -> No
         assert done.returncode == 0, done.stderr
         took[label] = json.loads(done.stdout.splitlines()[-1])
     extra = [dead - plain for dead, plain in zip(took["dead"], took["plain"])]
-    # The first run waited for the collector up to OTEL_BSP_EXPORT_TIMEOUT (and imported the SDK).
-    assert 1.4 < extra[0] < 1.5 + 2.0, took
+    # The first run waited for the collector its whole OTEL_BSP_EXPORT_TIMEOUT (a dead port keeps
+    # the exporter retrying for longer), so its own time is the lower bound: the difference to
+    # the plain first run also holds both processes' first imports, which a loaded machine skews.
+    assert took["dead"][0] > 1.5 - 0.01 and extra[0] < 1.5 + 2.0, took
     assert max(extra[1:]) < 0.2 + 0.5, took
 
 
