@@ -29,14 +29,18 @@ import struct
 import sys
 import threading
 import traceback
+from pathlib import Path
 from typing import NoReturn
+
+import loopdsl
 
 # What a command imports besides its own module, imported here so no child pays for it.
 # Not LiteLLM: it reads its settings from the environment as it is imported, and what a
 # command's environment says about it is part of what the tests check.
 _PRELOAD = ("loopdsl.api.runs", "loopdsl.lint.pipeline", "loopdsl.runtime.engine", "loopdsl.language.compile",
             "loopdsl.adapters.scripted", "loopdsl.runtime.actions.agent", "loopdsl.runtime.actions.subloop",
-            "loopdsl.adapters.temporal.client", "tree_sitter", "tree_sitter_bash")
+            "loopdsl.adapters.temporal.client", "tree_sitter", "tree_sitter_bash", "loopdsl.language.shell_flow",
+            "loopdsl.language.shell_commands", "croniter")
 _HEADER = struct.Struct("!I")  # the length of the request's JSON, sent before it
 _NUMBER = struct.Struct("!i")  # the child's pid, then its exit code or minus the signal that ended it
 
@@ -54,11 +58,31 @@ def _preload() -> None:
             load()
         except ImportError:  # an optional extra (the UI, Temporal) not installed: its commands import it then
             pass
+    _warm()
     for name in filter(None, os.environ.get("FORKED_CLI_PRELOAD", "").split(",")):
-        module, _, function = name.partition(":")
-        loaded = importlib.import_module(module)
-        if function:
-            getattr(loaded, function)()
+        _load(name)
+
+
+def _warm() -> None:
+    """Compute once what most commands compute and keep, by linting the bundled loops: the
+    validators of loop, test and reply files (jsonschema's import and the schemas' build: ~80 ms
+    of a command that loads a loop), the YAML resolver's and Jinja's lexer's regular expressions
+    and LiteLLM's price table (read for every model a lint prices)."""
+    from loopdsl.language.schema_files import SCHEMA_FILES, validator
+    from loopdsl.lint.pipeline import lint_file
+
+    for kind in SCHEMA_FILES:
+        validator(kind)
+    for loop in sorted(Path(loopdsl.__file__).parent.glob("data/loops/*.yaml")):
+        lint_file(loop)
+
+
+def _load(name: str) -> None:
+    """Import `module`, or import `module:function` and call the function."""
+    module, _, function = name.partition(":")
+    loaded = importlib.import_module(module)
+    if function:
+        getattr(loaded, function)()
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:

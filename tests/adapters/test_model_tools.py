@@ -19,6 +19,8 @@ from loopdsl.runtime.actions.llm import cache_key, request_key
 from loopdsl.runtime.errors import ScriptExhausted
 from loopdsl.runtime.model_port import LlmRequest, LlmResponse, ProviderError, ToolCall, stored_tool_calls
 
+pytestmark = pytest.mark.xdist_group("litellm")  # LiteLLM imported in-process: once a run, on one worker
+
 GREP = {"type": "function", "function": {
     "name": "grep", "description": "Search tracked files for a regular expression.",
     "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"]}}}

@@ -9,6 +9,8 @@ import pytest
 
 from loopdsl.language import prices
 
+pytestmark = pytest.mark.xdist_group("litellm")  # LiteLLM imported in-process: once a run, on one worker
+
 
 def _table_entry(key: str) -> dict:
     return prices.price_table()[key]

@@ -24,6 +24,8 @@ from loopdsl.adapters.litellm import LiteLLMProvider, ScriptedProvider, ensure_l
 from loopdsl.runtime.model_port import LlmRequest, ProviderError
 from loopdsl.runtime.errors import ScriptError, ScriptExhausted
 
+pytestmark = pytest.mark.xdist_group("litellm")  # LiteLLM imported in-process: once a run, on one worker
+
 MESSAGES = ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello."})
 
 

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from loopdsl.adapters.litellm import LiteLLMProvider, ensure_litellm
 from loopdsl.adapters.litellm_tokens import TokenTally, count_prompt_tokens
 
+pytestmark = pytest.mark.xdist_group("litellm")  # LiteLLM imported in-process: once a run, on one worker
+
 MODELS = ("openai/gpt-4o-mini", "anthropic/claude-haiku-4-5", "openai/my-local-llm")
 TOOL = {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
                                          "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}

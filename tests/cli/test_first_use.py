@@ -20,7 +20,9 @@ from stub_server import StubServer
 import loopdsl
 from cli_forked import loopdsl_command
 
-pytestmark = pytest.mark.xdist_group("first-use-scaffold")  # the scaffolded project, once (tests/conftest.py)
+# The scaffolded project once (tests/conftest.py), and LiteLLM imported in-process once a run, on the
+# worker that runs the other modules that import it (tests/adapters/test_providers.py)
+pytestmark = pytest.mark.xdist_group("litellm")
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "deterministic-multistep"
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.invalid",

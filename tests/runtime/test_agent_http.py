@@ -19,6 +19,8 @@ from loopdsl.adapters.store.run_store import RunStore
 import loopdsl
 from cli_forked import loopdsl_command
 
+pytestmark = pytest.mark.xdist_group("litellm")  # LiteLLM imported in-process: once a run, on one worker
+
 OPENAI, ANTHROPIC = "openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"
 PRICE = "price: {input_per_mtok: 1, output_per_mtok: 2}"
 

@@ -18,6 +18,8 @@ import loopdsl
 from loopdsl.adapters.litellm import count_prompt_tokens
 from stub_server import StubReply, StubServer
 
+pytestmark = pytest.mark.xdist_group("litellm")  # LiteLLM imported in-process: once a run, on one worker
+
 PRICE = {"input_per_mtok": 1.5, "output_per_mtok": 4.0}
 
 
