@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ruamel.yaml import YAML
 
 import loopdsl
@@ -268,6 +269,7 @@ def critic_turn(body: Any) -> Any:
                      prompt_tokens=700, completion_tokens=20)
 
 
+@pytest.mark.xdist_group("litellm")  # an in-process run over LiteLLM: on the worker that imported it
 def test_over_litellm_http_the_fix_is_committed_and_spent_equals_billed(
         scratch_repo: Path, tmp_path: Path, stub_server: Any) -> None:
     """The same loop, its models pointed at the loopback stubs (the fixer speaks OpenAI's

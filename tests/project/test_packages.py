@@ -38,7 +38,9 @@ import loopdsl
 from loopdsl.cli import cli
 from loopdsl.adapters.store.run_store import RunStore
 
-pytestmark = pytest.mark.xdist_group("acme-venv")  # the venv with the package built into it, once (tests/conftest.py)
+# The venv with the package built into it once (tests/conftest.py), on the worker that has LiteLLM
+# imported for the in-process runs (tests/adapters/test_providers.py)
+pytestmark = pytest.mark.xdist_group("litellm")
 VERSION = "1.4.0"  # tests/data/sharing/package/pyproject.toml
 
 

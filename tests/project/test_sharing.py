@@ -179,6 +179,7 @@ def kill_inside_child_then_resume(python: str, loop: Path, cwd: Path, store: Pat
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("litellm")  # its in-process run imports LiteLLM: on the worker that has it
 def test_repo_b_imports_and_runs_repo_a_loops_and_resumes_after_kill_inside_the_child(
         tmp_path: Path, stub_server: StubServer, monkeypatch: pytest.MonkeyPatch) -> None:
     _repo_a, repo_b = two_repos(tmp_path, stub_server.api_base)

@@ -20,6 +20,8 @@ from loopdsl.adapters.store.run_store import RunStore
 from stub_server import StubServer
 from test_engine_http import loop_file
 
+pytestmark = pytest.mark.xdist_group("litellm")  # LiteLLM imported in-process: once a run, on one worker
+
 BRACKET = re.compile(r"\[tokens (\d+)(/\d+)? \| cost \$([\d.]+)(/\$[\d.]+)? \| steps (\d+)(/\d+)?\]")
 
 

@@ -70,6 +70,7 @@ def showcase(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("litellm")  # an in-process run over LiteLLM: on the worker that imported it
 def test_show_reports_path_results_gates_usage_timings_and_files(tmp_path: Path, showcase: Any) -> None:
     _stub, loop = showcase
     store = tmp_path / "store"
@@ -107,6 +108,7 @@ def test_show_reports_path_results_gates_usage_timings_and_files(tmp_path: Path,
     assert table[1].split()[:3] == [run_id, "showcase", "completed"] and table[1].endswith("$0.000040")
 
 
+@pytest.mark.xdist_group("litellm")  # an in-process run over LiteLLM: on the worker that imported it
 def test_inputs_are_stored_secrets_never_and_the_store_is_private(tmp_path: Path, showcase: Any) -> None:
     _stub, loop = showcase
     store = tmp_path / "store"
@@ -125,6 +127,7 @@ def test_inputs_are_stored_secrets_never_and_the_store_is_private(tmp_path: Path
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("litellm")  # an in-process run over LiteLLM: on the worker that imported it
 def test_cache_reuses_an_identical_response_across_runs_at_cost_zero(tmp_path: Path, showcase: Any) -> None:
     stub, loop = showcase
     store = tmp_path / "store"
