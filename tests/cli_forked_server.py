@@ -60,7 +60,10 @@ def _preload() -> None:
             pass
     _warm()
     for name in filter(None, os.environ.get("FORKED_CLI_PRELOAD", "").split(",")):
-        _load(name)
+        module, _, function = name.partition(":")
+        loaded = importlib.import_module(module)
+        if function:
+            getattr(loaded, function)()
 
 
 def _warm() -> None:
@@ -75,14 +78,6 @@ def _warm() -> None:
         validator(kind)
     for loop in sorted(Path(loopdsl.__file__).parent.glob("data/loops/*.yaml")):
         lint_file(loop)
-
-
-def _load(name: str) -> None:
-    """Import `module`, or import `module:function` and call the function."""
-    module, _, function = name.partition(":")
-    loaded = importlib.import_module(module)
-    if function:
-        getattr(loaded, function)()
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
