@@ -446,7 +446,7 @@ def test_the_c_parser_is_installed_and_clean_files_never_reach_the_reference(
     assert len(calls) == 4
     # nesting past the limit: the fast walk's finding is the reference's, so it stands
     calls.clear()
-    for text in ("a: " + "[" * 100_000 + "]" * 100_000 + "\n", "a: 1\na: 1\nb: " + "[" * 100 + "]" * 100 + "\n"):
+    for text in ("a: " + "[" * 100 + "]" * 100 + "\n", "a: 1\na: 1\nb: " + "[" * 100 + "]" * 100 + "\n"):
         assert outcome(parse_text("f.yaml", text)) == outcome(parse_text("f.yaml", text, fast=False))
     assert len(calls) == 2  # each once, from fast=False
 
