@@ -20,8 +20,8 @@ from stub_server import StubServer
 import loopdsl
 from cli_forked import loopdsl_command
 
-# The scaffolded project once (tests/conftest.py), and LiteLLM imported in-process once a run, on the
-# worker that runs the other modules that import it (tests/adapters/test_providers.py)
+# The scaffolded project once (tests/conftest.py), in the group of the tests that import LiteLLM
+# in-process: one import a run (CONTRIBUTING.md)
 pytestmark = pytest.mark.xdist_group("litellm")
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "deterministic-multistep"

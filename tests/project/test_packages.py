@@ -38,8 +38,8 @@ import loopdsl
 from loopdsl.cli import cli
 from loopdsl.adapters.store.run_store import RunStore
 
-# The venv with the package built into it once (tests/conftest.py), on the worker that has LiteLLM
-# imported for the in-process runs (tests/adapters/test_providers.py)
+# The venv with the package built into it once (tests/conftest.py), in the group of the tests that
+# import LiteLLM in-process (its in-process runs do): one import a run (CONTRIBUTING.md)
 pytestmark = pytest.mark.xdist_group("litellm")
 VERSION = "1.4.0"  # tests/data/sharing/package/pyproject.toml
 
