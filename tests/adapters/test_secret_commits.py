@@ -12,12 +12,12 @@ import base64
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from cli_in_process import cli_in_process
+from git_repos import git_output as _git, owned_repo
 from cli_forked import loopdsl_command
 
 SECRET = "npm_Q7tR2vX9kLm4Pz8Wc1Yb"
@@ -57,24 +57,11 @@ def _loop(cmd: str) -> str:
         """) % textwrap.indent(cmd, " " * 10)
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "config", "user.name", "Repo Owner")
-    _git(root, "config", "user.email", "owner@example.com")
-    (root / "README.md").write_text("project\n")
-    (root / ".env").write_text("MODE=dev\n")  # a credential file name the project already tracks
-    (root / "writer.py").write_text(WRITE_FORMS)
-    _git(root, "add", ".")
-    _git(root, "commit", "-q", "-m", "initial")
-    return root
+    # .env: a credential file name the project already tracks
+    return owned_repo(tmp_path / "repo", {"README.md": "project\n", ".env": "MODE=dev\n", "writer.py": WRITE_FORMS},
+                      owner="Repo Owner")
 
 
 def _run(repo: Path, cmd: str, *, real: bool = False) -> tuple[subprocess.CompletedProcess[bytes], dict, Path]:

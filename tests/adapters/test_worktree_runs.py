@@ -7,14 +7,13 @@ work ends up on branch `loopdsl/<run-id>` (or in a kept worktree).
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_in_process import cli_in_process
+from git_repos import git_output as _git, owned_repo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -26,25 +25,12 @@ from loopdsl.adapters.store.run_store import RunStore
 LOOP = Path(__file__).parents[1] / "data" / "durable" / "worktree.yaml"
 
 
-def _git(repo: Path, *args: str) -> str:
-    # GIT_OPTIONAL_LOCKS=0: our own `git status` must not refresh (rewrite) the index we compare.
-    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
-
-
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A repository with one commit, then an unstaged change, a staged change and an untracked file."""
     monkeypatch.delenv("LOOPDSL_STORE", raising=False)
-    root = tmp_path / "repo"
-    root.mkdir()
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "config", "user.name", "Repo Owner")
-    _git(root, "config", "user.email", "owner@example.com")
-    for name in ("a.txt", "b.txt", "c.txt"):
-        (root / name).write_text(f"{name} as committed\n")
-    _git(root, "add", ".")
-    _git(root, "commit", "-q", "-m", "initial")
+    root = owned_repo(tmp_path / "repo", {name: f"{name} as committed\n" for name in ("a.txt", "b.txt", "c.txt")},
+                      owner="Repo Owner")
     (root / "a.txt").write_text("a.txt edited, not staged\n")
     (root / "b.txt").write_text("b.txt edited and staged\n")
     _git(root, "add", "b.txt")

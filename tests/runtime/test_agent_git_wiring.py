@@ -4,13 +4,12 @@ against the visit-start commit, redacted."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from git_repos import git_output as _git, owned_repo
 
 import loopdsl
 from loopdsl.runtime.model_port import LlmRequest
@@ -39,24 +38,11 @@ tools:
 """
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
-                          env=dict(os.environ, GIT_OPTIONAL_LOCKS="0")).stdout
-
-
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("LOOPDSL_STORE", raising=False)
     monkeypatch.setenv("WIRE_TOKEN", SECRET)
-    root = tmp_path / "repo"
-    root.mkdir()
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "config", "user.name", "Owner")
-    _git(root, "config", "user.email", "owner@example.com")
-    (root / "README").write_text("hello\n")
-    _git(root, "add", ".")
-    _git(root, "commit", "-q", "-m", "initial")
-    return root
+    return owned_repo(tmp_path / "repo", {"README": "hello\n"})
 
 
 def agent_loop(tools: str, extra: str = "", prompt: str = "Work.") -> str:

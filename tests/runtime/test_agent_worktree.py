@@ -4,13 +4,12 @@ and its fix is committed on the run branch while the person's checkout is untouc
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from git_repos import git_output as _git, owned_repo
 
 import loopdsl
 from loopdsl.runtime.model_port import LlmRequest
@@ -50,26 +49,13 @@ states:
 """
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
-                          env=dict(os.environ, GIT_OPTIONAL_LOCKS="0")).stdout
-
-
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("LOOPDSL_STORE", raising=False)
-    root = tmp_path / "repo"
-    root.mkdir()
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "config", "user.name", "Owner")
-    _git(root, "config", "user.email", "owner@example.com")
-    (root / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (root / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
-    (root / "fixer.yaml").write_text(LOOP)
-    (root / ".gitignore").write_text("__pycache__/\n")
-    _git(root, "add", ".")
-    _git(root, "commit", "-q", "-m", "initial")
-    return root
+    return owned_repo(tmp_path / "repo", {
+        "calc.py": "def add(a, b):\n    return a - b\n",
+        "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+        "fixer.yaml": LOOP, ".gitignore": "__pycache__/\n"})
 
 
 def fixer(turn: int, request: LlmRequest) -> Any:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from git_repos import git_output as _git, owned_repo
 
 import loopdsl
 from loopdsl.adapters.store.run_store import RunStore
@@ -59,23 +60,10 @@ states:
 """
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
-                          env=dict(os.environ, GIT_OPTIONAL_LOCKS="0")).stdout
-
-
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("LOOPDSL_STORE", raising=False)
-    root = tmp_path / "repo"
-    root.mkdir()
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "config", "user.name", "Owner")
-    _git(root, "config", "user.email", "owner@example.com")
-    (root / "README").write_text("hello\n")
-    _git(root, "add", ".")
-    _git(root, "commit", "-q", "-m", "initial")
-    return root
+    return owned_repo(tmp_path / "repo", {"README": "hello\n"})
 
 
 class Overlapping(Conversation):

@@ -2,12 +2,11 @@
 repository, a real worktree run), and the list query over hostile or odd records."""
 from __future__ import annotations
 
-import os
 import sqlite3
-import subprocess
 from pathlib import Path
 
 from cli_in_process import cli_in_process
+from git_repos import git_output as _git, owned_repo
 from ui_support import cli
 
 from loopdsl.adapters.store.listing import child_ids, run_count, summaries
@@ -19,21 +18,8 @@ from loopdsl.language.model import build_loop
 LOOP = Path(__file__).parents[1] / "data" / "durable" / "worktree.yaml"
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
-                          env=dict(os.environ, GIT_OPTIONAL_LOCKS="0")).stdout
-
-
 def _repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "config", "user.name", "Repo Owner")
-    _git(root, "config", "user.email", "owner@example.com")
-    (root / "a.txt").write_text("a.txt as committed\n")
-    _git(root, "add", ".")
-    _git(root, "commit", "-q", "-m", "initial")
-    return root
+    return owned_repo(tmp_path / "repo", {"a.txt": "a.txt as committed\n"}, owner="Repo Owner")
 
 
 def test_the_run_page_shows_the_diff_of_a_completed_and_of_a_failed_worktree_run(tmp_path: Path) -> None:
