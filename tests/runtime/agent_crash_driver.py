@@ -3,19 +3,15 @@ test_agent_crash.py in a process of its own, so the test can SIGKILL it mid-conv
 
 The model is a provider port answering by the conversation so far; before answering it
 appends one line per request to $REQUESTS (`turn N`), so the test counts what was paid.
-The run lock's default TTL is lowered as bench/crash_torture.py's launcher does (a
-SIGKILLed holder cannot release its lock). test_agent_crash.py also imports `Provider`
+The run lock's TTL is lowered (crash_driver.py). test_agent_crash.py also imports `Provider`
 to resume runs in its own process.
 """
 import asyncio
 import json
 import os
-import sys
-from pathlib import Path
 
-import loopdsl.adapters.store.run_store as store
-from loopdsl.api.durable import resume_durable
-from loopdsl.api.runs import arun
+from crash_driver import run_or_resume, shorten_lock_ttl
+
 from loopdsl.runtime.model_port import LlmResponse, ToolCall
 
 
@@ -41,16 +37,6 @@ class Provider:
         return 100
 
 
-async def main() -> None:
-    command, store_dir = sys.argv[1], Path(sys.argv[2])
-    if command == "run":
-        workdir = Path(sys.argv[3])
-        result = await arun(workdir / "loop.yaml", workdir=workdir, provider=Provider(), store=store_dir)
-    else:
-        result = await resume_durable(sys.argv[3], store=store_dir, provider=Provider())
-    print(json.dumps({"run_id": result.run_id, "status": result.status}))
-
-
 if __name__ == "__main__":
-    store.RunStore.lock.__wrapped__.__kwdefaults__["ttl"] = 0.5
-    asyncio.run(main())
+    shorten_lock_ttl()
+    asyncio.run(run_or_resume(Provider()))

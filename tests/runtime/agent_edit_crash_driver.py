@@ -4,16 +4,10 @@ calc.py, turn 2 hangs once (flag file $HANG_FLAG) so the test kills the run ther
 import asyncio
 import json
 import os
-import sys
-from pathlib import Path
 
-import loopdsl.adapters.store.run_store as store
+from crash_driver import run_or_resume, shorten_lock_ttl
 
-store.RunStore.lock.__wrapped__.__kwdefaults__["ttl"] = 0.5  # a SIGKILLed holder cannot release its lock
-
-from loopdsl.api.durable import resume_durable  # noqa: E402
-from loopdsl.api.runs import arun  # noqa: E402
-from loopdsl.runtime.model_port import LlmResponse, ToolCall  # noqa: E402
+from loopdsl.runtime.model_port import LlmResponse, ToolCall
 
 
 class Provider:
@@ -36,14 +30,5 @@ class Provider:
         return 100
 
 
-async def main() -> None:
-    command, store_dir = sys.argv[1], Path(sys.argv[2])
-    if command == "run":
-        workdir = Path(sys.argv[3])
-        result = await arun(workdir / "loop.yaml", workdir=workdir, provider=Provider(), store=store_dir)
-    else:
-        result = await resume_durable(sys.argv[3], store=store_dir, provider=Provider())
-    print(json.dumps({"run_id": result.run_id, "status": result.status}))
-
-
-asyncio.run(main())
+shorten_lock_ttl()
+asyncio.run(run_or_resume(Provider()))

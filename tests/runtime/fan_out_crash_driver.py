@@ -4,20 +4,14 @@ item's tool call holds (as long as `$TMPDIR/hold` exists) and another item has f
 
 The model is a provider port answering by the conversation: item `a` writes a.txt and
 answers; item `b` writes b.txt, calls `hold`, then answers. The run lock's TTL is lowered
-as in agent_crash_driver.py (a SIGKILLed holder cannot release its lock).
+(crash_driver.py).
 """
 import asyncio
 import json
-import sys
-from pathlib import Path
 
-import loopdsl.adapters.store.run_store as store
+from crash_driver import run_or_resume, shorten_lock_ttl
 
-store.RunStore.lock.__wrapped__.__kwdefaults__["ttl"] = 0.5
-
-from loopdsl.api.durable import resume_durable  # noqa: E402
-from loopdsl.api.runs import arun  # noqa: E402
-from loopdsl.runtime.model_port import LlmResponse, ToolCall  # noqa: E402
+from loopdsl.runtime.model_port import LlmResponse, ToolCall
 
 
 class Provider:
@@ -39,15 +33,5 @@ class Provider:
         return 100
 
 
-async def main() -> None:
-    command, store_dir = sys.argv[1], Path(sys.argv[2])
-    if command == "run":
-        repo = Path(sys.argv[3])
-        result = await arun(repo / "loop.yaml", workdir=repo, provider=Provider(), store=store_dir)
-    else:
-        result = await resume_durable(sys.argv[3], store=store_dir, provider=Provider())
-    items = result.state.results.get("each", {}).get("items")
-    print(json.dumps({"run_id": result.run_id, "status": result.status, "items": items}))
-
-
-asyncio.run(main())
+shorten_lock_ttl()
+asyncio.run(run_or_resume(Provider(), lambda result: {"items": result.state.results.get("each", {}).get("items")}))
