@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -353,6 +353,31 @@ class Worker:
         return fig
 
 
+def deal_kills(pool: Sequence[Any], kills: int, total: Any, expected: dict[str, Any], duration: float,
+               describe: Callable[[Any, Any], str]) -> None:
+    """Torture runs on every worker of `pool` side by side until `kills` SIGKILLs are dealt,
+    each run taking the kills still left; each run's figures are added to `total` (whose
+    `kills` counts them) and described in one printed line."""
+    lock = threading.Lock()
+
+    def work(worker: Any) -> None:
+        while True:
+            with lock:
+                left = kills - total.kills
+            if left <= 0:
+                return
+            fig = worker.torture_run(expected, duration, left)
+            with lock:
+                total.add(fig)
+                print(f"  {describe(worker, fig)}  [total kills {total.kills}]", flush=True)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in pool]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=200, help="total SIGKILLs to deliver (default 200)")
@@ -373,30 +398,15 @@ def main(argv: list[str] | None = None) -> int:
             return torture(opts.kills, seed, 0.15 if opts.pause == 0.3 else opts.pause, Path(tmp), opts.workers, opts.http)
     started = time.monotonic()
     total = Figures()
-    lock = threading.Lock()
     with tempfile.TemporaryDirectory(prefix="crash-torture-") as tmp:
         workers = [Worker(Path(tmp) / f"w{i}", opts.pause, opts.ticks, random.Random(seed + i)) for i in range(opts.workers)]
         expected, duration = workers[0].baseline()
         print(f"seed {seed}; uninterrupted run: {duration:.1f}s, status {expected['status']}, "
               f"path of {len(expected['path'])} states", flush=True)
 
-        def work(worker: Worker) -> None:
-            while True:
-                with lock:
-                    left = opts.kills - total.kills
-                if left <= 0:
-                    return
-                fig = worker.torture_run(expected, duration, left)
-                with lock:
-                    total.add(fig)
-                    print(f"  run {worker.runs:>3} (w{workers.index(worker)}): kills {fig.kills} resumes {fig.resumes} "
-                          f"{'ok' if fig.runs_completed else 'MISMATCH'}  [total kills {total.kills}]", flush=True)
-
-        threads = [threading.Thread(target=work, args=(w,)) for w in workers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        deal_kills(workers, opts.kills, total, expected, duration,
+                   lambda worker, fig: f"run {worker.runs:>3} (w{workers.index(worker)}): kills {fig.kills} "
+                                       f"resumes {fig.resumes} {'ok' if fig.runs_completed else 'MISMATCH'}")
         for w in workers:
             w.close()
     elapsed = time.monotonic() - started

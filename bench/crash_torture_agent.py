@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from crash_torture import LAUNCHER, cli, cli_env, kill, open_clean, record, wait_lock_free
+from crash_torture import LAUNCHER, cli, cli_env, deal_kills, kill, open_clean, record, wait_lock_free
 from stub_server import StubReply, StubServer, tool_call
 
 from loopdsl.adapters.store.run_store import RunStore
@@ -325,31 +325,18 @@ def torture(kills: int, seed: int, pause: float, base: Path, workers: int = 1, h
     started = time.monotonic()
     pool = [AgentWorker(base / f"agent{i}", pause, random.Random(seed + i), http) for i in range(workers)]
     total = AgentFigures()
-    lock = threading.Lock()
     try:
         expected, duration = pool[0].baseline()
         print(f"seed {seed}; uninterrupted agent run: {duration:.1f}s from `ready` on, "
               f"{TOOL_TURNS + 1} turns, {2 * TOOL_TURNS} tool calls; {workers} worker(s); "
               f"model: {'LiteLLM over HTTP to the stub' if http else 'a provider port'}", flush=True)
 
-        def work(worker: AgentWorker) -> None:
-            while True:
-                with lock:
-                    left = kills - total.kills
-                if left <= 0:
-                    return
-                fig = worker.torture_run(expected, duration, left)
-                with lock:
-                    total.add(fig)
-                    verdict = "identical" if fig.identical else "skip-only" if fig.ended_like_baseline_with_skips else "BAD"
-                    print(f"  w{pool.index(worker)} run {worker.runs:>3}: kills {fig.kills} resumes {fig.resumes} "
-                          f"asked {fig.asked_skip + fig.asked_rerun} {verdict}  [total kills {total.kills}]", flush=True)
+        def describe(worker: AgentWorker, fig: AgentFigures) -> str:
+            verdict = "identical" if fig.identical else "skip-only" if fig.ended_like_baseline_with_skips else "BAD"
+            return (f"w{pool.index(worker)} run {worker.runs:>3}: kills {fig.kills} resumes {fig.resumes} "
+                    f"asked {fig.asked_skip + fig.asked_rerun} {verdict}")
 
-        threads = [threading.Thread(target=work, args=(w,)) for w in pool]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        deal_kills(pool, kills, total, expected, duration, describe)
     finally:
         for w in pool:
             w.close()
