@@ -11,6 +11,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
+# A shell at a terminal starts a command with SIGINT at its default. A test process started in
+# the background by a non-interactive shell (`pytest &`) inherits SIGINT ignored, passes that
+# on, and a `loopdsl` that inherits it rightly ignores Ctrl-C; this puts Python's own handler back.
+_CTRL_C_ABLE = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                "sys.argv[0] = 'loopdsl'; runpy.run_module('loopdsl', run_name='__main__', alter_sys=True)")
+
+
+def interruptible_loopdsl(*args: str) -> list[str]:
+    """The argv of `python -m loopdsl ARGS` as a terminal's shell would start it: SIGINT (what
+    Ctrl-C sends) interrupts it whatever disposition this process inherited."""
+    return [sys.executable, "-c", _CTRL_C_ABLE, *args]
+
+
 class TerminalSession:
     """`python -m loopdsl ARGS` as a session leader on a fresh pty, in `cwd`, with this
     process's environment less its LOOPDSL_* variables (as tests/cli_in_process.py), plus `env`."""
@@ -22,6 +35,7 @@ class TerminalSession:
         if self.pid == 0:  # the child: a session leader whose controlling terminal is the pty
             try:
                 os.chdir(cwd)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)  # as a terminal's shell starts it (above)
                 os.execve(sys.executable, [sys.executable, "-m", "loopdsl", *args], environ)
             finally:
                 os._exit(127)

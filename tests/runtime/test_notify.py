@@ -22,6 +22,7 @@ from loopdsl.adapters.store.run_store import RunStore
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from cli_in_process import cli_in_process  # noqa: E402
+from on_a_terminal import interruptible_loopdsl  # noqa: E402
 from ports import free_port  # noqa: E402
 
 SECRET_PATH = "hook-Zr81qK7wLm2sPuniq"  # the part of the secret URL that must never show
@@ -317,8 +318,8 @@ states:
   done: {{end: completed}}
 """, encoding="utf-8")
     environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
-    proc = subprocess.Popen([sys.executable, "-m", "loopdsl", "run", str(tmp_path / "loop.yaml"), "--store",
-                             str(tmp_path / "store")], cwd=tmp_path, env=environ, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(interruptible_loopdsl("run", str(tmp_path / "loop.yaml"), "--store", str(tmp_path / "store")),
+                            cwd=tmp_path, env=environ, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 60
     while not marks.exists():

@@ -18,7 +18,7 @@ from loopdsl.adapters.store.run_store import RunStore
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from cli_in_process import cli_in_process  # noqa: E402
-from on_a_terminal import TerminalSession  # noqa: E402
+from on_a_terminal import TerminalSession, interruptible_loopdsl  # noqa: E402
 
 DATA = Path(__file__).parents[1] / "data" / "durable"
 
@@ -39,8 +39,8 @@ def _start_sleeper(tmp_path: Path, store: Path) -> subprocess.Popen[str]:
     marks = tmp_path / "marks"
     marks.mkdir()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "loopdsl", "run", str(DATA / "sleeper.yaml"), "--store", str(store),
-         "--input", f"marks={marks}", "--input", "seconds=30"],
+        interruptible_loopdsl("run", str(DATA / "sleeper.yaml"), "--store", str(store),
+                              "--input", f"marks={marks}", "--input", "seconds=30"),
         cwd=tmp_path, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True,
     )
