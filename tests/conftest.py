@@ -2,26 +2,32 @@
 from __future__ import annotations
 
 import compileall
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
 from stub_server import StubServer
 
 import loopdsl
 from loopdsl.adapters.litellm_loading import freeze_after_import
 
-# Hypothesis profiles. `ci` (the default, so `pytest -n auto` in CI uses it) runs half the
-# examples of the property tests that scale with the profile (tests/scaled.py), without a
-# per-example deadline (a loaded machine is not a bug) and without writing a .hypothesis
-# folder; `thorough` (HYPOTHESIS_PROFILE=thorough) runs their full counts. Tests whose count
-# is part of what they assert (the budget properties: >= 1,000 cases) keep it in every profile.
-settings.register_profile("ci", max_examples=50, deadline=None, database=None)
-settings.register_profile("thorough", max_examples=100, deadline=None)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+def _load_hypothesis_profile() -> None:
+    """Hypothesis profiles. `ci` (the default, so `pytest -n auto` in CI uses it) runs half the
+    examples of the property tests that scale with the profile (tests/scaled.py), without a
+    per-example deadline (a loaded machine is not a bug) and without writing a .hypothesis
+    folder; `thorough` (HYPOTHESIS_PROFILE=thorough) runs their full counts. Tests whose count
+    is part of what they assert (the budget properties: >= 1,000 cases) keep it in every profile.
+
+    Only in a process that runs tests: the one that starts the xdist workers never needs
+    Hypothesis, whose import costs it ~0.5 s before any worker starts."""
+    from hypothesis import settings
+
+    settings.register_profile("ci", max_examples=50, deadline=None, database=None)
+    settings.register_profile("thorough", max_examples=100, deadline=None)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -29,10 +35,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # objects then alive stay out of later collections (~1 CPU-s a worker; a test's objects
     # alive at that moment are kept to the end, which a test process can afford).
     freeze_after_import()
+    starts_workers = not hasattr(config, "workerinput") and (getattr(config.option, "numprocesses", None) or 0) > 0
+    if not starts_workers:
+        _load_hypothesis_profile()
     if not hasattr(config, "workerinput"):  # once, in the process that starts the xdist workers
         _compile_the_package()
-        if (getattr(config.option, "numprocesses", None) or 0) > 1:
-            _rewrite_the_tests(config)
+        if starts_workers:
+            _rewrite_ahead(config)
     # Under pytest-xdist (`-n`), distribute as `load` does but keep each `xdist_group` on one
     # worker: a module whose tests share an expensive module-scoped setup (a venv with a package
     # built into it, a browser, LiteLLM imported in-process) marks itself
@@ -113,29 +122,34 @@ def _compile_the_package() -> None:
     compileall.compile_dir(str(Path(loopdsl.__file__).parent), quiet=2)
 
 
-def _rewrite_the_tests(config: pytest.Config) -> None:
-    """Write pytest's assertion-rewritten bytecode of every test module, once, for all workers.
+def _rewrite_ahead(config: pytest.Config) -> None:
+    """Write pytest's assertion-rewritten bytecode, once, for all workers: of every test module
+    and conftest, and of every module of a distribution that registers a pytest plugin (pytest
+    rewrites those too: Hypothesis's ~130 modules, anyio's, xdist's).
 
-    Each xdist worker imports every test module, and pytest rewrites each module's asserts
-    before compiling it (about 6 s of CPU a worker for this suite). It keeps the result in
-    __pycache__ and reads it back wherever it is current, but writes it only where Python may
-    write bytecode, so under PYTHONDONTWRITEBYTECODE (set on this project's machines and CI)
-    every worker rewrote every module again. Rewritten here once (split over forked processes,
-    one a core), the workers read it. This uses pytest's own rewriting functions, which are not
-    public: if they move, nothing is written and each worker rewrites the modules, as before.
+    Each xdist worker imports them all, and pytest rewrites each module's asserts before
+    compiling it (for this suite ~6 s of CPU a worker for the tests, ~1.3 s for the plugins'
+    modules). It keeps the result in __pycache__ and reads it back wherever it is current, but
+    writes it only where Python may write bytecode, so under PYTHONDONTWRITEBYTECODE (set on
+    this project's machines and CI) every worker rewrote every module again. Rewritten here
+    once (split over forked processes, one a core), the workers read it. This uses pytest's own
+    rewriting functions and its rewrite hook's list of plugin modules, which are not public: if
+    they move, nothing is written and each worker rewrites the modules, as before.
     """
     try:
         from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, get_cache_dir
     except ImportError:
         return
     tests = Path(__file__).resolve().parent
+    sources = [source for source in sorted(tests.rglob("*.py"))
+               if (source.name.startswith("test_") or source.name == "conftest.py")
+               and not {"data", "node_modules"} & set(source.relative_to(tests).parts)]
+    sources += _plugin_modules(config)
     stale = []
-    for source in sorted(tests.rglob("*.py")):
-        if ((source.name.startswith("test_") or source.name == "conftest.py")
-                and not {"data", "node_modules"} & set(source.relative_to(tests).parts)):
-            pyc = get_cache_dir(source) / (source.name[:-3] + PYC_TAIL)
-            if _read_pyc(source, pyc) is None:
-                stale.append((source, pyc))
+    for source in sources:
+        pyc = get_cache_dir(source) / (source.name[:-3] + PYC_TAIL)
+        if _read_pyc(source, pyc) is None:
+            stale.append((source, pyc))
     if not hasattr(os, "fork"):
         _rewrite(stale, config)
         return
@@ -154,6 +168,23 @@ def _rewrite_the_tests(config: pytest.Config) -> None:
         children.append(pid)
     for pid in children:
         os.waitpid(pid, 0)
+
+
+def _plugin_modules(config: pytest.Config) -> list[Path]:
+    """The source files of the modules pytest marked for rewriting as plugin distributions'
+    (its rewrite hook's `_must_rewrite`), found without importing them."""
+    hook = getattr(config.pluginmanager, "rewrite_hook", None)
+    files: list[Path] = []
+    for name in sorted(getattr(hook, "_must_rewrite", ())):
+        try:
+            spec = importlib.util.find_spec(name) if "." not in name else None
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        origin = Path(spec.origin)
+        files += sorted(origin.parent.rglob("*.py")) if spec.submodule_search_locations else [origin]
+    return files
 
 
 def _rewrite(modules: list[tuple[Path, Path]], config: pytest.Config) -> None:
