@@ -74,6 +74,7 @@ def test_comments_labels_issues_permissions(fake: FakeGitHub) -> None:
     assert [gh.permission(u) for u in ("alice", "bob", "mallory")] == ["admin", "read", "none"]
 
 
+@pytest.mark.slow  # mostly a wait: started early, beside tests that compute
 def test_secondary_rate_limit_is_waited_out_and_retried(fake: FakeGitHub) -> None:
     gh = client_for(fake)
     for status in (403, 429):
@@ -85,6 +86,7 @@ def test_secondary_rate_limit_is_waited_out_and_retried(fake: FakeGitHub) -> Non
     assert [r.status for r in fake.requests].count(0) == 2  # the two refused requests
 
 
+@pytest.mark.slow  # mostly a wait: started early, beside tests that compute
 def test_rate_limit_that_persists_fails_clearly(fake: FakeGitHub) -> None:
     gh = client_for(fake)
     fake.rate_limit(times=10, status=403, retry_after=1)

@@ -56,6 +56,7 @@ def test_which_variables_turn_traces_on() -> None:
     assert not traces_requested({"OTEL_EXPORTER_OTLP_ENDPOINT": "  "})
 
 
+@pytest.mark.slow  # mostly a wait: started early, beside tests that compute
 def test_a_dead_collector_neither_fails_nor_holds_up_a_run(tmp_path: Path) -> None:
     (tmp_path / "loop.yaml").write_text("loopdsl: 1\nname: lonely\nstart: a\nstates:\n"
                                         "  a: {shell: 'true', next: done}\n  done: {end: completed}\n")
@@ -156,6 +157,7 @@ print(json.dumps(took))
 """
 
 
+@pytest.mark.slow  # mostly a wait: started early, beside tests that compute
 def test_a_dead_collector_costs_its_bound_once_per_process(tmp_path: Path) -> None:
     """Five API runs in one process (as `loopdsl test` makes): only the first waits the bound."""
     loop = tmp_path / "loop.yaml"

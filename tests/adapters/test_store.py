@@ -442,6 +442,7 @@ def test_lock_across_processes_and_release(store: RunStore, store_dir: Path) -> 
         holder.wait()
 
 
+@pytest.mark.slow  # mostly a wait: started early, beside tests that compute
 def test_heartbeat_keeps_the_lock_past_its_ttl(store: RunStore, store_dir: Path) -> None:
     holder = _start_holder(store_dir, "r1", ttl=1.0, hold=30.0)
     try:

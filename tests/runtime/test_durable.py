@@ -248,6 +248,7 @@ _HOLD_LOCK = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.slow  # mostly a wait: started early, beside tests that compute
 def test_a_killed_holders_lock_is_kept_alive_by_heartbeat_and_expires_soon_after(tmp_path: Path) -> None:
     store_dir, ttl = tmp_path / "store", 1.0
     RunStore(store_dir).close()
@@ -291,6 +292,7 @@ def test_concurrency_group_skip_and_fail_while_another_run_is_active(tmp_path: P
     assert loopdsl.run(_group_loop(tmp_path, "fail"), store=store, workdir=tmp_path).status == "waiting"
 
 
+@pytest.mark.slow  # mostly a wait: started early, beside tests that compute
 def test_concurrency_group_wait_starts_when_the_active_run_ends(tmp_path: Path) -> None:
     store = tmp_path / "store"
     first = loopdsl.run(_group_loop(tmp_path, "wait"), store=store, workdir=tmp_path)

@@ -230,6 +230,7 @@ def test_resume_stops_an_agent_tool_command_left_running_before_the_call_reruns(
 MCP_SERVER = Path(__file__).resolve().parents[1] / "adapters" / "mcp_server.py"
 
 
+@pytest.mark.slow  # mostly a wait: started early, beside tests that compute
 def test_resume_stops_the_mcp_server_of_a_killed_agent_run(tmp_path: Path, marks: Path) -> None:
     pytest.importorskip("mcp")
     # A server started by a wrapper that outlives it (the server itself exits once its stdin

@@ -259,6 +259,7 @@ def timed_run(base: Path, notify: str) -> tuple[float, subprocess.CompletedProce
     return time.monotonic() - started, done, run_id
 
 
+@pytest.mark.slow  # mostly a wait: started early, beside tests that compute
 @pytest.mark.parametrize("dead", ["silent", "refused"])
 def test_a_dead_webhook_costs_a_run_at_most_its_timeout(tmp_path: Path, dead: str) -> None:
     silent = Silent()
