@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
+from git_repos import make_repo
 
 from loopdsl.adapters.store.run_store import RunStore
 from loopdsl.runtime.actions.agent_turns import agent_key
@@ -36,10 +36,6 @@ states:
 """
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
-
-
 def _driver(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     env = dict(os.environ, HANG_FLAG=str(tmp_path / "hang"), PYTHONUNBUFFERED="1")
     env.pop("LOOPDSL_STORE", None)
@@ -48,13 +44,8 @@ def _driver(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
 
 
 def crashed_after_the_edit(tmp_path: Path) -> tuple[Path, str, Path]:
-    repo, store = tmp_path / "repo", tmp_path / "store"
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (repo / "loop.yaml").write_text(LOOP)
-    _git(repo, "add", ".")
-    _git(repo, "-c", "user.name=o", "-c", "user.email=o@example.com", "commit", "-q", "-m", "initial")
+    store = tmp_path / "store"
+    repo = make_repo(tmp_path / "repo", {"calc.py": "def add(a, b):\n    return a - b\n", "loop.yaml": LOOP})
     proc = _driver(tmp_path, "run", str(store), str(repo))
     deadline = time.monotonic() + 60
     while not (tmp_path / "hang").exists():
