@@ -28,15 +28,23 @@ _DIFF_SAFE = ("--no-textconv", "--no-ext-diff", "--no-color", "--no-renames")
 
 
 def _listed(path: Path) -> tuple[dict[str, tuple[str, str]], list[str]]:
-    """Tracked entries (path -> (mode, sha)) and untracked-not-ignored paths."""
+    """Tracked entries (path -> (mode, sha)) and untracked-not-ignored paths, from one
+    `ls-files`: `-t` tags each record ("H " tracked, "? " untracked), so an untracked file
+    named like a staged entry cannot pass for one."""
     tracked: dict[str, tuple[str, str]] = {}
-    for record in z_fields(run_git(path, "ls-files", "-z", "--cached", "--stage").stdout):
-        meta, _, name = record.partition("\t")
+    others: list[str] = []
+    listing = run_git(path, "ls-files", "-z", "-t", "--cached", "--stage", "--others", "--exclude-standard").stdout
+    for record in z_fields(listing):
+        tag, rest = record[:2], record[2:]
+        if tag == "? ":
+            # A nested repository is listed as "dir/": it is not part of the run's tree.
+            if not rest.endswith("/"):
+                others.append(rest)
+            continue
+        meta, _, name = rest.partition("\t")
         mode, sha, _stage = meta.split()
         tracked[name] = (mode, sha)
-    others = z_fields(run_git(path, "ls-files", "-z", "--others", "--exclude-standard").stdout)
-    # A nested repository is listed as "dir/": it is not part of the run's tree.
-    return tracked, [name for name in others if not name.endswith("/")]
+    return tracked, others
 
 
 def _hash_files(path: Path, names: list[str], filters: dict[str, str]) -> list[str]:
@@ -139,11 +147,14 @@ def resolve(path: Path, rev: str) -> str:
 def visit_start(path: Path) -> str:
     """The commit to come back to: HEAD when the worktree is clean, else a commit of its files
     (child of HEAD, on no branch) so uncommitted work of earlier states is restored too."""
-    head = resolve(path, "HEAD")
-    if not head:
+    # Both ids from one process; the `--` keeps a file named HEAD from making them ambiguous.
+    proc = run_git(path, "rev-parse", "HEAD", "HEAD^{tree}", "--", check=False)
+    ids = proc.stdout.split()
+    if proc.returncode != 0 or len(ids) < 2:
         raise WorkspaceError(f"{path} has no HEAD commit", "the run's worktree is damaged: start a new run")
+    head, head_tree = ids[0], ids[1]
     tree = snapshot_tree(path)
-    if tree == resolve(path, "HEAD^{tree}"):
+    if tree == head_tree:
         return head
     return run_git(path, *identity_args(path), "commit-tree", tree, "-p", head, stdin=VISIT_START_MESSAGE).stdout.strip()
 

@@ -59,6 +59,22 @@ def test_visit_start_of_a_dirty_worktree_is_a_commit_of_its_files_on_no_branch(r
     assert workspace_changes(run.path, start) == ([], "")
 
 
+def test_names_that_look_like_index_entries_or_revisions_are_plain_files(run: Worktree) -> None:
+    """One `ls-files` lists tracked and untracked files: an untracked name shaped like a staged
+    entry is still an untracked file with its own content, and a file named HEAD does not make
+    the visit's HEAD ambiguous."""
+    sha = git(run.path, "rev-parse", "HEAD:a.py")
+    spoof = f"100644 {sha} 0\ta.py"
+    (run.path / spoof).write_text("not a.py\n")
+    (run.path / "HEAD").write_text("a file\n")
+    start = visit_start(run.path)
+    assert git(run.path, "rev-parse", f"{start}^") == run.base_commit
+    assert git(run.path, "show", f"{start}:{spoof}") == "not a.py"
+    assert git(run.path, "show", f"{start}:HEAD") == "a file"
+    assert git(run.path, "show", f"{start}:a.py") == "x = 1"
+    assert workspace_changes(run.path, run.base_commit)[0] == sorted(["HEAD", spoof])
+
+
 def test_reset_restores_the_visit_start_exactly(run: Worktree) -> None:
     (run.path / "a.py").write_text("x = 'earlier state'\n")
     (run.path / "notes.txt").write_text("untracked work\n")

@@ -252,7 +252,6 @@ def test_cut_off_idempotent_command_is_run_again_without_asking(tmp_path: Path) 
 # ----------------------------------------------------------------- the stored-response key
 
 
-@pytest.mark.slow
 def _gate_start_committed(store: Path) -> bool:
     """The after-gate's command is in the store (runtime/commands.py commits it as it starts),
     so the store's ledger already holds what the call cost."""
@@ -262,6 +261,7 @@ def _gate_start_committed(store: Path) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_when", ["gate started", "gate start committed"])
 def test_prompt_reading_the_budget_is_not_paid_again_after_a_crash(tmp_path: Path, counting_stub: ct.CountingStub,
                                                                    kill_when: str, forks: ForkServer) -> None:
