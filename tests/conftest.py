@@ -12,7 +12,7 @@ import pytest
 from stub_server import StubServer
 
 import loopdsl
-from loopdsl.adapters.litellm_loading import freeze_after_import
+from loopdsl.adapters.litellm_loading import claim_process
 
 def _load_hypothesis_profile() -> None:
     """Hypothesis profiles. `ci` (the default, so `pytest -n auto` in CI uses it) runs half the
@@ -32,9 +32,10 @@ def _load_hypothesis_profile() -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     # A test process is as much loopdsl's as the CLI's: when a test first imports LiteLLM, the
-    # objects then alive stay out of later collections (~1 CPU-s a worker; a test's objects
-    # alive at that moment are kept to the end, which a test process can afford).
-    freeze_after_import()
+    # first call's lazy imports are made then, and the objects then alive stay out of later
+    # collections (~1 CPU-s a worker; a test's objects alive at that moment are kept to the
+    # end, which a test process can afford).
+    claim_process()
     starts_workers = not hasattr(config, "workerinput") and (getattr(config.option, "numprocesses", None) or 0) > 0
     if not starts_workers:
         _load_hypothesis_profile()

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ..adapters.litellm_loading import freeze_after_import
+from ..adapters.litellm_loading import claim_process
 from ..adapters.terminal_safe import visible
 from ..language.diagnostics import LoopError, format_text
 from ..language.errors import LoopdslError
@@ -61,7 +61,7 @@ def cli() -> None:
 
 
 def main() -> None:
-    freeze_after_import()  # this process is loopdsl's
+    claim_process()  # this process is loopdsl's
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

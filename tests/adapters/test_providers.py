@@ -284,6 +284,36 @@ def test_ensure_litellm_sets_safe_defaults_without_overriding_the_user(tmp_path:
                       "mode": "PRODUCTION", "dotenv": None, "quiet": True, "retries": 0}
 
 
+@pytest.mark.slow
+def test_a_process_loopdsl_owns_makes_the_first_calls_imports_before_the_first_call(tmp_path: Path) -> None:
+    """The CLI's (and a worker's) LiteLLM import ends with an offline mock call, so the first
+    real call does not stop for LiteLLM's lazy imports (~70 modules); the mock sends nothing."""
+    code = textwrap.dedent(
+        """
+        import asyncio, json, sys
+        from stub_server import StubServer
+        from loopdsl.adapters import litellm_loading
+        litellm_loading.claim_process()
+        litellm = litellm_loading.ensure_litellm()
+        with StubServer() as stub:
+            stub.reply_text("hi", prompt_tokens=3, completion_tokens=1)
+            before = set(sys.modules)
+            asyncio.run(litellm.acompletion(model="openai/gpt-4o-mini", api_base=stub.api_base, api_key="sk-stub",
+                                            messages=[{"role": "user", "content": "hello"}], max_tokens=5))
+            print(json.dumps({"imported_by_the_call": sorted(set(sys.modules) - before),
+                              "requests": len(stub.requests)}))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LITELLM_", "OPENAI"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["requests"] == 1, result  # the warm-up never reached the network
+    # Without the warm-up this call imported 66 modules (LiteLLM 1.x); a few stay lazy either way.
+    assert len(result["imported_by_the_call"]) <= 10, result
+
+
 def test_the_import_leaves_a_collector_turned_off_off() -> None:
     gc.disable()
     try:
