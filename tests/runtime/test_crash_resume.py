@@ -43,9 +43,7 @@ pytestmark = pytest.mark.xdist_group("crash_resume")  # one fork server per modu
 
 @pytest.fixture(scope="module")
 def forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
-    env = ct.cli_env({"FORKED_CLI_PRELOAD": "loopdsl.adapters.litellm_loading:claim_process,"
-                                            "loopdsl.adapters.litellm_loading:ensure_litellm,"
-                                            "crash_torture:shorten_lock_ttl",
+    env = ct.cli_env({"FORKED_CLI_PRELOAD": "loopdsl.adapters.litellm_loading:ensure_litellm,crash_torture:shorten_lock_ttl",
                       "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))})
     server = ForkServer(tmp_path_factory.mktemp("forked-output"), env)
     try:

@@ -107,9 +107,7 @@ def worker_forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServe
     a hash of the bytecode of every loaded module (~3,600 with LiteLLM) that the SDK memoizes
     per process (tests/temporal at -n 3: 179 against 189 system-wide CPU-s, one run each, for
     ~92 forked workers)."""
-    env = cli_env(FORKED_CLI_PRELOAD="loopdsl.adapters.litellm_loading:claim_process,"
-                                     "loopdsl.adapters.litellm_loading:ensure_litellm,"
-                                     "loopdsl.adapters.temporal.worker,"
+    env = cli_env(FORKED_CLI_PRELOAD="loopdsl.adapters.litellm_loading:ensure_litellm,loopdsl.adapters.temporal.worker,"
                                      "loopdsl.adapters.temporal.client,loopdsl.adapters.temporal.worker:warm_imports,"
                                      "temporalio.worker._worker:load_default_build_id")
     server = ForkServer(tmp_path_factory.mktemp("forked-workers"), env)
