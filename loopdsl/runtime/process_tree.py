@@ -133,16 +133,21 @@ def _find(ref: CommandRef, known: dict[int, int] | None = None) -> dict[int, int
     links = frozenset(f"pipe:[{inode}]" for inode in ref.pipes)
     known = known or {}
     me = os.getpid()
-    # Only a process started with or after the command's leader can carry its fresh marker
-    # or have inherited its pipes: the costly reads of environ and fd/ skip all the others
-    # (a machine's hundreds of processes, looked at every 20 ms while a command stops).
+
+    def started_with_it(p: _Proc) -> bool:
+        # Only a process started with or after the command's leader can be in its group (not
+        # a reused group id), carry its fresh marker or have inherited its pipes; the costly
+        # reads of environ and fd/ skip all the others (a machine's hundreds of processes,
+        # looked at every 20 ms while a command stops).
+        return ref.start is None or p.start >= ref.start
+
     found = {
         p.pid for p in procs
         if p.live and p.pid != me
-        and ((group_is_ours and p.pgrp == ref.pgid and (ref.start is None or p.start >= ref.start))
-             or known.get(p.pid) == p.start
-             or ((ref.start is None or p.start >= ref.start)
-                 and (_carries(p.pid, needle) or (links and _holds_pipe(p.pid, links)))))
+        and (known.get(p.pid) == p.start
+             or (started_with_it(p)
+                 and ((group_is_ours and p.pgrp == ref.pgid)
+                      or _carries(p.pid, needle) or (links and _holds_pipe(p.pid, links)))))
     }
     children: dict[int, list[int]] = {}
     for p in procs:
