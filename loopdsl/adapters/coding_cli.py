@@ -16,10 +16,11 @@ The API, for the agent action:
 What it guarantees:
 - The CLI runs in `workspace` in its own session, with the prompt on stdin, a fresh config
   home for this attempt only (a temp dir as HOME and CLAUDE_CONFIG_DIR / CODEX_HOME, removed
-  afterwards), no user or project settings (`--setting-sources ""`, `--strict-mcp-config`) and
-  exactly PATH, LANG, TERM, TMPDIR (from `base_env`; codex: a TMPDIR in the home) plus its
-  own API key and the alias's `api_base` (claude: ANTHROPIC_BASE_URL; codex: a `-c` model
-  provider speaking the Responses API). Nothing here reads `os.environ`.
+  afterwards, or by a later attempt when a kill cut this one off: `coding_cli_home`), no
+  user or project settings (`--setting-sources ""`, `--strict-mcp-config`) and exactly PATH,
+  LANG, TERM, TMPDIR (from `base_env`; codex: a TMPDIR in the home) plus its own API key and
+  the alias's `api_base` (claude: ANTHROPIC_BASE_URL; codex: a `-c` model provider speaking
+  the Responses API). Nothing here reads `os.environ`.
 - Permissions: claude gets only the built-in tools of its level (`--tools`) and a permission
   mode that confines them to the workspace (`dontAsk` for read, `acceptEdits` for edit);
   codex gets `--sandbox read-only|workspace-write` (with /tmp excluded; its TMPDIR is a
@@ -50,7 +51,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -62,6 +62,7 @@ from ..language.prices import model_info
 from ..runtime.process_tree import CommandRef
 from ..runtime.redaction import Redactor
 from .coding_cli_events import CLAUDE, CODEX, KINDS, TokenPrices, looks_like_auth, zero_usage
+from .coding_cli_home import make_home
 from .coding_cli_process import CliRun, Outcome, supervise
 from .coding_cli_rollout import RolloutTail
 
@@ -262,7 +263,7 @@ async def run_coding_cli(
     if not Path(workspace).is_dir():
         return _refused(f"the workspace {workspace} is not a directory", started, kind="shell_exit")
     run = CliRun(spec.kind, spec.key_env(), spec.max_turns, reservation_usd, prices, redact, charge, on_event)
-    home = Path(tempfile.mkdtemp(prefix="loopdsl-cli-"))
+    home = make_home()
     try:
         (home / "config").mkdir(mode=0o700)
         (home / "tmp").mkdir(mode=0o700)

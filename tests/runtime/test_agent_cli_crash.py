@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,7 +56,8 @@ def resume(tmp_path: Path, store: Path, run_id: str, *, process: bool = False) -
     return str(json.loads(done.stdout.strip().splitlines()[-1])["status"])
 
 
-def crash_while_the_cli_runs(tmp_path: Path, workdir: Path, store: Path) -> str:
+def crash_while_the_cli_runs(tmp_path: Path, workdir: Path, store: Path) -> tuple[str, Path]:
+    """The run's id, and the CLI home the killed loopdsl left behind."""
     proc = subprocess.Popen([sys.executable, str(DRIVER), "run", str(store), str(workdir)], cwd=tmp_path,
                             env=env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -70,7 +72,9 @@ def crash_while_the_cli_runs(tmp_path: Path, workdir: Path, store: Path) -> str:
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
     (workdir / "hang.ready").unlink()
-    return run_id
+    # The CLI's home, which the killed loopdsl never removed (adapters/coding_cli_home.py).
+    [home] = [home for home in Path(tempfile.gettempdir()).glob(f"loopdsl-cli-*-{proc.pid}-*-*") if home.is_dir()]
+    return run_id, home
 
 
 def cli_runs(workdir: Path) -> list[dict[str, int]]:
@@ -103,7 +107,7 @@ def dirs(tmp_path: Path):
 def test_an_idempotent_cli_state_is_killed_and_rerun_with_its_first_spend_standing(tmp_path: Path, dirs) -> None:
     workdir, store = dirs
     write_loop(workdir, idempotent=True)
-    run_id = crash_while_the_cli_runs(tmp_path, workdir, store)
+    run_id, left_home = crash_while_the_cli_runs(tmp_path, workdir, store)
     [first] = cli_runs(workdir)
     assert alive(first["pid"]) and alive(first["child_pid"])  # loopdsl died, the CLI did not
     # What the CLI did before the kill was committed as it happened: its tool use, and each
@@ -114,6 +118,7 @@ def test_an_idempotent_cli_state_is_killed_and_rerun_with_its_first_spend_standi
     assert max(e["charged_usd"] for e in before if e["type"] == "cli_charge") == pytest.approx(pending["charged_usd"])
     assert resume(tmp_path, store, run_id, process=True) == "completed"
     assert not alive(first["pid"]) and not alive(first["child_pid"])  # the leftover group was killed
+    assert not left_home.exists()  # the rerun's attempt removed the home its killed maker left
     assert len(cli_runs(workdir)) == 2  # started afresh, never continued
     saved = RunStore(store).load_run(run_id)
     # The first run's reservation was charged in full on reload (it covers its reported
@@ -129,7 +134,7 @@ def test_an_idempotent_cli_state_is_killed_and_rerun_with_its_first_spend_standi
 def test_a_cli_state_that_is_not_idempotent_waits_and_skip_completes_without_rerunning(tmp_path: Path, dirs) -> None:
     workdir, store = dirs
     write_loop(workdir, idempotent=False)
-    run_id = crash_while_the_cli_runs(tmp_path, workdir, store)
+    run_id, _ = crash_while_the_cli_runs(tmp_path, workdir, store)
     [first] = cli_runs(workdir)
     assert resume(tmp_path, store, run_id) == "waiting"
     assert not alive(first["pid"]) and not alive(first["child_pid"])  # stopped before asking
@@ -150,7 +155,7 @@ def test_a_cli_state_that_is_not_idempotent_waits_and_skip_completes_without_rer
 def test_a_person_can_rerun_or_fail_a_cut_off_cli_state(tmp_path: Path, dirs, choice: str, status: str) -> None:
     workdir, store = dirs
     write_loop(workdir, idempotent=False)
-    run_id = crash_while_the_cli_runs(tmp_path, workdir, store)
+    run_id, _ = crash_while_the_cli_runs(tmp_path, workdir, store)
     assert resume(tmp_path, store, run_id) == "waiting"
     decide(run_id, choice, store=store)
     assert resume(tmp_path, store, run_id) == status
@@ -167,7 +172,7 @@ def test_a_person_can_rerun_or_fail_a_cut_off_cli_state(tmp_path: Path, dirs, ch
 def test_unattended_a_cut_off_cli_state_fails_interrupted(tmp_path: Path, dirs) -> None:
     workdir, store = dirs
     write_loop(workdir, idempotent=False, unattended=True)
-    run_id = crash_while_the_cli_runs(tmp_path, workdir, store)
+    run_id, _ = crash_while_the_cli_runs(tmp_path, workdir, store)
     [first] = cli_runs(workdir)
     assert resume(tmp_path, store, run_id) == "failed"
     ended = RunStore(store).load_run(run_id)
