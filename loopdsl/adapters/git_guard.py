@@ -16,13 +16,13 @@ so may the branches of the other items of a concurrent fan-out, for an item's at
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..language.files import file_sha256
 from .git_safe import git_env, run_git
 
 _WATCHED_FILES = ("config", "config.worktree", "objects/info/alternates")
@@ -42,11 +42,7 @@ def _digest(path: Path) -> str | None:
         return "dir"
     if not stat.S_ISREG(info.st_mode):
         return f"special:{stat.S_IFMT(info.st_mode):o}"
-    sha = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 16), b""):
-            sha.update(block)
-    return f"file:{info.st_mode & 0o7777:o}:{sha.hexdigest()}"
+    return f"file:{info.st_mode & 0o7777:o}:{file_sha256(path)}"
 
 
 def _tree_digests(root: Path, label: str) -> dict[str, str]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..runtime.budget import conservative_tokens, cost_for
 from ..language.prices import model_price
+from ..language.files import read_capped
 from ..runtime.model_port import LlmRequest, LlmResponse, ProviderError, ToolCall
 from .litellm import provider_error
 from ..runtime.errors import ScriptError, ScriptExhausted
@@ -132,7 +133,7 @@ class ScriptedProvider:
         file = Path(path)
         if file.suffix.lower() == ".json":
             try:
-                data = json.loads(file.read_text(encoding="utf-8"))
+                data = json.loads(read_capped(file).decode("utf-8"))
             except OSError as exc:
                 raise ScriptError(f"{file}: cannot read the script: {exc.strerror or exc}") from None
             except ValueError as exc:

@@ -26,6 +26,7 @@ from .runs import (
     uses_model_client,
 )
 from ..language.compile import CompiledLoop, compile_loop
+from ..language.files import read_capped
 from ..runtime.engine import Engine, utc_now
 from ..adapters.otel import traced
 from ..runtime.notify import notify_engine, notify_run
@@ -84,7 +85,7 @@ def _respect_group(compiled: CompiledLoop, store: RunStore) -> None:
 def _source_text(compiled: CompiledLoop) -> str:
     source = compiled.loop.source
     try:
-        return source.read_text(encoding="utf-8") if source else ""
+        return read_capped(source).decode("utf-8") if source else ""
     except OSError:
         return ""
 
@@ -226,7 +227,7 @@ def _diff_summary(state: RunState, changed: list[str]) -> str:
     loop_path = state.meta.get("loop_path")
     if loop_path in changed and state.meta.get("loop_text"):
         try:
-            now = Path(loop_path).read_text(encoding="utf-8")
+            now = read_capped(loop_path).decode("utf-8")
         except OSError:
             now = ""
         diff = list(difflib.unified_diff(state.meta["loop_text"].splitlines(), now.splitlines(),

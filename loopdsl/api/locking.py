@@ -10,7 +10,7 @@ from ..lint.lockfile import LOCK_NAME, check_locked, find_lock, write_lock
 from ..lint.pipeline import load_loop
 from ..lint.report import is_loop_text
 from ..language.errors import LoopdslError
-from ..language.files import YAML_SUFFIXES, walk
+from ..language.files import YAML_SUFFIXES, read_head, walk
 
 EXIT_FINDINGS = 1
 
@@ -24,7 +24,7 @@ def loop_files(paths: Sequence[str | Path]) -> list[Path]:
         candidates = sorted(walk(path, YAML_SUFFIXES)) if path.is_dir() else [path]
         for file in candidates:
             try:
-                if is_loop_text(file.read_bytes()[:65536]):
+                if is_loop_text(read_head(file)):
                     found.append(file)
             except OSError:
                 continue

@@ -14,6 +14,7 @@ from ..adapters.terminal import Progress, summary
 from ..adapters.terminal_safe import visible, visible_json
 from ..api import runs as api
 from ..api.durable import RunConflict, abort as abort_run, budget_caps, decide as record_decision, resume_durable
+from ..language.files import read_capped
 from ..language.loader import load_text
 from ..project.dry_run import dry_run as walk
 from .output import EXIT_FINDINGS, EXIT_OK, fail, script_option, store_option
@@ -35,7 +36,7 @@ def _read_inputs_file(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
     try:
-        raw = Path(path).read_bytes()
+        raw = read_capped(path)
     except OSError as exc:
         fail(f"cannot read --inputs file {path}: {exc.strerror or exc}")
     # The loop files' own reader: its bounds (nesting, aliases, size, tags) hold for inputs too.

@@ -18,6 +18,7 @@ from typing import Any
 
 from .agent_model import build_tool
 from .diagnostics import Diagnostic, Severity
+from .files import read_capped
 from .loader import Document, is_file, load_document
 from .model import Gate, ModelAlias, YamlPath
 from .model_build import build_gate, build_model_alias
@@ -161,7 +162,7 @@ def local_clashes(doc: Document, imported: ImportResult) -> list[Diagnostic]:
 
 def _load_library(file: Path, shown: str, cache: ImportCache, chain: tuple[_Frame, ...]) -> ImportResult:
     try:
-        raw = file.read_bytes()
+        raw = read_capped(file)
     except OSError as exc:
         return ImportResult(diagnostics=[_err(shown, (0, 0), "missing-file",
                                               f"cannot read imported file: {exc.strerror or exc}", "")])

@@ -33,6 +33,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.reader import ReaderError
 
 from .diagnostics import Diagnostic
+from .files import MAX_FILE_BYTES, TOO_LARGE, read_capped
 from .model import YamlPath
 from .yaml_events import FAST_PARSER_AVAILABLE, fast_events, reference_events
 from .yaml_walk import MAX_DEPTH, MAX_NODES, ResolvePlain, Stop, Walker, mark_position
@@ -43,9 +44,6 @@ __all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_NODES", "Document", "is_file", "l
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")
-# Loop files are a few KiB; this stops `lint /dev/zero` or a mistyped path to a huge
-# log from reading without end.
-MAX_FILE_BYTES = 10 * 1024 * 1024
 
 
 @dataclass
@@ -217,18 +215,15 @@ def load_document(path: str | os.PathLike[str],
     try:
         if text is None:
             try:
-                with open(path, "rb") as handle:
-                    raw: str | bytes = handle.read(MAX_FILE_BYTES + 1)
+                raw: str | bytes = read_capped(path)
             except OSError as exc:
                 reason = exc.strerror or type(exc).__name__
                 return None, [_error(shown, (0, 0), "file-unreadable",
                                      f"cannot read the file: {reason}")]
+        elif len(text) > MAX_FILE_BYTES:
+            return None, [_error(shown, (0, 0), "file-unreadable", f"cannot read the file: {TOO_LARGE}")]
         else:
             raw = text
-        if len(raw) > MAX_FILE_BYTES:
-            return None, [_error(shown, (0, 0), "file-unreadable",
-                                 f"the file is larger than {MAX_FILE_BYTES // 2**20} MiB; "
-                                 "a loop file is a small text file (is this the right path?)")]
         decoded, problems = _decode(shown, raw)
         if decoded is None:
             return None, problems

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .files import read_capped
+
 REQUIRED_SECTIONS = ("WHEN", "READ", "JUDGE", "OUTPUT", "STOP")
 
 # An ATX heading: up to 3 spaces, 1-6 '#', a space, the title.
@@ -50,7 +52,7 @@ def check_skill(path: str | Path) -> list[str]:
     """Problems with a SKILL.md, each a sentence; [] when it is fine."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        text = read_capped(file).decode("utf-8")
     except FileNotFoundError:
         return [f"skill file {file} does not exist"]
     except UnicodeDecodeError:
@@ -66,4 +68,4 @@ def check_skill(path: str | Path) -> list[str]:
 
 def read_skill(path: str | Path) -> str:
     """The skill's text, as the engine puts it into the system message."""
-    return Path(path).read_text(encoding="utf-8").strip()
+    return read_capped(path).decode("utf-8").strip()

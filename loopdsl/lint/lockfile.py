@@ -8,13 +8,13 @@ when one changed, the way a lock file pins a shared CI workflow. Packaged loops
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..language.diagnostics import Diagnostic, Severity
+from ..language.files import file_sha256
 from ..language.model import LlmAction, Loop, LoopAction
 
 LOCK_NAME = "loopdsl.lock"
@@ -23,7 +23,7 @@ LOCK_VERSION = 1
 
 def sha256_file(path: Path) -> str:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return file_sha256(path)
     except OSError:
         return "missing"
 

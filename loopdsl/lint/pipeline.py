@@ -27,6 +27,7 @@ from .rules import (
 )  # noqa: F401  (importing registers their rules)
 from . import salvage
 from ..language.diagnostics import Diagnostic, LoopError, Severity
+from ..language.files import read_capped
 from ..language.imports import (
     ImportCache,
     ImportResult,
@@ -172,7 +173,7 @@ class LintSession:
             return None
         if key not in self.children:
             try:
-                raw = file.read_bytes()
+                raw = read_capped(file)
             except OSError as exc:
                 return Analysis(shown, [Diagnostic(shown, 0, 0, Severity.ERROR, "missing-file",
                                                    f"cannot read the file: {exc.strerror or exc}")])
@@ -182,7 +183,7 @@ class LintSession:
     def lint_file(self, path: Path, shown: str | None = None) -> Analysis:
         shown = shown if shown is not None else str(path)
         try:
-            raw = path.read_bytes()
+            raw = read_capped(path)
         except FileNotFoundError:
             return Analysis(shown, [no_such_file(shown)])
         except OSError as exc:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..language.diagnostics import Diagnostic, format_github, format_json, format_text
-from ..language.files import YAML_SUFFIXES, walk
+from ..language.files import YAML_SUFFIXES, NotARegularFile, read_capped, read_head, walk
 from .pipeline import INTERNAL_ERROR, LintSession, no_such_file
 
 # A loop file has a top-level `loopdsl:` key; a file someone meant as a loop but forgot
@@ -77,7 +77,11 @@ def _collect(paths: Sequence[str | Path], report: LintReport) -> list[Path]:
             seen.add(key)
             if file.suffix.lower() in YAML_SUFFIXES or not explicit:
                 try:
-                    head = file.read_bytes()
+                    head = read_head(file)
+                except NotARegularFile:
+                    if not explicit:  # a FIFO or device in a folder is no loop file
+                        continue
+                    head = b"loopdsl:"  # one named on the command line is read as it comes
                 except OSError:
                     head = b"loopdsl:"  # unreadable: lint_file reports why
                 if not is_loop_text(head, explicit=explicit):
@@ -159,7 +163,7 @@ def _dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
 def _source_lines(report: LintReport, path: str) -> list[str] | None:
     if path not in report.sources:
         try:
-            report.sources[path] = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+            report.sources[path] = read_capped(path).decode("utf-8", errors="replace").splitlines()
         except OSError:
             report.sources[path] = []
     return report.sources[path]

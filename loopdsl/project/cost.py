@@ -25,6 +25,7 @@ from typing import Any
 from ..runtime.budget import rates_for
 from ..language.agent_model import AgentAction
 from ..language.model import EvaluateAction, LlmAction, Loop, LoopAction, ModelAlias, Price
+from ..language.skills import read_skill
 from .prompt_size import prompt_size
 
 UNBOUNDED = None
@@ -118,12 +119,7 @@ def _visits(loop: Loop, name: str) -> int | None:
 
 
 def _skill_text(loop: Loop, action: LlmAction | EvaluateAction) -> str:
-    if isinstance(action, LlmAction) and action.skill:
-        try:
-            return (loop.base_dir / action.skill).read_text(encoding="utf-8").strip()
-        except OSError:
-            return ""
-    return ""
+    return _read_skill(loop, action.skill) if isinstance(action, LlmAction) else ""
 
 
 def plan_calls(loop: Loop, multiplier: int | None = 1, _seen: frozenset[Path] = frozenset()) -> list[CallPlan]:
@@ -205,11 +201,12 @@ def _agent_plan(loop: Loop, name: str, action: AgentAction, visits: int | None, 
 
 
 def _read_skill(loop: Loop, skill: str | None) -> str:
+    """The skill's text, or "" when there is none or it cannot be read (lint says why)."""
     if not skill:
         return ""
     try:
-        return (loop.base_dir / skill).read_text(encoding="utf-8").strip()
-    except OSError:
+        return read_skill(loop.base_dir / skill)
+    except (OSError, ValueError):  # ValueError: not UTF-8
         return ""
 
 

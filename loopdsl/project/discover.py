@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..language.files import YAML_SUFFIXES, walk
+from ..language.files import YAML_SUFFIXES, read_head, walk
 from ..language.model import Loop, LoopAction
 from ..lint.loop_tree import loop_tree  # noqa: F401  (audit and export ask for it here)
 
@@ -39,7 +39,7 @@ def find_loop_files(root: Path) -> list[Path]:
         if not file.name.endswith(YAML_SUFFIXES) or is_test_file(file):
             continue
         try:
-            head = file.read_bytes()[:65536]
+            head = read_head(file)
         except OSError:
             continue
         if is_loop_text(head, explicit=not root.is_dir()):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ...language.compile import CompiledLoop, compile_loop
+from ...language.files import file_sha256
 from ...language.model import LlmAction, Loop
 
 
@@ -79,7 +80,7 @@ def _read(loop_path: str, script: str | None) -> LoadedLoop:
         if problems or doc is None:
             raise ValueError(f"reply script {script}: " + "; ".join(p.message for p in problems))
         data = doc.data
-        files[script] = hashlib.sha256((base / script).read_bytes()).hexdigest()
+        files[script] = file_sha256(base / script)
     return LoadedLoop(compile_loop(loop), skills, files, data)
 
 
