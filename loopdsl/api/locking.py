@@ -10,7 +10,7 @@ from ..lint.lockfile import LOCK_NAME, check_locked, find_lock, write_lock
 from ..lint.pipeline import load_loop
 from ..lint.report import is_loop_text
 from ..language.errors import LoopdslError
-from ..language.files import YAML_SUFFIXES, read_head, walk
+from ..language.files import YAML_SUFFIXES, leads_outside, read_head, walk
 
 EXIT_FINDINGS = 1
 
@@ -58,4 +58,8 @@ def lock(paths: Sequence[str], where: Path) -> tuple[Path, int]:
     if not loops:
         raise LoopdslError(f"no loadable loop files under {', '.join(paths)}",
                          "lint them: `loopdsl lint " + " ".join(paths) + "`")
+    elsewhere = leads_outside(where, where / LOCK_NAME)
+    if elsewhere is not None:
+        raise LoopdslError(f"{where / LOCK_NAME} is a symbolic link to {elsewhere}, outside {where}; nothing was written",
+                           "remove the link, then run `loopdsl lock` again")
     return write_lock([loop for _, loop in loops], where), len(loops)

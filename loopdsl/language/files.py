@@ -80,6 +80,15 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
+def leads_outside(root: Path, path: Path) -> Path | None:
+    """Where `path` really is when a symbolic link on its way (a folder, or the file itself)
+    takes it outside `root`; None when it stays inside. A cloned repository is hostile: its
+    `loops` or `.gitignore` may be a link to somewhere in the user's home, and writing a
+    project file must never write there."""
+    real_root, real = root.resolve(), path.resolve()
+    return None if real == real_root or real_root in real.parents else real
+
+
 class NotARegularFile(OSError):
     """A device, FIFO or socket where a file's fixed content was wanted."""
 

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..language.errors import LoopdslError
+from ..language.files import leads_outside
 from ..language.loader import load_document
 from .install_source import InstallSource
 from .pattern_tests import generic_test, pattern_test
@@ -200,6 +201,12 @@ def scaffold(directory: Path, name: str, *, force: bool = False, loop_name: str 
         shown = ", ".join(existing[:6]) + (f" and {len(existing) - 6} more" if len(existing) > 6 else "")
         raise InitError(f"{directory} already has {shown}; nothing was written",
                         "use --force to overwrite them, or choose an empty folder")
+    for rel in [*files, Path(".gitignore")]:
+        elsewhere = leads_outside(directory, directory / rel)
+        if elsewhere is not None:
+            raise InitError(f"{directory / rel} leads to {elsewhere} through a symbolic link, outside "
+                            f"{directory}; nothing was written",
+                            "init writes only inside its folder: remove the link, or choose another folder")
     written = []
     for rel, text in files.items():
         target = directory / rel

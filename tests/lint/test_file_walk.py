@@ -39,3 +39,17 @@ def test_lock_and_lint_skip_venvs_vendored_packages_and_caches(tmp_path: Path) -
     linted = cli_in_process(["lint", "."], cwd=tmp_path)  # the answer only; `lock` above is a real process
     assert linted.returncode == 0, linted.stdout + linted.stderr
     assert "0 errors, 0 warnings in 1 file" in linted.stderr
+
+
+def test_lock_never_writes_through_a_link_out_of_its_folder(tmp_path: Path) -> None:
+    (tmp_path / "loops").mkdir()
+    (tmp_path / "loops" / "solo.yaml").write_text(LOOP)
+    precious = tmp_path.parent / f"{tmp_path.name}-precious"
+    precious.write_text("mine\n")
+    (tmp_path / "loopdsl.lock").symlink_to(precious)
+    refused = cli_in_process(["lock", "."], cwd=tmp_path)
+    assert refused.returncode == 2 and "is a symbolic link to" in refused.stderr and "nothing was written" in refused.stderr
+    assert precious.read_text() == "mine\n"
+    (tmp_path / "loopdsl.lock").unlink()
+    assert cli_in_process(["lock", "."], cwd=tmp_path).returncode == 0
+    assert '"loops/solo.yaml"' in (tmp_path / "loopdsl.lock").read_text()

@@ -146,3 +146,25 @@ def test_init_from_a_source_folder_asks_for_pip_spec_and_writes_nothing(tmp_path
     assert code == 2
     assert "another machine cannot install" in err and "--pip-spec" in err
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("link", ["loops", ".gitignore", "README.md"])
+def test_a_link_out_of_the_folder_is_refused_and_nothing_is_written(tmp_path: Path, link: str) -> None:
+    """A cloned repository is hostile: a `loops` folder or a `.gitignore` that is a symbolic
+    link to a file of the user's must not be written through."""
+    project, outside = tmp_path / "project", tmp_path / "home"
+    project.mkdir()
+    (outside / "loops").mkdir(parents=True)
+    (outside / "precious").write_text("mine\n")
+    (project / link).symlink_to(outside / ("loops" if link == "loops" else "precious"))
+    code, _, err = invoke("init", "--pip-spec", SPEC, str(project), "--pattern", "daily-triage", "--force")
+    assert code == 2, err
+    assert f"{project / link}" in err and "symbolic link" in err and "nothing was written" in err
+    assert (outside / "precious").read_text() == "mine\n" and list((outside / "loops").iterdir()) == []
+    assert sorted(p.name for p in project.iterdir()) == [link]
+    # A link that stays inside the folder is the user's own layout: followed.
+    (project / link).unlink()
+    (project / "shared").mkdir()
+    (project / link).symlink_to("shared" if link == "loops" else "shared/file")
+    code, _, err = invoke("init", "--pip-spec", SPEC, str(project), "--pattern", "daily-triage", "--force")
+    assert code == 0, err
