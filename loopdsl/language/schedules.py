@@ -2,7 +2,7 @@
 export and the run date all use, so they cannot disagree about a cron or a time zone."""
 from __future__ import annotations
 
-from datetime import timezone, tzinfo
+from datetime import datetime, timezone, tzinfo
 
 # UTC under the names people write; zoneinfo knows only some of them, and only when the
 # system has a time-zone database (`Z` and `utc` are never in it).
@@ -21,8 +21,22 @@ def time_zone(name: str) -> tzinfo | None:
         return None
 
 
-def cron_is_valid(cron: str) -> bool:
-    """Whether `cron` is a cron expression croniter can evaluate."""
-    from croniter import croniter  # deferred: only scheduled loops pay for it
+FIVE_FIELDS = 'five fields: minute hour day-of-month month day-of-week, e.g. "0 9 * * 1-5" (09:00 on weekdays)'
 
-    return bool(croniter.is_valid(cron))
+
+def cron_problem(cron: str) -> tuple[str, str] | None:
+    """What is wrong with `cron`, as (what follows the expression in a message, how to fix it);
+    None when it is a five-field expression croniter can evaluate and it fires at all."""
+    from croniter import CroniterBadDateError, croniter  # deferred: only scheduled loops pay for it
+
+    # croniter also takes seconds and year fields and @daily-style names, which neither a
+    # crontab line nor a GitHub Actions schedule can carry: the language has five fields.
+    if len(cron.split()) != 5 or not croniter.is_valid(cron):
+        return "is not a valid cron expression", FIVE_FIELDS + '; "@daily" is "0 0 * * *"'
+    try:  # croniter looks decades ahead before it gives up (about a millisecond)
+        croniter(cron, datetime(2000, 1, 1, tzinfo=timezone.utc)).get_next(datetime)
+    except CroniterBadDateError:
+        return ("never fires: no date has that day in those months (such as February 30)",
+                "use a day each named month has: February has 29 at most; April, June, September "
+                "and November 30")
+    return None

@@ -372,7 +372,7 @@ RULE_DOCS: dict[str, tuple[str, str]] = {
     "on-event-path": ("error", "An `on:` input mapping is not an `event.` path, or names a field the event's payload does not have (the known fields are shown)."),
     "on-input-type": ("error", "An `on:` input mapping reads a payload field whose type cannot become the input's declared type (a title into an integer input)."),
     "on-input-missing": ("error", "A run started by an `on:` trigger would have no value for a required input without a default."),
-    "bad-schedule": ("error", "`schedule.cron` is not a valid cron expression, or `schedule.timezone` is not a known time zone."),
+    "bad-schedule": ("error", "`schedule.cron` is not a valid five-field cron expression or matches no date (February 30), or `schedule.timezone` is not a known time zone."),
     "no-such-file": ("error", "A path given to `loopdsl lint` does not exist."),
     "file-unreadable": ("error", "A file that cannot be read."),
     "internal-error": ("error", "A bug in loopdsl (exit code 3); the other findings are still reported."),

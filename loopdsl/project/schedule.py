@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone, tzinfo
 
 from ..language.errors import LoopdslError
 from ..language.model import Loop
-from ..language.schedules import cron_is_valid, time_zone
+from ..language.schedules import cron_problem, time_zone
 
 WINDOW_DAYS = 30
 # Runs in a 30-day window for `--cadence` (a fixed count: no calendar quirks).
@@ -27,9 +27,9 @@ def require_schedule(loop: Loop) -> tuple[str, tzinfo]:
     if loop.schedule is None:
         raise ScheduleError(f"{where} has no `schedule`",
                             'add e.g. `schedule: {cron: "0 9 * * 1-5", timezone: UTC}` to the loop')
-    if not cron_is_valid(loop.schedule.cron):
-        raise ScheduleError(f"{where}: schedule.cron {loop.schedule.cron!r} is not a valid cron expression",
-                            'five fields: minute hour day-of-month month day-of-week, e.g. "0 9 * * 1-5"')
+    problem = cron_problem(loop.schedule.cron)
+    if problem is not None:
+        raise ScheduleError(f"{where}: schedule.cron {loop.schedule.cron!r} {problem[0]}", problem[1])
     tz = time_zone(loop.schedule.timezone)
     if tz is None:
         raise ScheduleError(f"{where}: schedule.timezone {loop.schedule.timezone!r} is not a known time zone",

@@ -119,6 +119,24 @@ def test_missing_or_bad_schedule_is_explained(tmp_path: Path) -> None:
     assert code == 2 and "unknown time zone" in err and "notes.yaml:5:" in err  # lint's finding, with its place
 
 
+@pytest.mark.parametrize("cron, said", [
+    ("0 0 30 2 *", "never fires"),               # February 30: croniter finds no next date
+    ("0 0 31 4,6,9,11 *", "never fires"),
+    ("@daily", "is not a valid cron expression"),  # croniter's names: not five fields
+    ("0 0 1 1 * 0", "is not a valid cron expression"),       # a seconds field
+    ("0 0 1 1 * 0 2001", "is not a valid cron expression"),  # a year field, long past
+])
+def test_lint_and_every_schedule_command_refuse_a_cron_that_never_fires_or_is_not_five_fields(
+        tmp_path: Path, cron: str, said: str) -> None:
+    """Each once passed lint, then `schedule` or its export stopped with an internal error."""
+    loop = loop_with(tmp_path, f'schedule: {{cron: "{cron}", timezone: Europe/Paris}}')
+    code, out, _ = invoke("lint", str(loop))
+    assert code == 1 and f'"{cron}" {said}' in out and "[bad-schedule]" in out, out
+    for extra in ([], ["--export", "crontab"], ["--export", "github-actions", "--pip-spec", PIP_SPEC]):
+        code, _, err = invoke("schedule", str(loop), *extra)
+        assert code == 2 and said in err and "hint:" in err, (extra, err)
+
+
 def test_github_actions_export_passes_actionlint_and_keeps_the_store(tmp_path: Path, actionlint: Path) -> None:
     loop = loop_with(tmp_path, 'schedule: {cron: "0 9 * * 1-5", timezone: Asia/Tokyo}', "secrets: [DEPLOY_TOKEN]\n")
     workflow = tmp_path / "notes.yml"

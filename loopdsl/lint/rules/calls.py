@@ -21,7 +21,7 @@ from ...language.model import (
 from ..registry import LintContext, did_you_mean, quoted_list, rule, state_key
 from .templates import names_read
 from ...language.skills import check_skill
-from ...language.schedules import cron_is_valid, time_zone
+from ...language.schedules import cron_problem, time_zone
 
 # ================================================================ models
 
@@ -260,15 +260,10 @@ def bad_schedule(ctx: LintContext) -> Iterator[Diagnostic]:
     schedule = ctx.loop.schedule
     if schedule is None:
         return
-    if not cron_is_valid(schedule.cron):
-        yield ctx.diag(
-            "bad-schedule",
-            f'"{schedule.cron}" is not a valid cron expression',
-            ("schedule", "cron"),
-            value=True,
-            hint='five fields: minute hour day-of-month month day-of-week, e.g. "0 9 * * 1-5" '
-            "(09:00 on weekdays)",
-        )
+    problem = cron_problem(schedule.cron)
+    if problem is not None:
+        yield ctx.diag("bad-schedule", f'"{schedule.cron}" {problem[0]}', ("schedule", "cron"), value=True,
+                       hint=problem[1])
     if time_zone(schedule.timezone) is None:
         yield ctx.diag(
             "bad-schedule",
