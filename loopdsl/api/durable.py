@@ -249,10 +249,14 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
         if state.is_final and not (state.status == COMPLETED and publish_pending(state)):
             raise UsageError(f"run {run_id} already ended with status {state.status}", "`loopdsl show " + run_id + "` shows it")
         state.history = history_from_events(store.events(run_id))
+        if not state.meta.get("loop_path"):
+            raise UsageError(f"run {run_id} records no loop file to resume it from",
+                             "a sub-loop's run resumes with its parent's: `loopdsl resume PARENT_RUN_ID`")
         changed = changed_files(state)
         if changed and not force:
             raise UsageError(_diff_summary(state, changed), "resume with --force to continue against the changed files")
         compiled = compile_loop(load(state.meta["loop_path"]))
+        _check_states_known(state, compiled)
         workdir = Path(state.meta.get("workdir") or Path.cwd())
         info = state.meta.get("worktree")
         if info and not state.is_final:  # a completed run's work is committed, its worktree gone
@@ -271,6 +275,17 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
                   "caps": budget_caps(compiled.loop), "spent": {k: state.ledger.get(k, 0) for k in ("tokens", "cost_usd", "steps")}}]
         return await _execute(compiled, state, store, lock, workdir=workdir, script=script, provider=provider,
                               human=human, cache=cache, listeners=listeners, first=first, publish=publish)
+
+
+def _check_states_known(state: RunState, compiled: CompiledLoop) -> None:
+    """The states a stored record says the run is at must be the loop's (the record is hostile:
+    edited, or written against another loop file with the same hash)."""
+    named = [state.current, *([state.waiting["state"]] if state.waiting else [])]
+    unknown = [name for name in named if name not in compiled.states]
+    if unknown:
+        raise UsageError(f"run {state.run_id} is at state {unknown[0][:60]!r}, which {state.meta['loop_path']} does "
+                         "not have: its record does not match the loop file",
+                         f"abort the run (`loopdsl abort {state.run_id}`) and start it again")
 
 
 def decide(run_ref: str, choice: str, comment: str = "", *, store: str | Path | RunStore | None = None,

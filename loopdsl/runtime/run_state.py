@@ -5,8 +5,11 @@ commit point; `to_json` / `from_json` are the only (de)serialisation.
 """
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from importlib import resources
 from typing import Any
 
 RUNNING, WAITING, COMPLETED, FAILED, ESCALATED, BUDGET_EXHAUSTED, ABORTED = (
@@ -94,59 +97,44 @@ def json_value(value: Any, depth: int = 0) -> Any:
         return [json_value(item, depth + 1) for item in value]
     raise NotJsonValue(f"a {type(value).__name__} is not a JSON value (strings, numbers, booleans, null, "
                        "lists and mappings are)")
-_STR, _NUM, _DICT, _LIST = (str,), (int, float), (dict,), (list,)
-# The JSON type of each stored field (None allowed where the field is optional).
-_FIELD_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
-    "run_id": (_STR, False), "loop": (_STR, False), "start": (_STR, False), "status": (_STR, False),
-    "current": (_STR, False), "path": (_LIST, False), "visits": (_DICT, False), "results": (_DICT, False),
-    "feedback": (_STR, False), "error": (_DICT, True), "ledger": (_DICT, False), "inputs": (_DICT, False),
-    "outputs": (_DICT, False), "started_at": (_STR, False), "ended_at": (_STR, True), "date": (_STR, False),
-    "active_s": (_NUM, False), "pending": (_DICT, True), "waiting": (_DICT, True), "decision": (_DICT, True),
-    "usage": (_DICT, False), "meta": (_DICT, False), "seq": ((int,), False),
-}
+# What a stored record may look like: loopdsl/data/run-record.schema.json (published with the
+# loop schemas). The schema's JSON type names, as said in a message.
+_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number",
+               type(None): "null"}
+
+
+@functools.cache
+def _record_validator() -> Any:
+    from jsonschema import Draft7Validator  # deferred: only reading a stored run needs it
+
+    text = resources.files("loopdsl").joinpath("data", "run-record.schema.json").read_text(encoding="utf-8")
+    return Draft7Validator(json.loads(text))
 
 
 def record_problem(data: Any) -> str | None:
     """What is wrong with the shape of a stored run record, or None when it can be loaded.
 
     The store holds JSON, but a record of the right JSON and the wrong shape (edited,
-    written by another tool) must give a message, never a crash deep in `show` or `resume`."""
-    if not isinstance(data, dict):
-        return f"the record is a JSON {type(data).__name__}, not an object"
-    for name in ("loop", "status"):
-        if name not in data:
-            return f"the record has no '{name}'"
-    for name, (types, optional) in _FIELD_TYPES.items():
-        value = data.get(name)
-        if name not in data or (value is None and optional):
-            continue
-        if not isinstance(value, types) or isinstance(value, bool) and bool not in types:
-            return f"'{name}' is a JSON {type(value).__name__}, not the {types[0].__name__} loopdsl writes"
-    if data["status"] not in STATUSES:
-        return f"'status' {str(data['status'])[:40]!r} is not one of {', '.join(STATUSES)}"
-    return _nested_problem(data)
+    written by another tool) must give a message, never a crash deep in `show` or `resume`.
+    The message names the place and the JSON types, never the stored value itself."""
+    from jsonschema.exceptions import best_match
 
-
-def _nested_problem(data: dict[str, Any]) -> str | None:
-    if not all(isinstance(step, str) for step in data.get("path", ())):
-        return "'path' holds a value that is not a state name"
-    if not all(isinstance(n, int) and not isinstance(n, bool) for n in data.get("visits", {}).values()):
-        return "'visits' holds a count that is not an integer"
-    for name in ("results", "usage"):
-        if not all(isinstance(v, dict) for v in data.get(name, {}).values()):
-            return f"'{name}' holds an entry that is not an object"
-    ledger = data.get("ledger", {})
-    for key in ("tokens", "cost_usd", "cost_picousd", "steps"):
-        if key in ledger and (not isinstance(ledger[key], (int, float)) or isinstance(ledger[key], bool)):
-            return f"'ledger.{key}' is not a number"
-    outstanding = ledger.get("outstanding", [])
-    if not isinstance(outstanding, list) or not all(isinstance(item, dict) for item in outstanding):
-        return "'ledger.outstanding' is not a list of reservations"
-    for name in ("pending", "waiting"):
-        part = data.get(name) or {}
-        if "state" in part and not isinstance(part["state"], str):
-            return f"'{name}.state' is not a state name"
-    return None
+    error = best_match(_record_validator().iter_errors(data))
+    if error is None:
+        return None
+    where = ".".join(str(part) for part in error.absolute_path)
+    found = _JSON_TYPES.get(type(error.instance), type(error.instance).__name__)
+    if error.validator == "required":
+        missing = next((name for name in error.validator_value if name not in error.instance), "?")
+        return f"the record has no '{missing}'" if not where else f"'{where}' has no '{missing}'"
+    if not where:
+        return f"the record is a JSON {found}, not an object"
+    if error.validator == "enum":
+        return f"'{where}' {str(error.instance)[:40]!r} is not one of {', '.join(map(str, error.validator_value))}"
+    if error.validator == "type":
+        wanted = error.validator_value if isinstance(error.validator_value, str) else " or ".join(error.validator_value)
+        return f"'{where}' is a JSON {found}, not the {wanted} loopdsl writes"
+    return f"'{where}' does not have the shape loopdsl writes"
 
 
 def events_problem(events: Any) -> str | None:

@@ -128,6 +128,15 @@ WRONG_SHAPES = [
     {"loop": "counter", "status": "completed", "results": {"count": 3}},
     {"loop": "counter", "status": "running", "ledger": {"outstanding": 5}},
     {"loop": "counter", "status": "waiting", "path": [1, 2], "waiting": {"state": []}},
+    # Each of these once passed the check and crashed `show`, `resume` or a decision (a fuzz
+    # of every field of a real record with hostile values found them).
+    {"loop": "counter", "status": "waiting", "waiting": {"state": "one", "choices": True}},
+    {"loop": "counter", "status": "waiting", "waiting": {"state": "one", "timeout_s": "x"}},
+    {"loop": "counter", "status": "waiting", "waiting": {"message": "at no state"}},
+    {"loop": "counter", "status": "running", "meta": {"loop_path": "counter.yaml", "files": {"counter.yaml": None}}},
+    {"loop": "counter", "status": "running", "meta": {"loop_path": "counter.yaml", "workdir": 5}},
+    {"loop": "counter", "status": "completed", "usage": {"one": {"tokens": "x"}}},
+    {"loop": "counter", "status": "running", "ledger": {"tokens": -1}},
 ]
 
 
@@ -154,6 +163,20 @@ def test_a_record_of_the_wrong_shape_is_named_and_does_not_hide_the_others(tmp_p
     listed = json.loads(run(["runs", "--store", str(store), "--json"], tmp_path).stdout)
     assert [(r["run_id"], r["status"]) for r in listed] == [(bad.run_id, "damaged"), (good.run_id, "completed")]
     assert run(["show", good.run_id, "--store", str(store)], tmp_path).returncode == 0
+
+
+def test_a_record_at_a_state_its_loop_does_not_have_is_refused_by_resume(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    waiting = loopdsl.run(DATA / "checkpoint.yaml", store=store, workdir=tmp_path)
+    with RunStore(store) as opened:
+        record = opened.load_run(waiting.run_id)
+        opened._cache.set(f"run/{waiting.run_id}/record", {**record, "current": "gone", "waiting": {
+            **record["waiting"], "state": "gone"}})
+    _user_error(_cli(["resume", waiting.run_id, "--store", str(store)], tmp_path), "at state 'gone'", "does not have")
+    # A decision is only recorded (it reads no loop file); the resume it asks for refuses too.
+    assert _cli(["approve", waiting.run_id, "--store", str(store)], tmp_path).returncode == 0
+    _user_error(_cli(["resume", waiting.run_id, "--store", str(store)], tmp_path), "at state 'gone'", "does not have")
+    assert RunStore(store).load_run(waiting.run_id)["status"] == "waiting"  # the run did not move
 
 
 def test_a_set_value_that_is_not_json_fails_the_state_and_ends_the_run(tmp_path: Path) -> None:

@@ -119,6 +119,22 @@ def test_published_schema_is_a_relative_link_to_the_package_copy() -> None:
     assert json.loads(PUBLISHED_SCHEMA.read_text(encoding="utf-8")) == load_schema()
 
 
+def test_the_run_record_schema_is_published_and_knows_every_status() -> None:
+    from loopdsl.runtime.run_state import STATUSES, record_problem
+
+    published = ROOT / "schemas" / "run-record.schema.json"
+    assert published.is_symlink() and published.resolve() == (ROOT / "loopdsl" / "data" / "run-record.schema.json").resolve()
+    schema = json.loads(published.read_text(encoding="utf-8"))
+    Draft7Validator.check_schema(schema)
+    assert tuple(schema["properties"]["status"]["enum"]) == STATUSES
+    assert record_problem({"loop": "x", "status": "waiting", "waiting": {"state": "a", "choices": ["go", 1]}}) == (
+        "'waiting.choices.1' is a JSON integer, not the string loopdsl writes")
+    assert record_problem({"loop": "x", "status": "done\x1b[2J"}) == (
+        "'status' 'done\\x1b[2J' is not one of " + ", ".join(STATUSES))  # the stored value shown escaped
+    assert record_problem({"status": "running"}) == "the record has no 'loop'"
+    assert record_problem([]) == "the record is a JSON array, not an object"
+
+
 @pytest.mark.parametrize("kind", ["test", "replies"])
 def test_test_and_reply_schemas_are_published_like_the_loop_schema(kind: str) -> None:
     published = ROOT / "schemas" / f"{kind}.schema.json"
