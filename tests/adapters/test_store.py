@@ -538,3 +538,12 @@ def test_a_locked_database_is_reported_busy_not_damaged(tmp_path: Path) -> None:
     assert "move the store directory aside" not in busy
     damaged = str(database_error(tmp_path, sqlite3.DatabaseError("file is not a database")))
     assert "is unreadable (file is not a database)" in damaged and "move the store directory aside" in damaged
+
+
+def test_an_event_of_the_wrong_shape_is_a_damaged_run(store: RunStore) -> None:
+    """Found by a fuzz of real event logs: an event's `state` or `type` that is a list or a
+    mapping crashed `show` and `resume` (both use them as keys)."""
+    store.create_run("odd", {"status": "running"})
+    store.commit("odd", {"status": "running"}, [{"seq": 1, "type": "start"}, {"seq": 2, "type": "ok", "state": ["a"]}])
+    with pytest.raises(StoreError, match=r"damaged: event 2: 'state' is a JSON array, not the string or null"):
+        store.events("odd")
