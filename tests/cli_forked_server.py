@@ -27,6 +27,7 @@ import signal
 import socket
 import struct
 import sys
+import tempfile
 import threading
 import traceback
 from pathlib import Path
@@ -107,6 +108,7 @@ def _child(request: dict, fds: list[int], inherited: list[int]) -> NoReturn:
         os.umask(request["umask"])
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # a real process reads TMPDIR from its own environment: so does this one
     sys.argv = ["loopdsl", *request["args"]]
     try:
         runpy.run_module("loopdsl", run_name="__main__", alter_sys=True)

@@ -92,6 +92,9 @@ def test_document_shell_blocks_run(document: Path, tmp_path: Path) -> None:
     # `loopdsl` forked from a preloaded server (tests/cli_forked.py); a document's own venv, once
     # activated, comes first with its own `loopdsl`.
     env["PATH"] = os.pathsep.join([str(loopdsl_bin()), str(Path(sys.executable).parent), env.get("PATH", "")])
+    # What a document keeps in the temp dir (README's `loopdsl test --keep`) goes with tmp_path.
+    env["TMPDIR"] = str(tmp_path / "tmp")
+    (tmp_path / "tmp").mkdir()
     script = "set -e\n" + "\n".join(blocks) + "\n"
     done = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], cwd=where, env=env,
                           capture_output=True, text=True, timeout=600)
