@@ -10,7 +10,7 @@ from ..lint.lockfile import LOCK_NAME, check_locked, find_lock, write_lock
 from ..lint.pipeline import load_loop
 from ..lint.report import is_loop_text
 from ..language.errors import LoopdslError
-from ..language.files import YAML_SUFFIXES, leads_outside, read_head, walk
+from ..language.files import YAML_SUFFIXES, is_dir, leads_outside, read_head, walk
 
 EXIT_FINDINGS = 1
 
@@ -21,7 +21,7 @@ def loop_files(paths: Sequence[str | Path]) -> list[Path]:
     found: list[Path] = []
     for given in paths:
         path = Path(given)
-        candidates = sorted(walk(path, YAML_SUFFIXES)) if path.is_dir() else [path]
+        candidates = sorted(walk(path, YAML_SUFFIXES)) if is_dir(path) else [path]
         for file in candidates:
             try:
                 if is_loop_text(read_head(file)):

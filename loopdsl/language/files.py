@@ -37,6 +37,32 @@ def walk(root: Path, suffixes: tuple[str, ...] = ()) -> list[Path]:
     return found
 
 
+def is_file(path: Path) -> bool:
+    """Whether `path` names a regular file. A path from a loop file or the command line is
+    hostile: one too long for the system (ENAMETOOLONG), or otherwise unusable, is simply
+    not a file (pathlib raises for it)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def exists(path: Path) -> bool:
+    """`path.exists()`, False for a path the system cannot even look up (see is_file)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def is_dir(path: Path) -> bool:
+    """`path.is_dir()`, False for a path the system cannot even look up (see is_file)."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def _open(path: str | os.PathLike[str]) -> io.BufferedReader:
     """`path` opened for reading without blocking in open(): a FIFO nobody writes to would
     hold a plain open() forever, and so reads as empty; reads then block as usual, so a

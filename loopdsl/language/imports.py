@@ -18,8 +18,8 @@ from typing import Any
 
 from .agent_model import build_tool
 from .diagnostics import Diagnostic, Severity
-from .files import read_capped
-from .loader import Document, is_file, load_document
+from .files import is_file, read_capped
+from .loader import Document, load_document
 from .model import Gate, ModelAlias, YamlPath
 from .model_build import build_gate, build_model_alias
 from .price_checks import params_cost_diagnostics, price_diagnostic

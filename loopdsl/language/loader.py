@@ -25,7 +25,6 @@ import os
 import re
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from functools import cached_property
 from typing import Any
 
@@ -39,8 +38,7 @@ from .yaml_events import FAST_PARSER_AVAILABLE, fast_events, reference_events
 from .yaml_walk import MAX_DEPTH, MAX_NODES, ResolvePlain, Stop, Walker, mark_position
 from .yaml_walk import diagnostic as _error
 
-__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_NODES", "Document", "is_file", "load_document",
-           "load_text", "parse_text"]
+__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_NODES", "Document", "load_document", "load_text", "parse_text"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")
@@ -238,11 +236,3 @@ def load_text(text: str | bytes, path: str = "<string>") -> tuple[Document | Non
     """`load_document` for text that is not (or not yet) in a file."""
     return load_document(path, text)
 
-
-def is_file(path: Path) -> bool:
-    """Whether `path` names a readable-looking file. A path from a loop file is hostile: one
-    too long for the system (ENAMETOOLONG) or otherwise unusable is simply not a file."""
-    try:
-        return path.is_file()
-    except (OSError, ValueError):
-        return False

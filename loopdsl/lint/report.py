@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..language.diagnostics import Diagnostic, format_github, format_json, format_text
-from ..language.files import YAML_SUFFIXES, NotARegularFile, read_capped, read_head, walk
+from ..language.files import YAML_SUFFIXES, NotARegularFile, exists, is_dir, read_capped, read_head, walk
 from .pipeline import INTERNAL_ERROR, LintSession, no_such_file
 
 # A loop file has a top-level `loopdsl:` key; a file someone meant as a loop but forgot
@@ -66,10 +66,10 @@ def _collect(paths: Sequence[str | Path], report: LintReport) -> list[Path]:
     seen: set[Path] = set()
     for given in paths:
         target = Path(given)
-        if not target.exists():
+        if not exists(target):
             report.diagnostics.append(no_such_file(str(given)))
             continue
-        explicit = not target.is_dir()
+        explicit = not is_dir(target)
         for file in [target] if explicit else walk(target, YAML_SUFFIXES):
             key = file.resolve()
             if key in seen:
@@ -181,7 +181,7 @@ def run_lint_cli(paths: Sequence[str], fmt: str, strict: bool) -> int:
     if fmt not in FORMATS:
         print(f"loopdsl lint: unknown format {fmt!r}; use one of {', '.join(FORMATS)}", file=sys.stderr)
         return 2
-    missing = [p for p in paths if not Path(p).exists()]
+    missing = [p for p in paths if not exists(Path(p))]
     if missing:
         # A mistyped path is a usage error, not a finding in a file that does not exist.
         for given in missing:

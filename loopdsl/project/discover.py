@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..language.files import YAML_SUFFIXES, read_head, walk
+from ..language.files import YAML_SUFFIXES, is_dir, read_head, walk
 from ..language.model import Loop, LoopAction
 from ..lint.loop_tree import loop_tree  # noqa: F401  (audit and export ask for it here)
 
@@ -21,7 +21,7 @@ def find_test_files(paths: Sequence[str | Path]) -> list[Path]:
     seen: set[Path] = set()
     for given in paths:
         target = Path(given)
-        candidates = [p for p in walk(target) if is_test_file(p)] if target.is_dir() else [target]
+        candidates = [p for p in walk(target) if is_test_file(p)] if is_dir(target) else [target]
         for file in candidates:
             key = file.resolve()
             if key not in seen:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+from ..language.files import exists
 from .testfile import LoopTest, TestFileError, ToolCallExpectation, load_tests
 
 SETUP_TIMEOUT_S = 120
@@ -316,7 +317,7 @@ def collect(paths: Sequence[str | Path]) -> tuple[list[LoopTest], list[TestOutco
     tests: list[LoopTest] = []
     broken: list[TestOutcome] = []
     for file in find_test_files(paths or ["."]):
-        if not file.exists():
+        if not exists(file):
             broken.append(TestOutcome(file.name, file, False, [f"{file}: no such file"], error=True))
             continue
         try:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..language.diagnostics import Diagnostic
+from ..language.files import is_file
 from ..language.loader import Document
 from ..language.model import YamlPath
 from ..language.checked_files import describe, load_checked
@@ -170,14 +171,14 @@ def _expect(doc: Document, file: Path, node: Mapping[str, Any] | None, at: YamlP
 def _one(doc: Document, file: Path, node: Mapping[str, Any], at: YamlPath, default_name: str) -> LoopTest:
     loop = node["loop"]
     loop_path = (file.parent / loop).resolve()
-    if not loop_path.is_file():
+    if not is_file(loop_path):
         raise _fail(doc, file, at + ("loop",), f"loop file {loop} does not exist (looked at {loop_path})",
                     "paths in a test file are relative to the test file")
     script = node.get("script")
     script_path = None
     if isinstance(script, str):
         script_path = (file.parent / script).resolve()
-        if not script_path.is_file():
+        if not is_file(script_path):
             raise _fail(doc, file, at + ("script",), f"reply script {script} does not exist (looked at {script_path})",
                         "give a path relative to the test file, or the replies inline as a mapping")
     return LoopTest(name=str(node.get("name", default_name)), file=file, loop=loop_path,

@@ -133,3 +133,20 @@ def test_loops_inputs_imports_and_skills_at_endless_paths_are_errors_not_hangs(t
     assert lint["code"] == 1 and "lib.yaml" in lint["out"] and "skill.md" in lint["out"], lint
     for done in (cost, lock):
         assert done["raised"] is None and "Traceback" not in done["out"] + done["err"], done
+
+
+def test_a_name_too_long_for_the_system_is_a_missing_file_to_every_command(tmp_path: Path) -> None:
+    """pathlib raises ENAMETOOLONG from is_file/exists/is_dir; `lint`, `lock` and `test` once
+    stopped with an internal error on such a name (given, or in a test file's `loop:`)."""
+    long = "x" * 300
+    (tmp_path / "long.test.yaml").write_text(f"loop: {long}.yaml\n")
+    (tmp_path / "tools.yaml").write_text(
+        "loopdsl: 1\nname: tools\nunattended: true\nmodels: {m: {model: openai/gpt-4o-mini, max_tokens: 10}}\n"
+        f"budget: {{tokens: 1000}}\ntools:\n  sub: {{description: d, loop: {long}.yaml}}\nstart: a\nstates:\n"
+        "  a: {agent: {model: m, prompt: hi, tools: [sub], max_turns: 2}, next: b}\n  b: {end: completed}\n")
+    results = commands(tmp_path, ["lint", long], ["validate", long], ["lock", long], ["test", long], ["graph", long],
+                       ["cost", long], ["run", long], ["schedule", long], ["test", "long.test.yaml"], ["lint", "tools.yaml"])
+    for done in results:
+        assert done["code"] in (1, 2) and done["raised"] is None, done
+        assert "internal error" not in done["out"] + done["err"], done
+    assert f'the sub-loop "{long}.yaml" of tool "sub" does not exist' in results[-1]["out"], results[-1]

@@ -19,6 +19,7 @@ from ...language.agent_model import (
     resolve_tool,
 )
 from ...language.diagnostics import Diagnostic, Severity
+from ...language.files import is_file
 from ...language.model import State
 from ...language.tool_check import (
     TOOL_RUN_KEYS,
@@ -77,7 +78,7 @@ def tool_definitions(ctx: LintContext) -> Iterator[Diagnostic]:
         if tool.kind == "mcp" and not tool.allow:
             yield ctx.diag("mcp-allow", f'MCP tool "{tool.name}" has no `allow` list', tool.path,
                            hint="list the server's tools the model may call: `allow: [get_issue, ...]`")
-        if tool.kind == "loop" and tool.loop and not (ctx.source.parent / tool.loop).is_file():
+        if tool.kind == "loop" and tool.loop and not is_file(ctx.source.parent / tool.loop):
             yield ctx.diag("missing-file", f'the sub-loop "{tool.loop}" of tool "{tool.name}" does not exist',
                            tool.path + ("loop",), value=True, hint="the path is relative to this loop file's folder")
         elif tool.kind == "loop" and tool.loop:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...language.price_checks import params_cost_diagnostics, price_diagnostic
 from ...language.diagnostics import Diagnostic, Severity
-from ...language.loader import is_file
+from ...language.files import is_file
 from ...language.agent_model import AgentAction
 from ...language.model import (
     BUILTIN_GATES,

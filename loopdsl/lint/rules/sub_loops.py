@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ...language.diagnostics import Diagnostic, Severity, format_plain
-from ...language.loader import is_file
+from ...language.files import is_file
 from ...language.model import Loop, LoopAction, State
 from ..registry import LintContext, did_you_mean, quoted_list, rule
 from .calls import loop_folder
