@@ -109,10 +109,21 @@ def _cost(price: Price | None, prompt: int, completion: float) -> float | None:
     return (prompt * input_per_mtok + completion * output_per_mtok) / 1_000_000
 
 
+# A count past this bounds nothing a run could reach, and products of counts past a float's
+# range (`max_visits: 1e308`) would stop the arithmetic below.
+_COUNT_CEILING = 10**15
+
+
+def _count(value: float, loop: Loop) -> int:
+    """A state's visits or attempts as the cost model uses them: each takes at least one step,
+    so never more than `budget.steps`."""
+    return min(int(value), loop.budget.steps if loop.budget.steps is not None else _COUNT_CEILING)
+
+
 def _visits(loop: Loop, name: str) -> int | None:
     state = loop.states[name]
     if state.max_visits is not None:
-        return int(state.max_visits)
+        return _count(state.max_visits, loop)
     if name not in loop.graph.cyclic:
         return 1
     return loop.budget.steps  # each visit takes at least one step; None: unbounded
@@ -166,7 +177,7 @@ def plan_calls(loop: Loop, multiplier: int | None = 1, _seen: frozenset[Path] = 
         plans.append(CallPlan(
             loop=loop.name, state=name, alias=action.model, models=chain,
             visits=None if (visits is None or multiplier is None) else visits * multiplier,
-            attempts=state.retry.max_attempts,
+            attempts=_count(state.retry.max_attempts, loop),
             prompt_tokens_worst=worst_prompt, prompt_tokens_typical=typical_prompt, max_tokens=max_tokens,
             worst_tokens_per_attempt=sum(size.worst_tokens(max_input_tokens(m)) + max_tokens for m in chain),
             worst_cost_per_attempt=None if any(c is None for c in costs) else sum(c for c in costs if c is not None),
@@ -191,7 +202,7 @@ def _agent_plan(loop: Loop, name: str, action: AgentAction, visits: int | None, 
     return [CallPlan(
         loop=loop.name, state=name, alias=action.model or str(action.cli), models=chain,
         visits=None if (visits is None or multiplier is None) else visits * multiplier,
-        attempts=loop.states[name].retry.max_attempts,
+        attempts=_count(loop.states[name].retry.max_attempts, loop),
         prompt_tokens_worst=worst["prompt"], prompt_tokens_typical=worst["prompt"], max_tokens=max_tokens,
         worst_tokens_per_attempt=worst["tokens"], worst_cost_per_attempt=worst["cost"],
         typical_tokens=worst["prompt"] + max_tokens // 2,

@@ -545,5 +545,5 @@ def test_an_event_of_the_wrong_shape_is_a_damaged_run(store: RunStore) -> None:
     mapping crashed `show` and `resume` (both use them as keys)."""
     store.create_run("odd", {"status": "running"})
     store.commit("odd", {"status": "running"}, [{"seq": 1, "type": "start"}, {"seq": 2, "type": "ok", "state": ["a"]}])
-    with pytest.raises(StoreError, match=r"damaged: event 2: 'state' is a JSON array, not the string or null"):
+    with pytest.raises(StoreError, match=r"damaged: event 2: 'state' is a JSON array, not a string or null"):
         store.events("odd")

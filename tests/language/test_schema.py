@@ -128,31 +128,11 @@ def test_the_run_record_schema_is_published_and_knows_every_status() -> None:
     Draft7Validator.check_schema(schema)
     assert tuple(schema["properties"]["status"]["enum"]) == STATUSES
     assert record_problem({"loop": "x", "status": "waiting", "waiting": {"state": "a", "choices": ["go", 1]}}) == (
-        "'waiting.choices.1' is a JSON integer, not the string loopdsl writes")
+        "'waiting.choices.1' is a JSON integer, not a string")
     assert record_problem({"loop": "x", "status": "done\x1b[2J"}) == (
         "'status' 'done\\x1b[2J' is not one of " + ", ".join(STATUSES))  # the stored value shown escaped
     assert record_problem({"status": "running"}) == "the record has no 'loop'"
     assert record_problem([]) == "the record is a JSON array, not an object"
-
-
-def test_the_fast_event_check_refuses_whatever_the_event_schema_refuses() -> None:
-    """events_problem passes a plain event without the validator: for each key the schema
-    types, a value of each other JSON type must fail that fast check too (else a hostile
-    event slips past it)."""
-    from loopdsl.runtime.run_state import _plain_event, events_problem
-
-    schema = json.loads((ROOT / "loopdsl" / "data" / "run-record.schema.json").read_text(encoding="utf-8"))
-    event_schema = schema["definitions"]["event"]
-    validator = Draft7Validator(event_schema)
-    good = {"type": "ok", "seq": 3, "t": "2026-12-06T22:00:32.088+00:00", "state": "a", "attempt": 1}
-    assert _plain_event(good) and validator.is_valid(good) and events_problem([good]) is None
-    samples = ["s", 1, 1.5, True, None, [], {}]
-    for key in event_schema["properties"]:
-        for value in samples:
-            event = {**good, key: value}
-            if not validator.is_valid(event):
-                assert not _plain_event(event), (key, value)
-                assert events_problem([good, event]) is not None and events_problem([good, event]).startswith("event 2")
 
 
 @pytest.mark.parametrize("kind", ["test", "replies"])

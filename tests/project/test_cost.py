@@ -180,3 +180,18 @@ def test_an_mcp_server_counts_its_declared_schema_tokens_without_starting(tmp_pa
     # Turn 2 adds 100 (max_tokens) + 1 call x 300 bytes / 3 = 200: prompts 758 and 958.
     assert ask["worst_tokens_per_attempt"] == 758 + 958 + 2 * 100
     assert ask["worst_cost_per_attempt"] == pytest.approx((758 + 958) * 1e-6 + 200 * 2e-6, rel=1e-9)
+
+
+@pytest.mark.parametrize("steps", ["budget: {steps: 5}\n", ""])
+def test_counts_past_a_floats_range_are_bounded_by_the_steps_not_an_internal_error(tmp_path: Path, steps: str) -> None:
+    """`max_visits: 1e+308` is an integer to the schema; times three attempts it once overflowed
+    the float arithmetic of `cost` and `run --dry-run` (a fuzz of the pattern loops found it)."""
+    loop = tmp_path / "huge.yaml"
+    loop.write_text("loopdsl: 1\nname: huge\nmodels: {m: {model: openai/gpt-4o-mini, max_tokens: 100}}\n" + steps +
+                    "start: a\nstates:\n  a:\n    llm: {model: m, prompt: hi}\n    max_visits: 1e+308\n"
+                    "    retry: {max_attempts: 3}\n    next: b\n  b: {end: completed}\n")
+    data = cost_json(str(loop))
+    [plan] = data["calls"]
+    assert plan["visits"] == (5 if steps else 10**15) and plan["attempts"] == 3
+    dry = CliRunner().invoke(cli, ["run", str(loop), "--dry-run"])
+    assert dry.exit_code == 0, dry.output
