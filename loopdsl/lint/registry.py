@@ -343,6 +343,7 @@ RULE_DOCS: dict[str, tuple[str, str]] = {
     "secret-not-passed": ("error", "A command reads `$X` for a declared secret X that its `env:` does not pass: commands get only the secrets their `env:` names."),
     "secret-with-model-output": ("warning", "A command that gets secrets runs a model's output: its template reads a model's reply, or another command writes one (to a file it may run)."),
     "llm-max-tokens": ("error", "An `llm`/`evaluate` call without `max_tokens` on the call or its alias."),
+    "max-tokens-over-limit": ("warning", "A `max_tokens` (of an alias or a call) more than a model of the alias writes, per LiteLLM's price table (`max_output_tokens`): the provider refuses the call."),
     "params-cost": ("error", "A key under a model alias's `params` (at any depth, e.g. inside `extra_body`) that changes what a call costs: `n`, `best_of`, `candidate_count`, `max_tokens`, `max_completion_tokens`, `max_output_tokens`, `max_new_tokens`, `num_predict`, `thinking`, `thinking_budget`, `budget_tokens`, `service_tier`, and `model`, `messages`, `fallbacks`, `context_window_fallback_dict` (any case, `_` or `-`). Use the alias's `max_tokens` and `budget:`."),
     "unknown-price": ("error", "A model (an alias's model or a fallback) with no price in LiteLLM's table and no alias `price`."),
     "checkpoint-unattended": ("error", "A `checkpoint` in a loop marked `unattended: true`."),

@@ -29,12 +29,12 @@ _MAX_ROUNDS = 6
 # section (`models`), or one entry of it replaced by a stand-in (`models.*`).
 _ECHOED_RULES: dict[str, frozenset[str]] = {
     key: frozenset(rules) for key, rules in {
-        "models": ("unknown-model", "llm-max-tokens", "unknown-price", "evaluator-mirrors-generator"),
-        "models.*": ("llm-max-tokens", "unknown-price", "evaluator-mirrors-generator"),
+        "models": ("unknown-model", "llm-max-tokens", "max-tokens-over-limit", "unknown-price", "evaluator-mirrors-generator"),
+        "models.*": ("llm-max-tokens", "max-tokens-over-limit", "unknown-price", "evaluator-mirrors-generator"),
         "gates.*": ("gate-needs-value",),
         "inputs.*": ("with-type",),
         "model": ("unknown-price", "evaluator-mirrors-generator"),
-        "max_tokens": ("llm-max-tokens",),
+        "max_tokens": ("llm-max-tokens", "max-tokens-over-limit"),
         "price": ("unknown-price",),
         "fallbacks": ("unknown-price",),
         "temperature": ("evaluator-mirrors-generator",),

@@ -62,7 +62,7 @@ def test_every_rule_has_a_failing_case() -> None:
         "expr-syntax", "template-syntax", "undefined-variable", "missing-file", "skill-sections",
         "no-default-transition", "shell-quote-single", "shell-quote-heredoc", "shell-quote-backtick",
         "shell-statement", "secret-in-command", "secret-in-prompt", "shell-unsafe-raw",
-        "llm-max-tokens", "unknown-price", "checkpoint-unattended", "evaluator-mirrors-generator",
+        "llm-max-tokens", "max-tokens-over-limit", "unknown-price", "checkpoint-unattended", "evaluator-mirrors-generator",
         "with-unknown-input", "with-missing-input", "with-type", "child-invalid", "child-secret",
         "gate-needs-value", "import-cycle", "import-clash", "import-invalid", "loop-recursion",
         "bad-schedule", "shell-arithmetic", "shell-escaped-placeholder", "params-cost",

@@ -69,6 +69,37 @@ def llm_max_tokens(ctx: LintContext) -> Iterator[Diagnostic]:
         )
 
 
+def _output_limit(model: str) -> int | None:
+    """How many tokens `model` writes at most, per LiteLLM's table (`max_output_tokens`)."""
+    from ...language.prices import model_info
+
+    limit = (model_info(model) or {}).get("max_output_tokens")
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+
+
+@rule
+def max_tokens_over_limit(ctx: LintContext) -> Iterator[Diagnostic]:
+    """A `max_tokens` more than a model of the alias can write: the provider refuses such a
+    call (OpenAI and Anthropic answer 400), and the budget reserves that much before it."""
+    places: list[tuple[float, ModelAlias, tuple[Any, ...]]] = [
+        (alias.max_tokens, alias, ("models", name, "max_tokens")) for name in ctx.local_models
+        if (alias := ctx.loop.models.get(name)) is not None and alias.max_tokens is not None]
+    for state in ctx.states.values():
+        call = _call(state)
+        alias = ctx.loop.models.get(call.model) if call is not None else None
+        if call is not None and alias is not None and call.max_tokens is not None:
+            places.append((call.max_tokens, alias, state.path + (state.kind, "max_tokens")))
+    for max_tokens, alias, path in places:
+        for model in (alias.model, *alias.fallbacks):
+            limit = _output_limit(model)
+            if limit is not None and max_tokens > limit:
+                yield ctx.diag("max-tokens-over-limit", f"max_tokens {max_tokens:,} is more than {model} writes "
+                               f"({limit:,} tokens, LiteLLM's table): the provider refuses the call",
+                               path, value=True, severity=Severity.WARNING,
+                               hint=f"lower it to {limit} or less")
+                break
+
+
 @rule
 def params_cost(ctx: LintContext) -> Iterator[Diagnostic]:
     for name in ctx.local_models:
