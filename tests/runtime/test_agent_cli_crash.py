@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +39,9 @@ def write_loop(workdir: Path, *, idempotent: bool, unattended: bool = False, sce
 
 
 def env(tmp_path: Path) -> dict[str, str]:
-    e = dict(os.environ, REQUESTS=str(tmp_path / "requests.log"), PYTHONUNBUFFERED="1")
+    # TMPDIR: the CLI homes a killed loopdsl leaves go with the test, not into the machine's /tmp.
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    e = dict(os.environ, REQUESTS=str(tmp_path / "requests.log"), PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path / "tmp"))
     e.pop("LOOPDSL_STORE", None)
     return e
 
@@ -73,7 +74,7 @@ def crash_while_the_cli_runs(tmp_path: Path, workdir: Path, store: Path) -> tupl
     proc.communicate()
     (workdir / "hang.ready").unlink()
     # The CLI's home, which the killed loopdsl never removed (adapters/coding_cli_home.py).
-    [home] = [home for home in Path(tempfile.gettempdir()).glob(f"loopdsl-cli-*-{proc.pid}-*-*") if home.is_dir()]
+    [home] = [home for home in (tmp_path / "tmp").glob(f"loopdsl-cli-*-{proc.pid}-*-*") if home.is_dir()]
     return run_id, home
 
 
