@@ -5,7 +5,8 @@ attempt ends. A loopdsl killed during the attempt (`kill -9`, a lost machine, a 
 worker that dies) never reaches that removal, and the home stays behind in the temp dir
 with whatever the CLI wrote there: its settings and, for Codex, the session log with the
 conversation. So the name of a home says who made it (pid namespace, pid, and that
-process's start time), and every new attempt first removes the homes whose maker is gone.
+process's start time), and every new attempt first removes the homes whose maker is gone, as
+does the resume of a run a kill cut off during an attempt (api/durable.py).
 
 A home is removed only when all of this holds: its name has that form, it is a real
 directory (not a symlink) owned by this user, its maker ran in this pid namespace (another
@@ -47,6 +48,13 @@ def make_home() -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{namespace}-{pid}-{started}-"))
 
 
+def sweep_dead_makers_homes() -> list[Path]:
+    """The sweep `make_home` does first, on its own: for a resumed run whose CLI attempt a kill
+    cut off, when the person then skips or fails the state and no new attempt starts."""
+    namespace = _namespace()
+    return sweep_left_homes(Path(tempfile.gettempdir()), namespace) if namespace is not None else []
+
+
 def sweep_left_homes(folder: Path, namespace: int) -> list[Path]:
     """Remove the homes in `folder` whose maker (of `namespace`) is gone; the ones removed."""
     removed: list[Path] = []
@@ -73,4 +81,4 @@ def sweep_left_homes(folder: Path, namespace: int) -> list[Path]:
     return removed
 
 
-__all__ = ["PREFIX", "make_home", "sweep_left_homes"]
+__all__ = ["PREFIX", "make_home", "sweep_dead_makers_homes", "sweep_left_homes"]

@@ -34,6 +34,7 @@ from ..runtime.publish_apply import publish_pending
 from .publishing import publish_engine
 from ..runtime.redaction import Redactor
 from ..adapters.webhook import WebhookNotifier
+from ..adapters.coding_cli_home import sweep_dead_makers_homes
 from ..runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events
 from ..adapters.store.ports import StoreResponses, StoreRunLog
 from ..adapters.store.run_store import RunChanged, RunLock, RunStore
@@ -249,6 +250,8 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
         if state.is_final and not (state.status == COMPLETED and publish_pending(state)):
             raise UsageError(f"run {run_id} already ended with status {state.status}", "`loopdsl show " + run_id + "` shows it")
         state.history = history_from_events(store.events(run_id))
+        if (state.pending or {}).get("kind") == "cli":  # a kill cut a CLI attempt off: its home stayed
+            sweep_dead_makers_homes()
         if not state.meta.get("loop_path"):
             raise UsageError(f"run {run_id} records no loop file to resume it from",
                              "a sub-loop's run resumes with its parent's: `loopdsl resume PARENT_RUN_ID`")

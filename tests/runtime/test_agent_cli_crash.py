@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -132,12 +133,15 @@ def test_an_idempotent_cli_state_is_killed_and_rerun_with_its_first_spend_standi
     assert [e.get("name") for e in events if e["type"] == "tool_call"] == ["Glob", "Read"]  # the rerun's too
 
 
-def test_a_cli_state_that_is_not_idempotent_waits_and_skip_completes_without_rerunning(tmp_path: Path, dirs) -> None:
+def test_a_cli_state_that_is_not_idempotent_waits_and_skip_completes_without_rerunning(
+        tmp_path: Path, dirs, monkeypatch: pytest.MonkeyPatch) -> None:
     workdir, store = dirs
     write_loop(workdir, idempotent=False)
-    run_id, _ = crash_while_the_cli_runs(tmp_path, workdir, store)
+    run_id, left_home = crash_while_the_cli_runs(tmp_path, workdir, store)
     [first] = cli_runs(workdir)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # the in-process resume's temp dir
     assert resume(tmp_path, store, run_id) == "waiting"
+    assert not left_home.exists()  # no attempt will run again, and the resume removed the home
     assert not alive(first["pid"]) and not alive(first["child_pid"])  # stopped before asking
     saved = RunStore(store).load_run(run_id)
     assert saved["waiting"]["choices"] == ["rerun", "skip", "fail"]
