@@ -10,7 +10,7 @@ from ..adapters.worktree_diff import worktree_diff
 from ..adapters.store.listing import RunSummary, child_ids, run_count, spend_history, summaries
 from ..adapters.store.run_store import default_store_dir
 from ..runtime.errors import StoreError
-from .store_access import UsageError, open_store
+from .store_access import UsageError, open_store, reading_store
 from .transcript import model_calls
 
 
@@ -31,7 +31,8 @@ def list_runs(store: str | Path | None = None, cwd: Path | None = None) -> RunLi
     # No store yet simply means no runs yet (and listing must not create one).
     if not where.exists():
         return RunListing(where)
-    records = [r for r in open_store(where, here).list_runs(check=True) if not r.get("parent")]
+    with reading_store(where, here) as opened:
+        records = [r for r in opened.list_runs(check=True) if not r.get("parent")]
     return RunListing(where, records)
 
 
@@ -47,8 +48,7 @@ def show_run(run_id: str, store: str | Path | None = None, cwd: Path | None = No
              transcript: bool = False) -> RunView:
     """One run's record, its event log and its (undamaged) child runs; with `transcript`,
     its model calls' prompts and replies too (read from the response store)."""
-    st = open_store(store, cwd or Path.cwd(), create=False)
-    try:
+    with reading_store(store, cwd or Path.cwd()) as st:
         full = st.resolve(run_id)
         # Children are found through the index (their ids extend the parent's), so showing
         # a run does not decode every record of a large store.
@@ -63,8 +63,6 @@ def show_run(run_id: str, store: str | Path | None = None, cwd: Path | None = No
         events = st.events(full)
         calls = model_calls(st, full, events) if transcript else []
         return RunView(st.load_run(full), events, children, calls)
-    finally:
-        st.close()
 
 
 @dataclass

@@ -3,6 +3,11 @@ loop file. Apart from api.runs so that commands that only read the store (`show`
 `clean`) start without importing the engine."""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..adapters.store.run_store import RunStore, default_store_dir
@@ -24,3 +29,37 @@ def open_store(store: str | Path | RunStore | None, near: Path, *, create: bool 
         raise StoreError(f"no run store at {directory}",
                          "pass --store DIR (or set LOOPDSL_STORE) where `loopdsl run` kept its runs")
     return RunStore(directory)
+
+
+@contextmanager
+def reading_store(store: str | Path | RunStore | None, near: Path) -> Iterator[RunStore]:
+    """The run store for a command that only reads it (`runs`, `show`), closed after. Opening
+    a store writes to it (SQLite's WAL, diskcache's settings), so one this process may not
+    write (a read-only mount, a CI artifact, a colleague's folder) is read from a temporary
+    copy of its files, worktrees left out, removed after."""
+    if isinstance(store, RunStore):  # the caller's own, open and closed by it
+        yield store
+        return
+    directory = Path(store) if store is not None else default_store_dir(near)
+    if not (directory.is_dir() and not os.access(directory, os.W_OK)):
+        opened = open_store(directory, near, create=False)
+        try:
+            yield opened
+        finally:
+            opened.close()
+        return
+    with tempfile.TemporaryDirectory(prefix="loopdsl-store-") as scratch:
+        copy = Path(scratch) / "store"
+        try:
+            shutil.copytree(directory, copy, symlinks=True, ignore=shutil.ignore_patterns("worktrees"))
+        except OSError as exc:
+            raise StoreError(f"cannot read the run store {directory}: {exc.strerror or exc}",
+                             "check that you may read every file in it") from None
+        opened = RunStore(copy)
+        # After the open, `directory` only names the store in messages and finds its worktrees:
+        # both are the user's store, not the copy.
+        opened.directory = directory
+        try:
+            yield opened
+        finally:
+            opened.close()

@@ -196,3 +196,37 @@ def test_a_set_value_that_is_not_json_fails_the_state_and_ends_the_run(tmp_path:
     again = _cli(["run", str(loop), "--store", str(store)], tmp_path)
     assert again.returncode == 0, again.stderr
     assert set(RunStore(store).list_runs()[0]["results"]["a"]["b"]) == {"spent", "remaining"}
+
+
+@pytest.fixture
+def read_only_store(tmp_path: Path):
+    """A real store (a waiting run and a completed one) seen through a read-only bind mount:
+    the only way to deny writes to root, which CI runs as. Skipped where mounting is not allowed."""
+    source, mounted = tmp_path / "store", tmp_path / "mounted"
+    waiting = loopdsl.run(DATA / "checkpoint.yaml", store=source, workdir=tmp_path)
+    done = loopdsl.run(DATA / "counter.yaml", store=source, workdir=tmp_path)
+    mounted.mkdir()
+    if subprocess.run(["mount", "--bind", str(source), str(mounted)], capture_output=True).returncode != 0:
+        pytest.skip("bind mounts are not allowed here (needs root in a privileged enough container)")
+    try:
+        remount = subprocess.run(["mount", "-o", "remount,bind,ro", str(mounted)], capture_output=True)
+        if remount.returncode != 0:
+            pytest.skip("a read-only remount is not allowed here")
+        yield mounted, waiting.run_id, done.run_id
+    finally:
+        subprocess.run(["umount", str(mounted)], capture_output=True)
+
+
+def test_runs_and_show_read_a_store_this_process_may_not_write(tmp_path: Path, read_only_store) -> None:
+    store, waiting, done = read_only_store
+    assert not os.access(store, os.W_OK)
+    before = sorted((p.name, p.stat().st_size) for p in store.iterdir())
+    table = _cli(["runs", "--store", str(store)], tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert {row.split()[0]: row.split()[2] for row in table.stdout.splitlines()[1:]} == {waiting: "waiting", done: "completed"}
+    shown = _cli(["show", waiting, "--store", str(store)], tmp_path)
+    assert shown.returncode == 0 and "waiting at 'ask'" in shown.stdout, shown.stderr
+    assert str(store) in _cli(["show", "nosuchrun", "--store", str(store)], tmp_path).stderr  # the user's path, not a copy's
+    assert sorted((p.name, p.stat().st_size) for p in store.iterdir()) == before
+    refused = _cli(["approve", waiting, "--store", str(store)], tmp_path)  # a decision must write: it says why
+    _user_error(refused, "Read-only file system")
