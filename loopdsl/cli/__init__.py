@@ -8,7 +8,9 @@ a message and its documented exit code once, in the group's `invoke`.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import traceback
 from typing import Any
 
@@ -60,8 +62,21 @@ def cli() -> None:
     """Run AI agent loops written as validated YAML state machines."""
 
 
+def _end_on_sigterm(signum: int, _frame: Any) -> None:
+    """SIGTERM (docker stop, a cancelled CI job, `timeout`): stop the commands the run has
+    running, then end by the signal as before. The run is left as kill -9 leaves it
+    (resumable; the store is consistent at every commit), but nothing of it runs on."""
+    from ..runtime.commands import kill_running_commands
+
+    kill_running_commands()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 def main() -> None:
     claim_process()  # this process is loopdsl's
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _end_on_sigterm)
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

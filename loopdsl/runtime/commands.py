@@ -16,13 +16,27 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .process_tree import CommandRef, command_pids, new_marker, stop_command
+from .process_tree import CommandRef, command_pids, kill_now, new_marker, stop_command
 from .run_state import RunState
 
 # Where the entries live: run.meta, which the run store keeps with every commit.
 META_KEY = "commands"
 # How long a command left running by a killed loopdsl gets between SIGTERM and SIGKILL.
 LEFTOVER_GRACE_S = 2.0
+# Every command this process is running, for any run: what `kill_running_commands` stops
+# when the process itself is told to end (SIGTERM), by marker.
+_RUNNING: dict[str, CommandRef] = {}
+
+
+def kill_running_commands() -> int:
+    """SIGKILL every command this process runs (their whole trees), without waiting or
+    committing: for a process about to die by SIGTERM (docker stop, a cancelled CI job),
+    which would otherwise leave them running, orphaned, until `resume`. The store keeps
+    them recorded, as after kill -9, and a resume settles them as it does then. How many."""
+    refs = list(_RUNNING.values())
+    for ref in refs:
+        kill_now(ref)
+    return len(refs)
 
 
 class RunCommands:
@@ -44,6 +58,7 @@ class RunCommands:
 
     def started(self, ref: CommandRef, what: str) -> None:
         """Committed at once: a crash from here on must find the command in the store."""
+        _RUNNING[ref.marker] = ref
         self.run.meta[META_KEY] = {**self._entries(), ref.marker: {**ref.to_json(), "what": what}}
         self._commit()
 
@@ -54,6 +69,7 @@ class RunCommands:
             self._forget(ref.marker)
 
     def _forget(self, marker: str) -> None:
+        _RUNNING.pop(marker, None)
         entries = self._entries()
         entries.pop(marker, None)
         if not entries:  # a run with nothing running keeps no trace of it

@@ -97,6 +97,36 @@ def _start_and_kill(tmp_path: Path, marks: Path, idempotent: bool) -> tuple[Path
     return store, _run_id(store, tmp_path)
 
 
+def test_sigterm_stops_the_running_command_and_leaves_the_run_to_resume(tmp_path: Path, marks: Path) -> None:
+    """SIGTERM (docker stop, a cancelled CI job) once ended loopdsl alone, as kill -9 does, and
+    the state's command ran on, orphaned, until a resume. Now the command's whole tree (the
+    setsid child too) is stopped first; the run is left resumable, and the resume finds
+    nothing left to stop."""
+    loop = tmp_path / "leftover.yaml"
+    loop.write_text((DATA / "leftover.yaml").read_text())
+    store = tmp_path / "store"
+    proc = ct.launch(["run", str(loop), "--store", str(store), "--input", f"marks={marks}"], tmp_path)
+    try:
+        ct.wait_until(lambda: (marks / "first").exists() and len(_escaped(marks)) == 1 and _recorded(store), proc,
+                      what="the command's start, recorded in the store", timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    finally:
+        ct.kill(proc)
+    assert proc.returncode == -signal.SIGTERM  # it still ends by the signal, as before
+    escaped = _escaped(marks)[0]
+    deadline = time.monotonic() + 10
+    while _alive(escaped) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(escaped)  # the command's setsid child did not outlive loopdsl
+    run_id = _run_id(store, tmp_path)
+    done = _cli(["resume", run_id, "--store", str(store)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (marks / "log").read_text() == "start\nstart\nend\n"  # the idempotent step ran again, once
+    shown = _cli(["show", run_id, "--store", str(store), "--json"], tmp_path)
+    assert '"stopped_leftover"' not in shown.stdout  # nothing was left to stop
+
+
 def test_resume_stops_an_idempotent_steps_leftover_before_running_it_again(tmp_path: Path, marks: Path) -> None:
     store, run_id = _start_and_kill(tmp_path, marks, idempotent=True)
     first_escaped = _escaped(marks)[0]
