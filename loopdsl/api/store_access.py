@@ -41,12 +41,9 @@ def reading_store(store: str | Path | RunStore | None, near: Path) -> Iterator[R
         yield store
         return
     directory = Path(store) if store is not None else default_store_dir(near)
-    if not (directory.is_dir() and not os.access(directory, os.W_OK)):
-        opened = open_store(directory, near, create=False)
-        try:
+    if not directory.is_dir() or os.access(directory, os.W_OK):
+        with open_store(directory, near, create=False) as opened:
             yield opened
-        finally:
-            opened.close()
         return
     with tempfile.TemporaryDirectory(prefix="loopdsl-store-") as scratch:
         copy = Path(scratch) / "store"
@@ -55,11 +52,8 @@ def reading_store(store: str | Path | RunStore | None, near: Path) -> Iterator[R
         except OSError as exc:
             raise StoreError(f"cannot read the run store {directory}: {exc.strerror or exc}",
                              "check that you may read every file in it") from None
-        opened = RunStore(copy)
-        # After the open, `directory` only names the store in messages and finds its worktrees:
-        # both are the user's store, not the copy.
-        opened.directory = directory
-        try:
+        with RunStore(copy) as opened:
+            # After the open, `directory` only names the store in messages and finds its
+            # worktrees: both are the user's store, not the copy.
+            opened.directory = directory
             yield opened
-        finally:
-            opened.close()

@@ -220,8 +220,17 @@ def model_price(model: str) -> Price | None:
 
 
 def max_input_tokens(model: str) -> int | None:
+    return _table_size(model, "max_input_tokens")
+
+
+def max_output_tokens(model: str) -> int | None:
+    """How many tokens `model` writes at most in one call, per the table."""
+    return _table_size(model, "max_output_tokens")
+
+
+def _table_size(model: str, key: str) -> int | None:
     entry = model_info(model)
-    value = entry.get("max_input_tokens") if entry is not None else None
+    value = entry.get(key) if entry is not None else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return int(value)

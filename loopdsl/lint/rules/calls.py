@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ...language.price_checks import params_cost_diagnostics, price_diagnostic
+from ...language.prices import max_output_tokens
 from ...language.diagnostics import Diagnostic, Severity
 from ...language.files import is_file
 from ...language.agent_model import AgentAction
@@ -69,14 +70,6 @@ def llm_max_tokens(ctx: LintContext) -> Iterator[Diagnostic]:
         )
 
 
-def _output_limit(model: str) -> int | None:
-    """How many tokens `model` writes at most, per LiteLLM's table (`max_output_tokens`)."""
-    from ...language.prices import model_info
-
-    limit = (model_info(model) or {}).get("max_output_tokens")
-    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
-
-
 @rule
 def max_tokens_over_limit(ctx: LintContext) -> Iterator[Diagnostic]:
     """A `max_tokens` more than a model of the alias can write: the provider refuses such a
@@ -91,8 +84,8 @@ def max_tokens_over_limit(ctx: LintContext) -> Iterator[Diagnostic]:
             places.append((call.max_tokens, alias, state.path + (state.kind, "max_tokens")))
     for max_tokens, alias, path in places:
         for model in (alias.model, *alias.fallbacks):
-            limit = _output_limit(model)
-            if limit is not None and max_tokens > limit:
+            limit = max_output_tokens(model)
+            if limit is not None and limit > 0 and max_tokens > limit:
                 yield ctx.diag("max-tokens-over-limit", f"max_tokens {max_tokens:,} is more than {model} writes "
                                f"({limit:,} tokens, LiteLLM's table): the provider refuses the call",
                                path, value=True, severity=Severity.WARNING,
