@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ from ..language.model import Price
 from ..language.prices import model_info
 from ..runtime.process_tree import CommandRef
 from ..runtime.redaction import Redactor
+from ..runtime.scratch import remove_folder
 from .coding_cli_events import CLAUDE, CODEX, KINDS, TokenPrices, looks_like_auth, zero_usage
 from .coding_cli_home import make_home
 from .coding_cli_process import CliRun, Outcome, supervise
@@ -272,7 +272,7 @@ async def run_coding_cli(
             run.live = RolloutTail(home / "config")
         outcome = await supervise(argv, env, workspace, prompt, run, timeout, kill_grace, on_start)
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        remove_folder(home)
     return _result(run, outcome, cap, redact, started)
 
 

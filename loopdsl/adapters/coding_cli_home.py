@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from ..runtime.process_tree import start_time
+from ..runtime.scratch import make_folder
 
 PREFIX = "loopdsl-cli-"
 # PREFIX, then the maker's pid namespace inode, pid and start time, then mkdtemp's random part.
@@ -43,9 +44,9 @@ def make_home() -> Path:
     namespace, pid = _namespace(), os.getpid()
     started = start_time(pid)
     if namespace is None or started is None:
-        return Path(tempfile.mkdtemp(prefix=PREFIX))
+        return make_folder(PREFIX)
     sweep_left_homes(Path(tempfile.gettempdir()), namespace)
-    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{namespace}-{pid}-{started}-"))
+    return make_folder(f"{PREFIX}{namespace}-{pid}-{started}-")
 
 
 def sweep_dead_makers_homes() -> list[Path]:

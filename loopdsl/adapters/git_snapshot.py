@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from pathlib import Path
 
+from ..runtime.scratch import make_folder, remove_folder
 from .git_safe import WorkspaceError, identity_args, no_filters, printable, run_git, z_fields
 
 _GITLINK = "160000"
@@ -109,8 +109,8 @@ class Snapshot:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._dir = tempfile.TemporaryDirectory(prefix="loopdsl-index-")
-        self.index = Path(self._dir.name) / "index"
+        self._dir = make_folder("loopdsl-index-")
+        self.index = self._dir / "index"
         info = "".join(f"{mode} {sha}\t{name}\0" for mode, sha, name in _index_entries(self.path))
         run_git(self.path, "update-index", "-z", "--index-info", index_file=self.index, stdin=info)
 
@@ -123,7 +123,7 @@ class Snapshot:
         return run_git(self.path, "write-tree", index_file=self.index).stdout.strip()
 
     def close(self) -> None:
-        self._dir.cleanup()
+        remove_folder(self._dir)
 
     def __enter__(self) -> Snapshot:
         return self

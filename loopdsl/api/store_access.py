@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 from ..adapters.store.run_store import RunStore, default_store_dir
 from ..language.errors import LoopdslError
 from ..runtime.errors import StoreError
+from ..runtime.scratch import scratch_folder
 
 
 class UsageError(LoopdslError):
@@ -45,10 +45,20 @@ def reading_store(store: str | Path | RunStore | None, near: Path) -> Iterator[R
         with open_store(directory, near, create=False) as opened:
             yield opened
         return
-    with tempfile.TemporaryDirectory(prefix="loopdsl-store-") as scratch:
-        copy = Path(scratch) / "store"
+    with store_copy(directory) as opened:
+        yield opened
+
+
+@contextmanager
+def store_copy(directory: Path) -> Iterator[RunStore]:
+    """The store at `directory` opened from a temporary copy of its regular files (its
+    worktrees and any symbolic link left out: a hostile store's link must not lead the copy's
+    database elsewhere), closed and removed after. For reading a store without writing one
+    byte of it: one this process may not write, or an artifact that must stay as it came."""
+    with scratch_folder("loopdsl-store-") as scratch:
+        copy = scratch / "store"
         try:
-            shutil.copytree(directory, copy, symlinks=True, ignore=shutil.ignore_patterns("worktrees"))
+            _copy_regular_files(directory, copy)
         except OSError as exc:
             raise StoreError(f"cannot read the run store {directory}: {exc.strerror or exc}",
                              "check that you may read every file in it") from None
@@ -57,3 +67,14 @@ def reading_store(store: str | Path | RunStore | None, near: Path) -> Iterator[R
             # worktrees: both are the user's store, not the copy.
             opened.directory = directory
             yield opened
+
+
+def _copy_regular_files(source: Path, target: Path) -> None:
+    target.mkdir()
+    for entry in os.scandir(source):
+        if entry.name == "worktrees" or entry.is_symlink():
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            _copy_regular_files(Path(entry.path), target / entry.name)
+        elif entry.is_file(follow_symlinks=False):
+            shutil.copyfile(entry.path, target / entry.name)

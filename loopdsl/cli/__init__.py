@@ -64,13 +64,16 @@ def cli() -> None:
 
 def _end_on_sigterm(signum: int, _frame: Any) -> None:
     """SIGTERM (docker stop, a cancelled CI job, `timeout`): stop the commands the run has
-    running, then end at once with 128 + the signal, as a shell reports it. The run is left
-    as kill -9 leaves it (resumable; the store is consistent at every commit), but nothing
-    of it runs on. `os._exit`, not the signal again: as a container's PID 1 the default
-    action is ignored, and the run would go on with its commands killed under it."""
+    running and remove its temporary folders (runtime/scratch.py), then end at once with
+    128 + the signal, as a shell reports it. The run is left as kill -9 leaves it (resumable;
+    the store is consistent at every commit), but nothing of it runs on. `os._exit`, not the
+    signal again: as a container's PID 1 the default action is ignored, and the run would go
+    on with its commands killed under it."""
     from ..runtime.commands import kill_running_commands
+    from ..runtime.scratch import remove_all
 
     kill_running_commands()
+    remove_all()
     os._exit(128 + signum)
 
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..adapters.git_safe import run_git
 from ..adapters.github.push import git_token
-from ..api.runs import open_store
+from ..api.store_access import store_copy
 from ..language.errors import LoopdslError
 from ..runtime.publish_apply import publish_pending
 from ..runtime.errors import StoreError
@@ -172,14 +171,9 @@ def publish_pending_runs(store_dir: Path) -> tuple[list[str], list[LoopdslError]
         return [], []
     # Read from a copy: opening a store writes to its database, and an untouched store must
     # stay byte-for-byte the same so that saving it adds no commit.
-    with tempfile.TemporaryDirectory() as scratch:
-        runs_branch.copy_store(store_dir, Path(scratch) / "store")
-        store = open_store(Path(scratch) / "store", store_dir, create=False)
-        try:
-            due = [r["run_id"] for r in store.list_runs() if r.get("status") == "completed"
-                   and publish_pending(RunState.from_json(store.load_run(r["run_id"])))]
-        finally:
-            store.close()
+    with store_copy(store_dir) as store:
+        due = [r["run_id"] for r in store.list_runs() if r.get("status") == "completed"
+               and publish_pending(RunState.from_json(store.load_run(r["run_id"])))]
     done, failed = [], []
     for run_id in due:
         try:

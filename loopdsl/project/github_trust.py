@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..api.runs import open_store
+from ..api.store_access import store_copy
 from ..language.model import Loop
 from ..runtime.publish_apply import publish_pending
 from ..runtime.redaction import find_secrets
 from ..runtime.run_state import RunState
+from ..runtime.scratch import scratch_folder
 from . import runs_branch
 from .export import checkpoints
 from .github_checkpoints import checkpoint_runs, require_writer
@@ -72,14 +73,9 @@ def trusted_decision(loop: Loop, env: Mapping[str, str]) -> Decision | None:
 
 def _due(store_dir: Path) -> list[tuple[RunState, list[dict[str, Any]]]]:
     """The runs of the artifact's store with `publish:` writes still to make, with their events."""
-    with tempfile.TemporaryDirectory() as scratch:  # opening a store writes to it: read a copy
-        runs_branch.copy_store(store_dir, Path(scratch) / "store")
-        store = open_store(Path(scratch) / "store", store_dir, create=False)
-        try:
-            states = [RunState.from_json(store.load_run(r["run_id"])) for r in store.list_runs()]
-            return [(s, store.events(s.run_id)) for s in states if s.status == "completed" and publish_pending(s)]
-        finally:
-            store.close()
+    with store_copy(store_dir) as store:  # opening a store writes to it: read a copy
+        states = [RunState.from_json(store.load_run(r["run_id"])) for r in store.list_runs()]
+        return [(s, store.events(s.run_id)) for s in states if s.status == "completed" and publish_pending(s)]
 
 
 def _item_problems(item: Any, kinds: set[str], secrets: tuple[str, ...]) -> list[str]:
@@ -102,14 +98,11 @@ def _decision_problem(state: RunState, events: list[dict[str, Any]], decision: D
 def stored_run_ids(repo: Path, loop_name: str, token: str | None) -> set[str]:
     """The runs of the loop on the runs branch (only apply jobs push there): the runs that
     existed before this workflow run."""
-    with tempfile.TemporaryDirectory() as scratch:
-        if not runs_branch.restore(repo, loop_name, Path(scratch) / "store", token):
+    with scratch_folder("loopdsl-store-") as scratch:
+        if not runs_branch.restore(repo, loop_name, scratch / "store", token):
             return set()
-        store = open_store(Path(scratch) / "store", repo, create=False)
-        try:
+        with open_store(scratch / "store", repo, create=False) as store:
             return {str(r["run_id"]) for r in store.list_runs()}
-        finally:
-            store.close()
 
 
 def checkpoint_problem(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str]) -> str:

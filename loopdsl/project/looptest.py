@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from ..language.files import exists
+from ..runtime.scratch import keep_folder, make_folder, remove_folder
 from .testfile import LoopTest, TestFileError, ToolCallExpectation, load_tests
 
 SETUP_TIMEOUT_S = 120
@@ -275,7 +275,7 @@ def run_test(test: LoopTest, keep: bool = False) -> TestOutcome:
 
     started = time.monotonic()
     outcome = TestOutcome(test.name, test.file, False, loop=test.loop)
-    root = Path(tempfile.mkdtemp(prefix="loopdsl-test-"))
+    root = make_folder("loopdsl-test-")
     try:
         work = _prepare(test, root, _loop_needs_repo(test.loop))
         script: Path | None = test.script_path
@@ -304,9 +304,10 @@ def run_test(test: LoopTest, keep: bool = False) -> TestOutcome:
     finally:
         outcome.seconds = time.monotonic() - started
         if keep:
+            keep_folder(root)
             outcome.failures.append(f"(workspace kept in {root})")
         else:
-            shutil.rmtree(root, ignore_errors=True)
+            remove_folder(root)
     return outcome
 
 

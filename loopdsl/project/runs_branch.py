@@ -18,13 +18,13 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import subprocess
-import tempfile
 from pathlib import Path
 
 from ..adapters.git_safe import HARDENED, git_env, run_git
 from ..adapters.store.disk import DB_NAME
 from ..adapters.github.push import git_token
 from ..language.errors import LoopdslError
+from ..runtime.scratch import scratch_folder
 
 BRANCH = "loopdsl-runs"
 _TRACKING = f"refs/loopdsl/{BRANCH}"  # where the fetched tip is kept (not a branch the user sees)
@@ -123,8 +123,8 @@ def store_files(store_dir: Path, skip: frozenset[str] = frozenset()) -> list[Pat
 
 def _tree(repo: Path, parent: str | None, loop_name: str, store_dir: Path) -> str:
     """The branch's tree with `<loop_name>/` replaced by the store's files."""
-    with tempfile.TemporaryDirectory() as scratch:
-        index = Path(scratch) / "index"
+    with scratch_folder("loopdsl-index-") as scratch:
+        index = scratch / "index"
         if parent:
             run_git(repo, "read-tree", parent, index_file=index)
             run_git(repo, "rm", "-r", "--cached", "--quiet", "--ignore-unmatch", "--", loop_name, index_file=index)

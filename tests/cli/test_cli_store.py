@@ -230,3 +230,22 @@ def test_runs_and_show_read_a_store_this_process_may_not_write(tmp_path: Path, r
     assert sorted((p.name, p.stat().st_size) for p in store.iterdir()) == before
     refused = _cli(["approve", waiting, "--store", str(store)], tmp_path)  # a decision must write: it says why
     _user_error(refused, "Read-only file system")
+
+
+def test_a_copied_store_leaves_its_symbolic_links_behind(tmp_path: Path) -> None:
+    """A store read from a copy (a read-only one, a CI artifact the apply job must not trust)
+    is copied without its symbolic links: a hostile store whose database is a link to another
+    store's must not show that store's runs."""
+    from loopdsl.adapters.store.disk import DB_NAME
+    from loopdsl.api.store_access import store_copy
+
+    other, hostile = tmp_path / "other", tmp_path / "hostile"
+    elsewhere = loopdsl.run(DATA / "counter.yaml", store=other, workdir=tmp_path)
+    loopdsl.run(DATA / "counter.yaml", store=hostile, workdir=tmp_path)
+    (hostile / DB_NAME).unlink()
+    (hostile / DB_NAME).symlink_to(other / DB_NAME)
+    with RunStore(hostile) as direct:
+        assert elsewhere.run_id in {r["run_id"] for r in direct.list_runs()}  # what a link-following copy shows
+    with store_copy(hostile) as copied:
+        assert copied.directory == hostile
+        assert elsewhere.run_id not in {r["run_id"] for r in copied.list_runs()}

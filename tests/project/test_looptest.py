@@ -178,3 +178,38 @@ def test_retry_waits_count_against_wall_time_but_are_not_slept(project: Path) ->
     assert code == 0, out
     seconds = [float(line.rsplit(", ", 1)[1].rstrip("s)")) for line in out.splitlines() if line.startswith("PASS")]
     assert len(seconds) == 2 and max(seconds) < 30, out
+
+
+def test_sigterm_leaves_no_workspace_behind(tmp_path: Path) -> None:
+    """SIGTERM ends loopdsl with os._exit (cli/__init__.py), which runs no `finally`: the
+    test's workspace, made in the temp dir, was left there with whatever the loop wrote.
+    A real process is stopped while its test's shell state runs, with TMPDIR under tmp_path."""
+    import os
+    import signal
+    import sys
+    import time
+
+    project, tmp = tmp_path / "project", tmp_path / "tmp"
+    project.mkdir()
+    tmp.mkdir()
+    (project / "wait.yaml").write_text(
+        "loopdsl: 1\nname: wait\nbudget: {steps: 5}\nstart: work\nstates:\n"
+        "  work:\n    shell: touch started && sleep 300\n    timeout: 600s\n    next: done\n"
+        "  done:\n    end: completed\n")
+    (project / "wait.test.yaml").write_text("tests:\n  - name: waits\n    loop: wait.yaml\n    expect: {status: completed}\n")
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, "-m", "loopdsl", "test", str(project)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp.glob("loopdsl-test-*/**/started")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert list(tmp.iterdir()) == []  # the workspace and its store are gone
