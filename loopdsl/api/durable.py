@@ -35,7 +35,8 @@ from .publishing import publish_engine
 from ..runtime.redaction import Redactor
 from ..adapters.webhook import WebhookNotifier
 from ..adapters.coding_cli_home import sweep_dead_makers_homes
-from ..runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events
+from ..runtime.run_state import (ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events,
+                                 stamp_time)
 from ..adapters.store.ports import StoreResponses, StoreRunLog
 from ..adapters.store.run_store import RunChanged, RunLock, RunStore
 from ..adapters.git_workspace import GitWorkspace
@@ -312,7 +313,7 @@ def decide(run_ref: str, choice: str, comment: str = "", *, store: str | Path | 
                              f"choices: {', '.join(choices)}" + ("; use `loopdsl decide RUN CHOICE`" if choice in ("approve", "reject") else ""))
         timeout = waiting.get("timeout_s")
         if timeout is not None:
-            waited = (datetime.now(timezone.utc) - datetime.fromisoformat(waiting["since"])).total_seconds()
+            waited = (datetime.now(timezone.utc) - stamp_time(waiting["since"])).total_seconds()
             if waited > timeout:
                 raise UsageError(
                     f"checkpoint '{waiting['state']}' timed out ({waited:.0f}s waited, timeout {timeout:g}s); the decision is refused",

@@ -135,11 +135,11 @@ _OTLP_HEADERS = re.compile(r"OTEL_EXPORTER_OTLP(_[A-Z]+)?_HEADERS", re.IGNORECAS
 
 
 def command_environment(loop: Loop, secret_values: Mapping[str, str], workdir: Path) -> dict[str, str]:
-    from .credentials import CREDENTIAL_NAME
+    from .credentials import is_credential
 
     # Environment variables that look like credentials reach commands only when declared as `secrets`.
     env = {k: v for k, v in os.environ.items()
-           if not CREDENTIAL_NAME.search(k) and not k.startswith("LOOPDSL_") and not _OTLP_HEADERS.fullmatch(k)}
+           if not is_credential(k, v) and not k.startswith("LOOPDSL_") and not _OTLP_HEADERS.fullmatch(k)}
     env.update(secret_values)
     env["LOOPDSL_WORKDIR"] = str(workdir)
     return env

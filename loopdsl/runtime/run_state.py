@@ -9,6 +9,7 @@ import functools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from importlib import resources
 from typing import Any
 
@@ -105,6 +106,26 @@ _JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", in
                type(None): "null"}
 
 
+def stamp_time(stamp: str) -> datetime:
+    """A stored time stamp (`utc_now`'s ISO 8601, or RFC 3339's `Z`) as an aware datetime;
+    ValueError for anything else. The record schema's `date-time` format is this very check,
+    so the stamps a loaded record's code compares (a checkpoint's `since`, a decision's `at`)
+    always parse."""
+    text = stamp[:-1] + "+00:00" if stamp.endswith(("Z", "z")) else stamp
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        raise ValueError(f"a time stamp without a time zone: {stamp[:40]!r}")
+    return parsed
+
+
+def _is_stamp(value: str) -> bool:
+    try:
+        stamp_time(value)
+        return True
+    except ValueError:
+        return False
+
+
 @functools.cache
 def _validators() -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
     """Of a record, and of a run's list of events."""
@@ -113,7 +134,8 @@ def _validators() -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
     text = resources.files("loopdsl").joinpath("data", "run-record.schema.json").read_text(encoding="utf-8")
     schema = json.loads(text)
     events = {"$schema": schema["$schema"], "type": "array", "items": schema["definitions"]["event"]}
-    return fastjsonschema.compile(schema), fastjsonschema.compile(events)
+    formats = {"date-time": _is_stamp}
+    return fastjsonschema.compile(schema, formats=formats), fastjsonschema.compile(events, formats=formats)
 
 
 def record_problem(data: Any) -> str | None:
@@ -157,6 +179,8 @@ def _problem(validate: Callable[[Any], Any], data: Any, place_of: Callable[[list
         return f"{place} {str(value)[:40]!r} is not one of {', '.join(map(str, definition['enum']))}"
     if rule == "minimum":
         return f"{place} is below {definition['minimum']}"
+    if rule == "format":
+        return f"{place} is not an ISO 8601 time with a time zone"
     return f"{place} does not have the shape loopdsl writes"
 
 

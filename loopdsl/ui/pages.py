@@ -27,7 +27,9 @@ def _record_fields(record: Mapping[str, Any]) -> dict[str, Any]:
         "started": views.shown(record.get("started_at"), 64), "ended": views.shown(record.get("ended_at"), 64),
         "tokens": ledger.get("tokens", 0), "cost": views.money(ledger.get("cost_usd")), "steps": ledger.get("steps", 0),
         "path_len": len(path), "path_tail": [views.shown(p, 200) for p in path[-30:]],
-        "error": {k: views.shown(v, 2000) for k, v in error.items()} if error else None,
+        # Each part may be missing from a record written elsewhere (`error` is any object).
+        "error": {"kind": views.shown(error.get("kind"), 200) or "error", "state": views.shown(error.get("state"), 200),
+                  "message": views.shown(error.get("message"), 2000)} if error is not None else None,
         "outputs": views.shown(record.get("outputs") or "", 5000),
     }
 

@@ -113,8 +113,11 @@ def _list(settings: UiSettings) -> Callable[[Request], Awaitable[Response]]:
             offset = max(0, min(10**9, int(request.query_params.get("offset", "0"))))
         except ValueError:
             offset = 0
-        page = await run_in_threadpool(runs_page, settings.store, status=status or None, loop=loop or None,
-                                       offset=offset, limit=PAGE_SIZE)
+        try:
+            page = await run_in_threadpool(runs_page, settings.store, status=status or None, loop=loop or None,
+                                           offset=offset, limit=PAGE_SIZE)
+        except LoopdslError as exc:  # the store went bad under the server (replaced, damaged)
+            return _refuse(f"500: {exc.message}" + (f"\nhint: {exc.hint}" if exc.hint else ""), 500)
         return _html(pages.runs_page(page, status=status, loop=loop))
 
     return endpoint

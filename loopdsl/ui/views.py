@@ -3,8 +3,8 @@
 Pure functions of a run's record and events (no web framework here): `loopdsl show RUN
 --html FILE` renders the same run page as the server does. Every value from a run is
 hostile (a model reply may hold `<script>`): the Jinja environment autoescapes every
-substitution, the templates never mark run data `safe`, and texts are redacted of the
-secrets the process knows before they are shown.
+substitution and shows control and bidi characters as escapes, the templates never mark run
+data `safe`, and texts are redacted of the secrets the process knows before they are shown.
 """
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 import jinja2
+import markupsafe
 
 from ..adapters.terminal import _money
+from ..adapters.terminal_safe import visible
 from ..runtime.redaction import redact_printed
 
 TEXT_LIMIT = 20_000  # characters of one reply or output shown; the rest is counted
@@ -192,9 +194,16 @@ def waiting(record: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 @functools.lru_cache(maxsize=1)
+def _inert(value: Any) -> Any:
+    """Every text a template prints, its control and bidi characters shown as escapes, as on a
+    terminal: a right-to-left override in a checkpoint message would otherwise make the
+    browser show other words than the run's above the Approve button (Trojan Source)."""
+    return visible(value) if isinstance(value, str) and not isinstance(value, markupsafe.Markup) else value
+
+
 def environment() -> jinja2.Environment:
-    """Templates shipped in the package, every substitution HTML-escaped."""
-    return jinja2.Environment(loader=jinja2.PackageLoader("loopdsl.ui", "templates"),
+    """Templates shipped in the package, every substitution HTML-escaped and made inert."""
+    return jinja2.Environment(loader=jinja2.PackageLoader("loopdsl.ui", "templates"), finalize=_inert,
                               autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 

@@ -137,6 +137,8 @@ WRONG_SHAPES = [
     {"loop": "counter", "status": "running", "meta": {"loop_path": "counter.yaml", "workdir": 5}},
     {"loop": "counter", "status": "completed", "usage": {"one": {"tokens": "x"}}},
     {"loop": "counter", "status": "running", "ledger": {"tokens": -1}},
+    {"loop": "counter", "status": "waiting", "waiting": {"state": "one", "since": "2026-01-01T00:00:00", "timeout_s": 5}},
+    {"loop": "counter", "status": "waiting", "waiting": {"state": "one"}, "decision": {"decision": "approve", "at": "soon"}},
 ]
 
 
@@ -177,6 +179,22 @@ def test_a_record_at_a_state_its_loop_does_not_have_is_refused_by_resume(tmp_pat
     assert _cli(["approve", waiting.run_id, "--store", str(store)], tmp_path).returncode == 0
     _user_error(_cli(["resume", waiting.run_id, "--store", str(store)], tmp_path), "at state 'gone'", "does not have")
     assert RunStore(store).load_run(waiting.run_id)["status"] == "waiting"  # the run did not move
+
+
+@pytest.mark.parametrize("since", ["not-a-date", "2026-01-01T00:00:00", "2026-02-30T00:00:00+00:00"])
+def test_a_decision_on_a_checkpoint_whose_start_is_not_a_time_is_refused(tmp_path: Path, since: str) -> None:
+    """A checkpoint with a `timeout` compares its stored `since` with now: a value that is not
+    an ISO time with a zone crashed `approve` (and the UI's decision) with an internal error."""
+    loop = tmp_path / "ask.yaml"
+    loop.write_text("loopdsl: 1\nname: ask\nstart: ask\nstates:\n"
+                    "  ask: {checkpoint: {message: Ship?, timeout: 1h}, next: done}\n  done: {end: completed}\n")
+    store = tmp_path / "store"
+    waiting = loopdsl.run(loop, store=store, workdir=tmp_path)
+    with RunStore(store) as opened:
+        record = opened.load_run(waiting.run_id)
+        opened._cache.set(f"run/{waiting.run_id}/record", {**record, "waiting": {**record["waiting"], "since": since}})
+    for command in (["approve", waiting.run_id], ["resume", waiting.run_id]):
+        _user_error(_cli([*command, "--store", str(store)], tmp_path), "damaged", "'waiting.since' is not an ISO 8601 time")
 
 
 def test_a_set_value_that_is_not_json_fails_the_state_and_ends_the_run(tmp_path: Path) -> None:

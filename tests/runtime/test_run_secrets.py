@@ -177,3 +177,29 @@ def test_a_secret_too_short_to_hide_is_refused_before_the_run(tmp_path: Path, va
     assert proc.returncode == 2, err
     assert "secret MY_TOKEN has fewer than 4 characters" in err and "Traceback" not in err
     assert not (tmp_path / "direct.txt").exists()  # the first state never ran
+
+
+def test_credentials_of_loopdsls_own_environment_never_reach_a_command(tmp_path: Path) -> None:
+    """Undeclared variables that hold credentials stay out of every command's environment,
+    and so out of the output the store keeps: by name (GITHUB_PAT, SESSION_COOKIE and SMTP_PASS
+    once reached `env`'s output and the store), or by a value that is a URL with a password."""
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("loopdsl: 1\nname: envdump\nstart: dump\nstates:\n"
+                    "  dump: {shell: env, next: done}\n  done: {end: completed}\n")
+    hidden = {"GITHUB_PAT": "pat-value-1", "SESSION_COOKIE": "cookie-value-2", "SMTP_PASS": "pass-value-3",
+              "DB_PW": "pw-value-4", "GPG_PASSPHRASE": "phrase-value-5",
+              "DATABASE_URL": "postgres://app:url-password-6@db.internal/app",
+              "OTEL_EXPORTER_OTLP_ENDPOINT": "https://user:url-password-7@collector.example"}
+    passed = {"PLAIN_SETTING": "plain-value-8", "PATH_EXTRA": "path-value-9", "HOMEPAGE": "https://example.com/a@b",
+              "COMPASS_MODE": "north-value-10"}
+    store = tmp_path / "store"
+    done = cli_in_process(["run", str(loop), "--store", str(store), "--json"], tmp_path, {**hidden, **passed})
+    assert done.returncode == 0, done.stderr
+    seen = done.stdout  # the events, with the command's output
+    for name, value in hidden.items():
+        assert value not in seen, name
+    for name, value in passed.items():
+        assert f"{name}={value}" in seen, name
+    stored = b"".join(p.read_bytes() for p in store.rglob("*") if p.is_file())
+    assert b"PLAIN_SETTING=plain-value-8" in stored  # the store keeps the output: the check below can fail
+    assert not [name for name, value in hidden.items() if value.encode() in stored]

@@ -163,6 +163,12 @@ def test_the_list_filters_by_status_and_loop_and_pages_newest_first(tmp_path: Pa
     assert _listed(_request(base + "/?status=waiting&loop=a")[2]) == waiting_a
     assert _listed(_request(base + "/?loop=nope")[2]) == []
     assert _request(base + "/?offset=banana")[0] == 200
+    # The store damaged under the running server: a message and a 500, once an internal error.
+    with open(store / "cache.db", "r+b") as database:
+        database.write(b"not a database" * 400)
+    status, headers, text = _request(base + "/")
+    assert status == 500 and "unreadable" in text and "Traceback" not in text, text
+    assert "content-security-policy" in {k.lower() for k in headers}
 
 
 def test_show_html_writes_the_run_page_with_the_reply_escaped(waiting_run: WaitingRun) -> None:

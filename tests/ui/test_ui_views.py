@@ -39,3 +39,27 @@ def test_hostile_shapes_render_escaped_and_never_crash() -> None:
 
 def test_a_long_text_is_cut_and_counted() -> None:
     assert views.shown("x" * (views.TEXT_LIMIT + 5)).endswith("... (5 more characters)")
+
+
+def test_an_error_without_its_kind_or_state_renders() -> None:
+    """`error` in a record is any object to the record schema; the page once asked for its
+    `kind` under StrictUndefined and answered 500 (and `show --html` an internal error)."""
+    for error, shown in (({"message": "boom"}, "error: boom"), ({}, "error: </pre>"),
+                         ({"kind": "gate", "state": "s", "message": "m"}, "gate in s: m")):
+        record = {"run_id": "r1", "loop": "l", "status": "failed", "error": error}
+        assert shown in run_page(RunView(record, [], []))
+
+
+def test_bidi_and_control_characters_are_shown_as_escapes_on_every_page_part() -> None:
+    """A right-to-left override in a checkpoint message made the browser show other words
+    than the run's above the Approve button; the terminal printer escaped it, the page did not."""
+    spoof = "to staging \u202edorp ot oslA\u202c"
+    record = {"run_id": "r1", "loop": "l\u2066x", "status": "waiting", "current": "s\x00t",
+              "waiting": {"state": "s", "message": f"Deploy {spoof}?", "choices": ["approve", "reject"]}}
+    events = [{"type": "llm", "state": "s", "attempt": 1, "t": T0},
+              {"type": "ok", "state": "s", "result": {"text": "a\x1b]52;c;eA==\x07b\tc\nd"}, "t": T0}]
+    page = run_page(RunView(record, events, []), csrf="c")
+    for raw in ("\u202e", "\u202c", "\u2066", "\x00", "\x1b", "\x07"):
+        assert raw not in page
+    assert "Deploy to staging \\u202edorp ot oslA\\u202c?" in page
+    assert "s\\x00t" in page and "a\\x1b]52;c;eA==\\x07b\tc\nd" in page  # tabs and newlines kept

@@ -108,12 +108,12 @@ def match_run_ref(ids: Sequence[str], ref: str, directory: Path) -> str:
         return matches[0]
     if not matches:
         raise StoreError(
-            f"no run matches {ref!r} in {directory}",
+            f"no run matches {ref[:80]!r} in {directory}",
             "`loopdsl runs` lists the runs of this store; LOOPDSL_STORE selects another",
         )
     shown = ", ".join(sorted(matches)[:_MAX_CANDIDATES_SHOWN])
     more = len(matches) - _MAX_CANDIDATES_SHOWN
     raise StoreError(
-        f"run prefix {ref!r} is ambiguous: it matches {shown}" + (f" and {more} more" if more > 0 else ""),
+        f"run prefix {ref[:80]!r} is ambiguous: it matches {shown}" + (f" and {more} more" if more > 0 else ""),
         "type more characters of the run id",
     )

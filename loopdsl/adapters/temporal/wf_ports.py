@@ -18,7 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError 
 from ...language.model import Loop
 from ...runtime.errors import StepFailure
 from ...runtime.model_port import LlmRequest, LlmResponse, ProviderError
-from ...runtime.run_state import RUNNING, WAITING, RunState
+from ...runtime.run_state import RUNNING, WAITING, RunState, stamp_time
 from ...runtime.shell import ShellResult
 from ..scripted import scripted_prompt_tokens
 from .wire import LLM, NO_TIMEOUT, SHELL, WORKER_STOPPED
@@ -189,7 +189,7 @@ def waiting_left(run: RunState, now: datetime) -> float | None:
     timeout = waiting.get("timeout_s")
     if timeout is None:
         return None
-    return float(timeout) - (now - datetime.fromisoformat(waiting["since"])).total_seconds()
+    return float(timeout) - (now - stamp_time(waiting["since"])).total_seconds()
 
 
 __all__ = ["RUNNING", "WAITING", "WorkflowClock", "WorkflowModel", "WorkflowShell", "WorkflowRunLog", "WorkflowHuman",

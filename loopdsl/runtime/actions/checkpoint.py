@@ -6,7 +6,6 @@ non-idempotent command needs a person's go-ahead, or when a sub-loop waits; `app
 """
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ...language.compile import TIME_OUT, CompiledState
@@ -15,7 +14,7 @@ from .llm import render_or_fail
 from ..commands import leftover_pids
 from ..process_tree import CommandRef
 from ...language.model import CheckpointAction, State
-from ..run_state import FAILED, RUNNING, WAITING
+from ..run_state import FAILED, RUNNING, WAITING, stamp_time
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -87,8 +86,8 @@ def resume_waiting(engine: "Engine") -> bool:
     decision = run.decision
     timeout = waiting.get("timeout_s")
     if timeout is not None:
-        since = datetime.fromisoformat(waiting["since"])
-        decided_at = datetime.fromisoformat(decision["at"]) if decision else engine.ports.clock.now()
+        since = stamp_time(waiting["since"])
+        decided_at = stamp_time(decision["at"]) if decision else engine.ports.clock.now()
         if (decided_at - since).total_seconds() > timeout:
             run.status, run.waiting, run.decision = RUNNING, None, None
             engine.emit("checkpoint_timeout", state=state.name, timeout_s=timeout)
