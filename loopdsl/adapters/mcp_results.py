@@ -9,9 +9,14 @@ redacted and capped by the caller (`safe_output`).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 _UNKNOWN_MIME = "application/octet-stream"
+# What a server says of a block it sends is shown whole or not at all: a value cut short
+# could keep the start of a secret, which the redaction after (of whole secrets) would miss.
+_MIME = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
+_KIND = re.compile(r"[A-Za-z_]{1,40}")
 
 
 def render_result(result: Any) -> str:
@@ -35,13 +40,13 @@ def _block_text(block: Any) -> str:
         return _omitted(getattr(resource, "mimeType", None), size)
     if kind == "resource_link":
         return _omitted(getattr(block, "mimeType", None), getattr(block, "size", None))
-    return f"[{str(kind)[:40]} content omitted]"
+    return f"[{kind if isinstance(kind, str) and _KIND.fullmatch(kind) else 'unknown'} content omitted]"
 
 
 def _omitted(mime: Any, size: Any) -> str:
-    mime_text = mime if isinstance(mime, str) and mime else _UNKNOWN_MIME
+    mime_text = mime if isinstance(mime, str) and _MIME.fullmatch(mime) else _UNKNOWN_MIME
     size_text = str(size) if isinstance(size, int) and not isinstance(size, bool) else "unknown"
-    return f"[{mime_text[:100]} {size_text} bytes omitted]"
+    return f"[{mime_text} {size_text} bytes omitted]"
 
 
 def _base64_size(data: Any) -> int:

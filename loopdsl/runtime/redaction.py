@@ -132,6 +132,23 @@ class Redactor:
             return text
         return self._pattern.sub(REDACTED, text)
 
+    def cut(self, text: str, end: int) -> str:
+        """`text[:end]`, redacted, with a secret that starts before `end` hidden whole: for a
+        capture cut short, whose `text` runs at least `longest` characters past `end` (its
+        very end may hold the start of a secret, which a plain redaction would leave)."""
+        if self._pattern is None:
+            return text[:end]
+        kept: list[str] = []
+        last = 0
+        for match in self._pattern.finditer(text):
+            if match.start() >= end:
+                break
+            kept += [text[last:match.start()], REDACTED]
+            last = match.end()
+        if last < end:
+            kept.append(text[last:end])
+        return "".join(kept)
+
     def error(self, text: str) -> str:
         """Redact an error message: every form `__call__` hides, and also any run of 8 or
         more characters of a secret (a message may quote a value cut short, or a part of

@@ -117,16 +117,17 @@ class _CappedStream:
 
 
 def _finish_text(captured: _CappedStream, cap: int, redact: Callable[[str], str]) -> tuple[str, bool]:
-    """Decode, redact, and only then cut to `cap` bytes: a secret that crosses the cap is
-    replaced whole instead of leaving its first half visible."""
-    text = redact(bytes(captured.data).decode("utf-8", errors="replace"))
+    """Decode, then cut to `cap` bytes and redact in one pass: a secret that crosses the cap is
+    replaced whole instead of leaving its first half visible, and the start of a secret at
+    the end of the kept window (cut anywhere) is never kept."""
+    text = bytes(captured.data).decode("utf-8", errors="replace")
     if captured.total <= cap:
-        return text, False
-    encoded = text.encode("utf-8")
-    if len(encoded) > cap:
-        # Cutting may split a multi-byte character: drop the partial one.
-        text = encoded[:cap].decode("utf-8", errors="ignore")
-    return text + TRUNCATION_MARKER.format(cap=cap), True
+        return redact(text), False
+    # Cutting may split a multi-byte character: the partial one is dropped.
+    end = len(bytes(captured.data[:cap]).decode("utf-8", errors="ignore"))
+    cut = getattr(redact, "cut", None)
+    kept = cut(text, end) if cut is not None else redact(text[:end])
+    return kept + TRUNCATION_MARKER.format(cap=cap), True
 
 
 def _exit_code(returncode: int | None) -> int:

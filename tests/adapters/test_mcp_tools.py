@@ -22,6 +22,7 @@ from loopdsl.adapters.mcp_tools import (  # noqa: E402
     DESCRIPTION_LIMIT, McpEntry, McpStartError, McpToolBox, server_environment,
 )
 from loopdsl.runtime.redaction import Redactor  # noqa: E402
+from loopdsl.runtime.tools.base import safe_output  # noqa: E402
 from loopdsl.runtime.tools.base import CUT_MARKER  # noqa: E402
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
@@ -300,6 +301,16 @@ def test_rendering_of_links_blobs_and_unknown_sizes() -> None:
     ])
     assert render_result(result) == ("[text/csv 12 bytes omitted]\n[application/octet-stream unknown bytes omitted]\n"
                                      "[application/zip 4 bytes omitted]\n[image/gif 0 bytes omitted]")
+    # A server's own words for a block are shown whole or not at all: cut short, the start of
+    # a secret in them survived the redaction after (which hides whole secrets).
+    secret = "S3cr3tTokenValue"
+    hostile = types.CallToolResult(content=[
+        types.ImageContent(type="image", data="AAAA", mimeType="image/" + "x" * 120 + secret),
+        types.ImageContent(type="image", data="AAAA", mimeType="image/png; " + secret),
+        types.ImageContent(type="image", data="AAAA", mimeType="image/x" + secret)])
+    shown, _ = safe_output(render_result(hostile), limit=4096, redact=Redactor([secret]))
+    assert shown == ("[application/octet-stream 3 bytes omitted]\n[application/octet-stream 3 bytes omitted]\n"
+                     "[image/x*** 3 bytes omitted]")
     nested: list[Any] = []
     for _ in range(5000):
         nested = [nested]

@@ -247,6 +247,21 @@ def test_secret_straddling_the_cap_is_not_half_shown(tmp_path: Path) -> None:
     assert "SE" not in result.stdout
 
 
+def test_no_part_of_a_secret_survives_the_end_of_the_kept_window(tmp_path: Path) -> None:
+    """Output past the cap is read into a window a little longer than the cap (to see a
+    secret that crosses it whole); the window ends anywhere, often inside a secret, whose
+    start a redaction of the window left, and a cut of the redacted (shorter) text kept it:
+    `S3cr3tTo` reached the store. Every phase of the window's end against the secret:"""
+    secret = "S3cr3tTokenValue_XYZ123"
+    redactor = Redactor([secret])
+    for cap in range(4000, 4000 + len(secret) + 1):
+        result = run(script=f"yes '{secret}' | head -c 200000", cwd=tmp_path, output_cap=cap, redact=redactor)
+        kept = result.stdout.removesuffix(TRUNCATION_MARKER.format(cap=cap))
+        assert result.truncated and kept != result.stdout
+        lines = kept.split("\n")
+        assert set(lines[:-1]) == {"***"} and lines[-1] in ("***", ""), (cap, lines[-1])
+
+
 def test_missing_program_message_is_redacted_too(tmp_path: Path) -> None:
     result = run(argv=["secret-program-name"], cwd=tmp_path, redact=Redactor(["secret-program-name"]))
     assert result.exit_code == 127 and "secret-program-name" not in result.stderr
