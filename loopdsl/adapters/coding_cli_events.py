@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..language.bounded_json import without_lone_surrogates
 from ..language.model import Price
 
 CLAUDE = "claude-code"
@@ -308,6 +309,8 @@ def parse_line(line: bytes) -> dict[str, Any] | None:
         return None
     try:
         event = json.loads(line)
+        if isinstance(event, dict) and (b"\\u" in line or b"\xed" in line):  # may hold a lone surrogate
+            event = without_lone_surrogates(event)
     except (ValueError, RecursionError):
         return None
     return event if isinstance(event, dict) else None

@@ -115,7 +115,7 @@ class ToolTracker:
 
     def _shown_id(self, call_id: str) -> str:
         """The id as stored: it came from the CLI too (kept whole for pairing, redacted to show)."""
-        return self.redact(call_id[:200])
+        return self.redact(call_id)[:200]
 
     def _finished(self, raw_id: Any, *, ok: bool, output: str, error: str | None = None) -> list[dict[str, Any]]:
         call_id = _text(raw_id)

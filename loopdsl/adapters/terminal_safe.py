@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import re
 
-# C0 controls except tab and newline, DEL, C1 controls, and the bidi embedding, override and
-# isolate characters.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 controls except tab and newline, DEL, C1 controls, the bidi embedding, override and
+# isolate characters, and lone UTF-16 surrogates (no terminal shows one; writing one to a
+# UTF-8 stream raises).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 # In JSON text, C0 controls are already escaped by the encoder; the rest may be raw.
-_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape(match: re.Match[str]) -> str:

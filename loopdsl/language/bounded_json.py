@@ -170,3 +170,33 @@ def measure(value: Any, max_size: int, max_depth: int = MAX_DEPTH,
         if size > max_size or depth > max_depth:
             return Measure(size, depth, walked)
     return Measure(*done[id(value)], walked)
+
+
+# A UTF-16 surrogate in a Python string: JSON text may escape one (`"\ud800"`), and decoding
+# joins a valid pair into one character, so any left after decoding stands alone. Such a
+# string cannot be encoded as UTF-8: printing it, writing it to a file or a pipe, or sending
+# it to a server raises.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    """Whether a string anywhere in a decoded JSON value (a key included) holds one."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(has_lone_surrogate(k) or has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(has_lone_surrogate(item) for item in value)
+    return False
+
+
+def without_lone_surrogates(value: Any) -> Any:
+    """The value with each lone surrogate in its strings (keys too) replaced by U+FFFD, as a
+    UTF-8 decoder replaces a byte it cannot read."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {without_lone_surrogates(k): without_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_lone_surrogates(item) for item in value]
+    return value

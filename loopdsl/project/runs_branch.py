@@ -39,7 +39,8 @@ class RunsBranchError(LoopdslError):
 
 
 def push_failure(action: str, detail: str, token: str | None) -> RunsBranchError:
-    detail = " ".join(detail.split())[:400].replace(token or "\0", "[REDACTED]")
+    # Hidden before the cut: a token cut in two would leave its first part to read.
+    detail = " ".join((detail.replace(token, "[REDACTED]") if token else detail).split())[:400]
     return RunsBranchError(f"{action} failed: {detail}",
                            "check `git remote get-url origin` and that the job's token may read "
                            "(restore) or push (save: `permissions: contents: write`)")

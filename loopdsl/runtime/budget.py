@@ -365,4 +365,4 @@ def conservative_tokens(text: str) -> int:
     Real BPE tokenizers average about 4 bytes per token on English and code; 3 keeps
     the estimate above the true count for the texts dry runs and `cost` price.
     """
-    return math.ceil(len(text.encode("utf-8")) / 3)
+    return math.ceil(len(text.encode("utf-8", errors="surrogatepass")) / 3)

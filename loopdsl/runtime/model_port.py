@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..language.bounded_json import without_lone_surrogates
+
 
 PROVIDER_ERROR_KINDS = ("rate_limit", "server_error", "timeout", "connection", "auth", "context_window", "parse")
 
@@ -109,6 +111,12 @@ class LlmResponse:
     usage_known: bool = True
     tool_calls: tuple[ToolCall, ...] = ()
     finish_reason: str | None = None  # "stop" | "length" | "tool_calls" | another provider word; None: not said
+
+    def __post_init__(self) -> None:
+        # The reply is the model's, and hostile: a lone surrogate in it (`"\ud800"` in the
+        # provider's JSON) is no text a file, a command or a terminal can take.
+        if isinstance(self.text, str):
+            self.text = without_lone_surrogates(self.text)
 
     def tool_fields(self) -> dict[str, Any]:
         """What a stored response keeps besides text and usage, so a replayed turn is whole."""

@@ -159,3 +159,28 @@ def test_auth_words() -> None:
     assert looks_like_auth(["Error: Invalid API key · Please run /login"])
     assert looks_like_auth(["unexpected status 401 Unauthorized"])
     assert not looks_like_auth(["tests failed: 3 errors", json.dumps({"exit": 1})])
+
+
+def test_a_lone_surrogate_in_a_cli_event_becomes_a_replacement_character() -> None:
+    """`"\\ud800"` in a CLI's JSON line made every later view of the run (and `run --json`)
+    an internal error; in a tool's name it failed the run while the CLI still ran."""
+    line = b'{"type":"result","result":"x \\ud800","tool":{"name":"Re\\udfffad"},"pair":"\\ud83d\\ude00"}'
+    assert parse_line(line) == {"type": "result", "result": "x \ufffd", "tool": {"name": "Re\ufffdad"},
+                                "pair": "\U0001F600"}
+
+
+def test_a_long_tool_use_id_is_redacted_before_it_is_cut() -> None:
+    """The id was cut to 200 characters and then redacted: a key at the cut kept 20 of its 21
+    characters in the stored events."""
+    from loopdsl.adapters.coding_cli_tools import ToolTracker
+    from loopdsl.runtime.redaction import Redactor
+
+    key = "sk-ant-PROBEKEY123456"
+    tool_id = "x" * (201 - len(key)) + key
+    tracker = ToolTracker("claude-code", Redactor([key]), clock=lambda: 0.0)
+    notes = tracker.feed({"type": "assistant", "message": {"content": [
+        {"type": "tool_use", "id": tool_id, "name": "Read", "input": {"file_path": "a"}}]}})
+    notes += tracker.feed({"type": "user", "message": {"content": [
+        {"type": "tool_result", "tool_use_id": tool_id, "content": "ok"}]}})
+    assert [n["type"] for n in notes] == ["tool_started", "tool_call"]
+    assert all("sk-ant" not in json.dumps(n) and n["id"].endswith("***") for n in notes)

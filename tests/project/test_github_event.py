@@ -330,3 +330,13 @@ def test_a_comment_command_starts_a_run_only_for_a_writer(repo: Path) -> None:
         half = loopdsl(repo, "github-event", "loops/greeter.yaml", event=comment("ada", "/loopdsl decide abc"), **github)
         assert half.returncode == 2 and "needs a run and a choice" in half.stderr
         assert fake.writes == []  # the run job writes nothing to GitHub
+
+
+def test_a_push_failure_hides_the_token_before_it_cuts_the_message() -> None:
+    """git's message was cut to 400 characters, then the token replaced: a token across the
+    cut kept its first part in the error (printed, and in the job's log)."""
+    from loopdsl.project.runs_branch import push_failure
+
+    token = "ghs_" + "T0k3n" * 8
+    message = push_failure("push", "remote: " + "x" * 380 + token + " denied", token).message
+    assert "ghs_" not in message and "T0k3n" not in message and "[REDACT" in message

@@ -161,3 +161,41 @@ def test_a_long_integer_input_is_stored_and_shown(tmp_path: Path) -> None:
     shown = cli_in_process(["show", run_id, "--store", store, "--json"], tmp_path)
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert json.loads(shown.stdout)["run"]["inputs"]["n"] == int("7" * 4000)
+
+
+def test_a_lone_surrogate_in_a_reply_is_replaced_and_every_view_of_the_run_works(tmp_path: Path) -> None:
+    """`"\\ud800"` in a provider's JSON decodes to a string no UTF-8 stream takes: the run's
+    end, `show` and `show --json` once died with an internal error, and a run that stored one
+    could never be shown again (the stored record's, below, is planted)."""
+    loop = tmp_path / "say.yaml"
+    loop.write_text("loopdsl: 1\nname: say\nmodels:\n  m: {model: openai/gpt-4o-mini, max_tokens: 50}\n"
+                    "outputs:\n  said: \"{{ talk.text }}\"\nstart: talk\nstates:\n"
+                    "  talk: {llm: {model: m, prompt: hi}, next: done}\n  done: {end: completed}\n")
+    script = tmp_path / "replies.json"
+    script.write_text('{"talk": ["fin \\ud800 al"]}')  # a reply with no usage: its tokens are counted here
+    store = str(tmp_path / "store")
+    for extra in ([], ["--json"]):
+        run = subprocess.run([*loopdsl_command(), "run", str(loop), "--script", str(script), "--store", store, *extra],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0 and "internal error" not in run.stderr, run.stderr[-2000:]
+    run_id = json.loads(run.stdout.splitlines()[-1])["run_id"]
+    shown = cli_in_process(["show", run_id, "--store", store, "--json"], tmp_path)
+    assert json.loads(shown.stdout)["run"]["outputs"]["said"] == "fin \ufffd al"
+    from loopdsl.adapters.store.run_store import RunStore
+
+    with RunStore(tmp_path / "store") as opened:
+        record = opened.load_run(run_id)
+        opened._cache.set(f"run/{run_id}/record", {**record, "outputs": {"said": "planted \ud800"}})
+    for extra in ([], ["--json"], ["--transcript"], ["--html", str(tmp_path / "run.html")]):
+        shown = subprocess.run([*loopdsl_command(), "show", run_id, "--store", store, *extra],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and "internal error" not in shown.stderr, (extra, shown.stderr[-2000:])
+    assert "planted \\ud800" in shown.stdout or "planted \\ud800" in (tmp_path / "run.html").read_text()
+
+
+def test_tool_arguments_with_a_lone_surrogate_are_an_error_the_model_reads() -> None:
+    from loopdsl.runtime.actions.agent import _parse_args
+
+    args, error = _parse_args('{"path": "a\\ud800"}')
+    assert args is None and error is not None and "surrogate" in error
+    assert _parse_args('{"path": "smile \\ud83d\\ude00"}') == ({"path": "smile \U0001F600"}, None)  # a pair is text

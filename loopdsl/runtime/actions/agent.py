@@ -333,6 +333,8 @@ def _parse_args(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"the arguments are not valid JSON: {exc}"
     if not isinstance(args, dict):
         return None, "the arguments must be a JSON object"
+    if bounded_json.has_lone_surrogate(args):  # no tool could be given such text (a pipe, a file, a server)
+        return None, "the arguments hold a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text"
     return args, None
 
 
