@@ -139,13 +139,19 @@ class StreamState:
     hopeless: str | None = None  # why the run can only fail (the key was refused): stop it now
 
 
+# Message ids whose repeats are recognised: a real attempt has a few hundred; a stream of
+# millions (a hostile CLI) must not grow memory, nor the work of each event.
+MAX_MESSAGE_IDS = 10_000
+
+
 class ClaudeReader:
     """Folds Claude Code stream-json events into a `StreamState`."""
 
     def __init__(self) -> None:
         self.state = StreamState()
         self._by_message: dict[str, dict[str, int]] = {}  # usage per message id (max seen)
-        self._unnamed = zero_usage()  # usage of assistant messages without an id
+        self._live = zero_usage()  # the sum over messages, kept as they come (not re-summed per event)
+        self._messages = 0  # messages seen: the turns so far
         self._result_usage = zero_usage()
 
     def feed(self, event: Mapping[str, Any]) -> None:
@@ -166,14 +172,22 @@ class ClaudeReader:
     def _assistant(self, message: Mapping[str, Any]) -> None:
         usage = _claude_usage(_obj(message.get("usage")))
         key = _text(message.get("id"))
-        if key is None:
+        seen = self._by_message.get(key[:200]) if key is not None else None
+        if seen is None and key is not None and len(self._by_message) < MAX_MESSAGE_IDS:
+            seen = self._by_message[key[:200]] = zero_usage()
+            self._messages += 1
+        if seen is None:
+            # No id, or past the ids kept: added whole, every time (a repeat is counted
+            # again, which can only raise the spend).
+            self._messages += key is not None
             for name in USAGE_CLASSES:
-                self._unnamed[name] += usage[name]
+                self._live[name] += usage[name]
         else:
             # The same message is printed once per content block, each time with its usage.
-            seen = self._by_message.setdefault(key[:200], zero_usage())
             for name in USAGE_CLASSES:
-                seen[name] = max(seen[name], usage[name])
+                if usage[name] > seen[name]:
+                    self._live[name] += usage[name] - seen[name]
+                    seen[name] = usage[name]
         texts = [_text(b.get("text")) for b in message.get("content") or () if isinstance(b, dict)
                  and b.get("type") == "text"] if isinstance(message.get("content"), list) else []
         said = "".join(t for t in texts if t)
@@ -207,13 +221,9 @@ class ClaudeReader:
         self._settle()
 
     def _settle(self) -> None:
-        summed = dict(self._unnamed)
-        for usage in self._by_message.values():
-            for name in USAGE_CLASSES:
-                summed[name] += usage[name]
         # The result's usage is the run's total; the per-message sum is what was seen live.
-        self.state.usage = {n: max(summed[n], self._result_usage[n]) for n in USAGE_CLASSES}
-        self.state.turns = max(self.state.turns, len(self._by_message))
+        self.state.usage = {n: max(self._live[n], self._result_usage[n]) for n in USAGE_CLASSES}
+        self.state.turns = max(self.state.turns, self._messages)
 
 
 def _claude_usage(raw: Mapping[str, Any]) -> dict[str, int]:

@@ -14,6 +14,9 @@ found there can only raise the spend (the reader keeps the larger reading).
 """
 from __future__ import annotations
 
+import itertools
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,18 +47,28 @@ class RolloutTail:
                     yield total
 
     def _logs(self) -> list[Path]:
-        sessions = self.root / "sessions"
-        if not sessions.is_dir():
-            return []
-        found = sorted(p for p in sessions.glob("*/*/*/rollout-*.jsonl") if p.is_file() and not p.is_symlink())
-        return found[:MAX_LOGS]
+        # The layout is the CLI's to make, or break: only real folders are walked (a
+        # `sessions` linked to /proc or / would be walked every poll, and its entries vanish
+        # mid-walk), at most MAX_LOGS entries a level, and a folder that goes away is skipped.
+        levels = [self.root / "sessions"]
+        for _ in range(3):  # YYYY/MM/DD
+            levels = [entry for folder in levels for entry in _entries(folder) if entry.is_dir(follow_symlinks=False)]
+        found = [Path(entry.path) for folder in levels for entry in _entries(folder)
+                 if entry.name.startswith("rollout-") and entry.name.endswith(".jsonl")
+                 and entry.is_file(follow_symlinks=False)]
+        return sorted(found)[:MAX_LOGS]
 
     def _new_lines(self, log: Path) -> Iterator[tuple[bytes, bool]]:
         done = self._read.get(log, 0)
         if done >= MAX_BYTES:
             return
         try:
-            with log.open("rb") as handle:
+            # Not following a link, and not blocking: the log may have been swapped for a
+            # FIFO since it was listed, whose open would wait for a writer forever.
+            fd = os.open(log, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as handle:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return
                 handle.seek(done)
                 chunk = handle.read(MAX_BYTES - done)
         except OSError:
@@ -63,6 +76,18 @@ class RolloutTail:
         self._read[log] = done + len(chunk)
         # Only whole lines are taken: the splitter keeps a partly written last line for later.
         yield from self._splitters.setdefault(log, LineSplitter()).feed(chunk) if chunk else ()
+
+
+def _entries(folder: Any) -> list[os.DirEntry[str]]:
+    """The first MAX_LOGS entries of a real folder, by name; none when it is not one (or is gone)."""
+    path = folder.path if isinstance(folder, os.DirEntry) else folder
+    try:
+        if isinstance(folder, Path) and not stat.S_ISDIR(os.lstat(path).st_mode):
+            return []
+        with os.scandir(path) as scan:  # a folder of a million entries is not read whole
+            return sorted(itertools.islice(scan, 4 * MAX_LOGS), key=lambda entry: entry.name)[:MAX_LOGS]
+    except OSError:
+        return []
 
 
 def _total_usage(event: dict[str, Any]) -> dict[str, Any] | None:

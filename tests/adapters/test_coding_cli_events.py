@@ -134,6 +134,34 @@ def test_rollout_tail_reads_token_counts_as_they_are_appended(tmp_path: Path) ->
     assert list(tail.totals()) == []
 
 
+def test_rollout_tail_walks_only_real_folders_and_never_blocks(tmp_path: Path) -> None:
+    """A CLI that linked `sessions` to /proc made the poll walk it every 0.2 s until an entry
+    vanished mid-walk (an internal error that failed the run, charged its whole reservation);
+    a log swapped for a FIFO would block the event loop on open."""
+    import os
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "sessions").symlink_to("/proc")
+    assert list(RolloutTail(home).totals()) == []
+    (home / "sessions").unlink()
+    day = home / "sessions" / "2026" / "12" / "03"
+    day.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere" / "12" / "03"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "rollout-x.jsonl").write_text(json.dumps({"type": "event_msg", "payload": {
+        "type": "token_count", "info": {"total_token_usage": {"input_tokens": 99}}}}) + "\n")
+    (home / "sessions" / "2027").symlink_to(tmp_path / "elsewhere")  # a linked year is not walked either
+    os.mkfifo(day / "rollout-fifo.jsonl")
+    (day / "rollout-real.jsonl").write_text(json.dumps({"type": "event_msg", "payload": {
+        "type": "token_count", "info": {"total_token_usage": {"input_tokens": 7}}}}) + "\n")
+    tail = RolloutTail(home)
+    assert list(tail.totals()) == [{"input_tokens": 7}]
+    os.unlink(day / "rollout-real.jsonl")
+    os.mkfifo(day / "rollout-real.jsonl")  # swapped after it was read once
+    assert list(tail.totals()) == []
+
+
 def test_codex_cached_tokens_are_part_of_the_input() -> None:
     reader = CodexReader()
     reader.feed({"type": "turn.completed", "usage": {"input_tokens": 100, "cached_input_tokens": 60,
@@ -184,3 +212,21 @@ def test_a_long_tool_use_id_is_redacted_before_it_is_cut() -> None:
         {"type": "tool_result", "tool_use_id": tool_id, "content": "ok"}]}})
     assert [n["type"] for n in notes] == ["tool_started", "tool_call"]
     assert all("sk-ant" not in json.dumps(n) and n["id"].endswith("***") for n in notes)
+
+
+def test_a_stream_of_many_message_ids_is_summed_as_it_comes_with_bounded_memory() -> None:
+    """Every event re-summed every message seen (12,000 ids took 32 s and a state's timeout
+    was overrun by as much as it lasted); the ids kept for recognising repeats are bounded,
+    and past them a message counts whole each time (more spend, never less)."""
+    from loopdsl.adapters.coding_cli_events import MAX_MESSAGE_IDS
+
+    reader = ClaudeReader()
+    reader.feed({"type": "assistant", "message": {"id": "m0", "usage": {"output_tokens": 5}}})
+    reader.feed({"type": "assistant", "message": {"id": "m0", "usage": {"output_tokens": 7}}})  # the same, once per block
+    assert reader.state.usage["output_tokens"] == 7 and reader.state.turns == 1
+    count = MAX_MESSAGE_IDS + 5_000
+    for i in range(1, count):
+        reader.feed({"type": "assistant", "message": {"id": f"m{i}", "usage": {"output_tokens": 1}}})
+    reader.feed({"type": "assistant", "message": {"id": f"m{count - 1}", "usage": {"output_tokens": 1}}})  # a repeat past the kept ids
+    assert len(reader._by_message) == MAX_MESSAGE_IDS
+    assert reader.state.usage["output_tokens"] == 7 + (count - 1) + 1 and reader.state.turns == count + 1
