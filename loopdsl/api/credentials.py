@@ -10,7 +10,6 @@ state runs, and a missing key stops the run with exit 2 and the variable to set.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,18 +17,8 @@ from typing import Any
 
 from ..language.model import EvaluateAction, LlmAction, Loop, ModelAlias
 from ..lint.loop_tree import loop_tree
+from ..runtime.redaction import CREDENTIAL_NAME
 
-# Names of environment variables that hold credentials (also kept away from commands): a name
-# containing one of the words, or the short ones (GITHUB_PAT, SMTP_PASS, DB_PW) as a whole part.
-CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE"
-                             r"|(?:^|_)(?:PAT|PASS|PW)(?:_|$)", re.IGNORECASE)
-# A URL that carries a password (`postgres://user:pw@host/db`), whatever its variable's name.
-_URL_WITH_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*:[^/?#@\s]+@")
-
-
-def is_credential(name: str, value: str) -> bool:
-    """Whether an environment variable holds a credential, by its name or its value."""
-    return bool(CREDENTIAL_NAME.search(name) or _URL_WITH_PASSWORD.search(value))
 # Providers whose clients also find credentials outside the environment (AWS profiles and
 # instance roles): a missing variable there does not mean a missing credential.
 _AMBIENT_CREDENTIAL_PROVIDERS = ("bedrock", "sagemaker")

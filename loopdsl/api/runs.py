@@ -30,6 +30,7 @@ from ..runtime.run_state import COMPLETED, RUNNING, WAITING, RunState
 from ..adapters.otel import traced
 from ..adapters.store.run_store import RunStore
 from ..runtime.errors import StoreError
+from ..runtime.redaction import ambient_credentials, is_credential, remember
 from .store_access import UsageError, open_store
 
 EXIT_CODES = {COMPLETED: 0, WAITING: 4}
@@ -135,8 +136,6 @@ _OTLP_HEADERS = re.compile(r"OTEL_EXPORTER_OTLP(_[A-Z]+)?_HEADERS", re.IGNORECAS
 
 
 def command_environment(loop: Loop, secret_values: Mapping[str, str], workdir: Path) -> dict[str, str]:
-    from .credentials import is_credential
-
     # Environment variables that look like credentials reach commands only when declared as `secrets`.
     env = {k: v for k, v in os.environ.items()
            if not is_credential(k, v) and not k.startswith("LOOPDSL_") and not _OTLP_HEADERS.fullmatch(k)}
@@ -149,8 +148,6 @@ MIN_SECRET_LENGTH = 4
 
 
 def secret_values(loop: Loop) -> dict[str, str]:
-    from ..runtime.redaction import remember
-
     values = {name: os.environ[name] for name in loop.secrets if os.environ.get(name)}
     short = sorted(name for name, value in values.items() if len(value) < MIN_SECRET_LENGTH)
     if short:
@@ -232,6 +229,8 @@ def make_ports(
         else:
             human = NoHuman()
     secrets = secret_values(loop)
+    ambient = ambient_credentials(os.environ, secrets)
+    remember(ambient)  # what the CLI prints is redacted of them too
     return Ports(
         provider=make_provider,
         human=human,
@@ -248,6 +247,7 @@ def make_ports(
         tool_kinds=stubbed_tool_kinds(adapter_tool_kinds(), tool_stubs),
         coding_cli=run_cli,
         notifier=WebhookNotifier() if notify and loop.notify else None,
+        inherited_secrets=ambient,
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 # CREDENTIAL_NAME: the interpreter passes an environment variable with such a name to commands
 # only when it is declared in `secrets` (loopdsl.api.runs strips the others).
-from ..api.credentials import CREDENTIAL_NAME
+from ..runtime.redaction import CREDENTIAL_NAME
 from ..language.model import EvaluateAction, LlmAction, Loop, LoopAction, ShellSpec, State
 from . import effects
 from .audit_types import AuditContext, CheckResult, Finding

@@ -237,7 +237,8 @@ class Ports:
     workdir: Path = field(default_factory=Path.cwd)
     env: Mapping[str, str] = field(default_factory=dict)  # complete environment for commands
     secret_values: Mapping[str, str] = field(default_factory=dict)
-    # Secret values of the loops above a child loop: redacted in its records, never given to it.
+    # Values redacted in the run's records but never given to it: the secrets of the loops above
+    # a child loop, and the undeclared credentials of loopdsl's own environment.
     inherited_secrets: tuple[str, ...] = ()
     skills: Mapping[str, str] = field(default_factory=dict)  # skill path -> text
     listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)

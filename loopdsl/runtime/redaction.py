@@ -13,7 +13,7 @@ import base64
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 from urllib.parse import quote, quote_plus
 
 REDACTED = "***"
@@ -213,6 +213,36 @@ def _items(container: Any) -> Any:
 # Every secret value this process has read (api.secret_values): the last line of defence
 # for text printed outside a run's own redactor (an internal error, a usage error).
 _READ: set[str] = set()
+
+
+# Names of environment variables that hold credentials (also kept away from commands): a name
+# containing one of the words, or the short ones (GITHUB_PAT, SMTP_PASS, DB_PW) as a whole part.
+CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE"
+                             r"|(?:^|_)(?:PAT|PASS|PW)(?:_|$)", re.IGNORECASE)
+# A URL that carries a password (`postgres://user:pw@host/db`), whatever its variable's name.
+_URL_WITH_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*:[^/?#@\s]+@")
+
+
+def is_credential(name: str, value: str) -> bool:
+    """Whether an environment variable holds a credential, by its name or its value."""
+    return bool(CREDENTIAL_NAME.search(name) or _URL_WITH_PASSWORD.search(value))
+
+
+# An undeclared credential's value is hidden like a declared secret's only when it looks like
+# one: long enough, and not a path or a word list (SSH_AUTH_SOCK, XAUTHORITY and AUTH_MODE=none
+# hold nothing secret, and hiding them would garble ordinary output).
+_AMBIENT_MIN_LENGTH = 8
+
+
+def ambient_credentials(environ: Mapping[str, str], declared: Iterable[str]) -> tuple[str, ...]:
+    """The values of this process's credential variables a loop did not declare. Commands never
+    get them (`api.runs.command_environment`), but a command of the same user can still read
+    them (`/proc/<loopdsl's pid>/environ`), and a model may be handed one: they are redacted
+    from everything the run stores and prints, as declared secrets are."""
+    skip = set(declared)
+    return tuple(sorted({value for name, value in environ.items()
+                         if name not in skip and len(value) >= _AMBIENT_MIN_LENGTH and not value.startswith("/")
+                         and not any(c.isspace() for c in value) and is_credential(name, value)}))
 
 
 def remember(values: Iterable[str]) -> None:

@@ -203,3 +203,23 @@ def test_credentials_of_loopdsls_own_environment_never_reach_a_command(tmp_path:
     stored = b"".join(p.read_bytes() for p in store.rglob("*") if p.is_file())
     assert b"PLAIN_SETTING=plain-value-8" in stored  # the store keeps the output: the check below can fail
     assert not [name for name, value in hidden.items() if value.encode() in stored]
+
+
+def test_undeclared_credentials_of_loopdsls_environment_are_redacted_from_the_run(tmp_path: Path) -> None:
+    """A command of the same user can read loopdsl's own environment (/proc/PID/environ), and a
+    model or an input may carry a value from it: an undeclared credential's value was stored in
+    clear beside a declared secret's `***`. Values that are no secret (a path, a short word)
+    are left alone, or every text that names them would be garbled."""
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("loopdsl: 1\nname: echo\nstart: say\nstates:\n"
+                    "  say: {shell: cat found.txt, next: done}\n  done: {end: completed}\n")
+    # What a command read of loopdsl's environment (a file here: /proc/PID/environ shows a
+    # process's environment at its start, and this test's loopdsl runs in the test's process).
+    (tmp_path / "found.txt").write_text("UNDECLAREDCRED555 /tmp/agent.sock none\n")
+    store = tmp_path / "store"
+    env = {"OTHER_API_TOKEN": "UNDECLAREDCRED555", "SSH_AUTH_SOCK": "/tmp/agent.sock", "AUTH_MODE": "none"}
+    done = cli_in_process(["run", str(loop), "--store", str(store), "--json"], tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    assert "UNDECLAREDCRED555" not in done.stdout + done.stderr and "*** /tmp/agent.sock none" in done.stdout
+    stored = b"".join(p.read_bytes() for p in store.rglob("*") if p.is_file())
+    assert b"UNDECLAREDCRED555" not in stored and b"/tmp/agent.sock none" in stored

@@ -249,8 +249,8 @@ class LoopActivities:
                                        timeout=req.get("timeout"), marker=req.get("marker"),
                                        on_start=started.append)
         out = asdict(result)
-        if secrets:  # what the command printed of a secret it was given never reaches the history
-            out = sealed.redactor(secrets).redact_obj(out)
+        # What the command printed of a secret (given, or read from this worker) never reaches the history.
+        out = sealed.redactor(secrets).redact_obj(out)
         out["command"] = started[0].to_json() if started else None
         out["host"] = loops.worker_host()
         return fitted(out, "command", cut=True)  # stdout and stderr, each within FIELD_LIMIT, cannot pass RESULT_LIMIT

@@ -35,7 +35,9 @@ def values_for(names: Iterable[str], environ: Mapping[str, str] = os.environ) ->
     return {name: environ[name] for name in names if environ.get(name)}
 
 
-def redactor(values: Mapping[str, str]) -> Any:
-    from ...runtime.redaction import Redactor
+def redactor(values: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> Any:
+    """What an activity's results are redacted of: the secrets it was given, and the undeclared
+    credentials of this worker's environment (a command of the same user can read them)."""
+    from ...runtime.redaction import Redactor, ambient_credentials
 
-    return Redactor(list(values.values()))
+    return Redactor([*values.values(), *ambient_credentials(environ, values)])
