@@ -38,6 +38,11 @@ def claim_process() -> None:
     _owned_process = True
 
 
+def owns_process() -> bool:
+    """Whether `claim_process` was called: this process is loopdsl's own (not a host application's)."""
+    return _owned_process
+
+
 def _set_defaults() -> None:
     # LiteLLM reads these while importing; a user's explicit value is kept.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..runtime.process_tree import CommandRef, kill_now, new_marker, spawn_in_session, start_time, stop_command
 from ..runtime.redaction import Redactor
+from .library_logs import guard_library_logs
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # one JSON-RPC line from the server
 STDERR_KEEP = 8 * 1024  # bytes of the server's stderr tail kept for error messages
@@ -77,6 +78,7 @@ class StdioServer:
     async def connect(self) -> AsyncIterator[tuple[Any, Any]]:
         import anyio  # the mcp SDK's stream types; only loaded when an MCP tool is used
 
+        guard_library_logs()  # the SDK logs what a server sent it, secrets included
         proc = await spawn_in_session(
             self._argv, marker=self._marker, env=dict(self._env), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=self._cwd,
@@ -151,7 +153,7 @@ class StdioServer:
             async for item in source:
                 data = item.message.model_dump_json(by_alias=True, exclude_none=True) + "\n"
                 try:
-                    stdin.write(data.encode("utf-8"))
+                    stdin.write(data.encode("utf-8", errors="replace"))  # a lone surrogate must not end the transport
                     await stdin.drain()
                 except (BrokenPipeError, ConnectionResetError):
                     return  # the server is gone: closing `source` fails the pending request
