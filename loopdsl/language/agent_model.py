@@ -34,6 +34,10 @@ class McpAllow:
     name: str  # the server's name for the tool
     as_: str | None = None  # offered under this name instead of `<entry>__<name>`
 
+    def offered_as(self, entry: str) -> str:
+        """The name the model sees for this tool of MCP entry `entry`."""
+        return self.as_ or f"{entry}__{self.name}"
+
 
 @dataclass(frozen=True)
 class McpServer:
@@ -67,6 +71,10 @@ class ToolDef:
     @property
     def writes(self) -> bool:
         return self.name in WRITING_BUILTINS and self.kind == "builtin"
+
+    def offered_names(self) -> list[str]:
+        """The names the model is offered this tool under: an MCP entry's allowed tools, or its own."""
+        return [allowed.offered_as(self.name) for allowed in self.allow] if self.kind == "mcp" else [self.name]
 
     def parameters_schema(self) -> dict[str, Any]:
         """The arguments' JSON Schema as the model is offered it: an object of `params`,
@@ -210,7 +218,7 @@ def resolve_tool(tools: Mapping[str, ToolDef], name: str) -> ToolDef | None:
     for tool in tools.values():
         if tool.kind == "mcp":
             for allowed in tool.allow:
-                if (allowed.as_ or f"{tool.name}__{allowed.name}") == name:
+                if allowed.offered_as(tool.name) == name:
                     return replace(tool, allow=(allowed,))
     return None
 

@@ -70,7 +70,7 @@ def test_every_rule_has_a_failing_case() -> None:
         "cwd-outside-workspace", "shell-name", "shell-code",
         "shell-command-name", "shell-place", "shell-syntax", "shell-option",
         "unknown-tool", "tool-description", "tool-params", "tool-unknown-arg", "tool-template",
-        "tool-shadows-builtin", "tool-writes-without-worktree", "tool-secret-with-writer",
+        "tool-shadows-builtin", "duplicate-tool-name", "tool-writes-without-worktree", "tool-secret-with-writer",
         "tool-approve-unattended", "agent-max-turns", "mcp-allow", "cli-max-turns", "tool-scalar-arg",
         "cli-max-cost", "cli-full-permissions", "agent-tool-choice", "agent-unreviewed", "mcp-env",
         "notify-status", "notify-url", "notify-url-credential", "notify-secret",

@@ -94,6 +94,34 @@ def tool_definitions(ctx: LintContext) -> Iterator[Diagnostic]:
 
 
 @rule
+def offered_names(ctx: LintContext) -> Iterator[Diagnostic]:
+    """Each name a model is offered means one tool: an MCP entry's allowed tools (`<entry>__<tool>`
+    or their `as:`) may not repeat, nor take a built-in's name, nor the name of another tool the
+    same agent lists (the run kept only the last, or stopped with an internal error)."""
+    for tool in _local_tools(ctx):
+        seen: set[str] = set()
+        for index, allowed in enumerate(tool.allow if tool.kind == "mcp" else ()):
+            name, at = allowed.offered_as(tool.name), tool.path + ("allow", index)
+            if name in RESERVED_TOOL_NAMES:
+                what = "is reserved for the tools' arguments" if name == "args" else "is a built-in tool"
+                yield ctx.diag("tool-shadows-builtin", f'MCP tool "{tool.name}" offers "{name}", which {what}', at,
+                               value=allowed.as_ is None, hint="rename it with `as:`; built-in names always mean the built-in")
+            elif name in seen:
+                yield ctx.diag("duplicate-tool-name", f'MCP tool "{tool.name}" offers "{name}" twice', at,
+                               value=allowed.as_ is None, hint="allow each of the server's tools once, under one name")
+            seen.add(name)
+    for state, action in _agents(ctx):
+        owners: dict[str, str] = {}
+        for use in action.tools:
+            tool = resolve_tool(ctx.loop.tools, use.name)
+            for name in dict.fromkeys(tool.offered_names() if tool is not None else ()):
+                if owners.setdefault(name, use.name) != use.name:
+                    yield ctx.diag("duplicate-tool-name", f'agent "{state.name}" is offered two tools named "{name}" '
+                                   f'(from "{owners[name]}" and "{use.name}")', use.path, value=True,
+                                   hint="list each tool once; rename an MCP tool with `as:`")
+
+
+@rule
 def tool_commands(ctx: LintContext) -> Iterator[Diagnostic]:
     from ...language.compile import input_facts
 

@@ -167,10 +167,12 @@ class AgentAttempt:
             box = await factory(group, env)
             opened.append(box)
             for spec in box.specs():
+                if spec.name in self.specs:  # lint's duplicate-tool-name, for a loop that reached the engine unlinted
+                    raise StepFailure("parse", f"agent '{self.state.name}' is offered two tools named '{spec.name}'")
                 self.boxes[spec.name] = box
                 self.specs[spec.name] = spec
             for tool, use in group:  # which listing each offered name comes from (MCP: `<entry>__<tool>`)
-                for offered in _offered_names(tool):
+                for offered in tool.offered_names():
                     self.owners[offered] = (tool, use)
 
     def _tool_env(self, stored: list[dict[str, Any]] | None) -> ToolEnv:
@@ -310,12 +312,6 @@ class AgentAttempt:
                     truncated=record["truncated"], duration_s=record["duration_s"])
         engine.commit()
         return record, content
-
-def _offered_names(tool: ToolDef) -> list[str]:
-    if tool.kind == "mcp":
-        return [a.as_ or f"{tool.name}__{a.name}" for a in tool.allow]
-    return [tool.name]
-
 
 def tool_content(outcome: ToolOutcome) -> str:
     """What the model reads: the result, or `{"error": ...}` (with the output, when the
