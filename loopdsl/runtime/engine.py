@@ -24,7 +24,7 @@ from .attempt import bounded_attempt, set_values
 from .budget import BudgetExceeded, Ledger
 from .commands import RunCommands
 from .context import build_context
-from .errors import ScriptError, ScriptExhausted, StepFailure
+from .errors import ScriptError, ScriptExhausted, StepFailure, StoreError
 from .gates import GateRunner
 from .outputs import render_outputs
 from .ports import Human, MemoryResponses, MemoryRunLog, NoHuman, Ports, ResponseStore, RunLog, utc_now
@@ -168,6 +168,11 @@ class Engine:
             pass
         except (asyncio.CancelledError, KeyboardInterrupt):
             self._end_abruptly(ABORTED, "interrupted", "the run was interrupted (Ctrl-C or a signal)")
+            raise
+        except StoreError:
+            # The store cannot be read or written (a damaged response, another process took
+            # the run over, a full disk): nothing more is written to it; the run is left as
+            # its last commit says, for a person to look at, resume or abort.
             raise
         except Exception as exc:
             kind = "reply_script" if isinstance(exc, (ScriptError, ScriptExhausted)) else "internal"

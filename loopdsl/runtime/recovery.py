@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .run_state import checked_response
+
 if TYPE_CHECKING:
     from .engine import Engine
 
@@ -14,7 +16,7 @@ def settle_completed_call(engine: "Engine") -> None:
     pending = engine.run.pending
     if not pending or pending.get("kind") != "llm" or "reserved" not in pending or pending.get("settled"):
         return
-    stored = engine.ports.responses.get_response(pending["key"])
+    stored = checked_response(engine.ports.responses.get_response(pending["key"]), "model_reply", engine.run.run_id)
     if stored is None or stored.get("cached"):
         return
     usage = stored.get("usage") or {}

@@ -13,6 +13,8 @@ from datetime import datetime
 from importlib import resources
 from typing import Any
 
+from .errors import StoreError
+
 RUNNING, WAITING, COMPLETED, FAILED, ESCALATED, BUDGET_EXHAUSTED, ABORTED = (
     "running", "waiting", "completed", "failed", "escalated", "budget_exhausted", "aborted",
 )
@@ -127,15 +129,48 @@ def _is_stamp(value: str) -> bool:
 
 
 @functools.cache
-def _validators() -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
-    """Of a record, and of a run's list of events."""
+def _published_schema() -> dict[str, Any]:
+    text = resources.files("loopdsl").joinpath("data", "run-record.schema.json").read_text(encoding="utf-8")
+    return dict(json.loads(text))
+
+
+@functools.cache
+def _validator(definition: str | None) -> Callable[[Any], Any]:
+    """Of a record (None), or of one of the schema's `definitions` (a stored response's kind)."""
     import fastjsonschema  # deferred: only reading a stored run needs it
 
-    text = resources.files("loopdsl").joinpath("data", "run-record.schema.json").read_text(encoding="utf-8")
-    schema = json.loads(text)
+    schema = _published_schema()
+    part = schema if definition is None else {"$schema": schema["$schema"], **schema["definitions"][definition]}
+    return fastjsonschema.compile(part, formats={"date-time": _is_stamp})
+
+
+@functools.cache
+def _validators() -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """Of a record, and of a run's list of events."""
+    import fastjsonschema
+
+    schema = _published_schema()
     events = {"$schema": schema["$schema"], "type": "array", "items": schema["definitions"]["event"]}
-    formats = {"date-time": _is_stamp}
-    return fastjsonschema.compile(schema, formats=formats), fastjsonschema.compile(events, formats=formats)
+    return _validator(None), fastjsonschema.compile(events, formats={"date-time": _is_stamp})
+
+
+# The kinds of stored response, as the schema's `definitions` name them, and as a message says them.
+RESPONSE_KINDS = {"model_reply": "model reply", "agent_start": "agent request", "agent_tool": "tool call",
+                  "workspace_mark": "workspace commit"}
+
+
+def checked_response(value: Any, kind: str, run_id: str) -> dict[str, Any] | None:
+    """A response read back from the store (a paid reply, an agent's tool call) as its kind's
+    schema says it looks, or None when none was stored. The store is hostile like the record:
+    one of the wrong shape is a StoreError naming the run and the place, and the run is left
+    as it is (nothing is paid again on top of a response that cannot be read)."""
+    if value is None:
+        return None
+    problem = _problem(_validator(kind), value, lambda path: f"'{'.'.join(path)}'" if path else "it")
+    if problem is not None:
+        raise StoreError(f"run {run_id} is damaged: a stored {RESPONSE_KINDS[kind]}: {problem}",
+                         f"abort the run (`loopdsl abort {run_id}`) and start it again")
+    return dict(value)
 
 
 def record_problem(data: Any) -> str | None:

@@ -355,3 +355,35 @@ def test_a_turn_past_the_models_input_window_fails_before_it_is_sent(tmp_path: P
     result = run(tmp_path, loop_text("tools: [count_lines]\nmax_turns: 2"), provider)
     assert result.status == "failed" and result.state.error["kind"] == "context_window"
     assert provider.requests == [] and result.state.ledger["tokens"] == 0
+
+
+@pytest.mark.parametrize("what,tamper", [
+    ("agent request", lambda r: {**r, "tools": "x"} if "tools" in r else None),
+    ("model reply", lambda r: {**r, "tool_calls": "x"} if r.get("tool_calls") else None),
+    ("model reply", lambda r: {**r, "tool_calls": [{"id": "c1", "arguments": "{}"}]} if r.get("tool_calls") else None),
+])
+def test_a_damaged_stored_response_is_named_and_the_run_left_to_abort(tmp_path: Path, what: str, tamper: Any) -> None:
+    """The response store is hostile like the record: a tampered agent request or reply was an
+    internal error (AttributeError, KeyError) and ended the run `failed` for good."""
+    from loopdsl.adapters.store.run_store import RunStore
+    from loopdsl.runtime.errors import StoreError
+
+    tools = "  touch:\n    description: Mark.\n    shell: \"true\"\n"
+    provider = Conversation(lambda turn, request: [("touch", {})] if turn == 1 else "ok")
+    store = tmp_path / "store"
+    waiting = run(tmp_path, loop_text("tools: [{name: touch, approve: true}]\nmax_turns: 3", tools), provider, store=store)
+    assert waiting.status == "waiting"
+    with RunStore(store) as opened:
+        changed = 0
+        for key in list(opened._cache.iterkeys()):
+            if str(key).startswith("response/") and isinstance(opened._cache.get(key), dict):
+                value = tamper(opened._cache.get(key))
+                if value is not None:
+                    opened._cache.set(key, value)
+                    changed += 1
+        assert changed == 1
+    loopdsl.decide(waiting.run_id, "approve", store=store)
+    with pytest.raises(StoreError, match=f"run {waiting.run_id} is damaged: a stored {what}: '"):
+        loopdsl.resume(waiting.run_id, store=store, provider=provider)
+    with RunStore(store) as opened:
+        assert opened.load_run(waiting.run_id)["status"] == "waiting"  # left as it was, for a person to abort

@@ -16,6 +16,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ...language import bounded_json
+from ..run_state import checked_response
 from ...language.agent_model import AgentAction, ToolDef, ToolUse, resolve_tool
 from ...language.compile import CompiledState, input_facts
 from ..budget import BudgetExceeded
@@ -59,7 +60,7 @@ class AgentAttempt:
     async def run(self) -> dict[str, Any]:
         opened: list[ToolBox] = []
         try:
-            stored = self.store.get_response(agent_key("start", **self.ids))
+            stored = self._stored(agent_key("start", **self.ids), "agent_start")
             await self._open_tools(opened, None if stored is None else stored["tools"])
             self._first_request(stored)
             return await self._conversation()
@@ -206,12 +207,15 @@ class AgentAttempt:
         record = _record(call, self.turn, None, ToolOutcome.failure(why))
         return record, json.dumps({"error": why})
 
+    def _stored(self, key: str, kind: str) -> dict[str, Any] | None:
+        return checked_response(self.store.get_response(key), kind, self.ids["run"])
+
     def _tool_key(self, call_id: str) -> str:
         return agent_key("tool", **self.ids, turn=self.turn, call=call_id)
 
     async def _call_tool(self, call: dict[str, Any]) -> tuple[dict[str, Any], str]:
         key = self._tool_key(call["id"])
-        stored = self.store.get_response(key)
+        stored = self._stored(key, "agent_tool")
         if stored is not None:
             await same_call(self, stored, call)
             if stored.get("status") == "done":
@@ -296,7 +300,7 @@ class AgentAttempt:
 
     def _process_started(self, call_id: str, ref: dict[str, Any]) -> None:
         key = self._tool_key(call_id)
-        record = dict(self.store.get_response(key) or {"status": "started"})
+        record = self._stored(key, "agent_tool") or {"status": "started"}
         record["process"] = ref
         self.store.put_response(key, record)
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ...language.agent_model import AgentAction
 from ...language.model import ModelAlias
 from ..errors import StepFailure
+from ..run_state import checked_response
 from ..model_port import LlmRequest, ProviderError
 from ..retry import backoff_delay
 from ..run_keys import agent_key  # its home is with the other store keys; agent.py imports it from here
@@ -66,7 +67,7 @@ class TurnCaller:
         # A resumed run first looks for a reply paid before the crash, at any entry it may
         # have fallen back to: an entry that failed then must not be asked (and paid) again.
         for index in range(self.start, len(self.chain)):
-            stored = store.get_response(self.key(turn, index))
+            stored = checked_response(store.get_response(self.key(turn, index)), "model_reply", self.ids["run"])
             if stored is not None:
                 self.start = index
                 return dict(stored, replayed=True, fallback=index)

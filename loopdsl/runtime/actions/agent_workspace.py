@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..errors import StepFailure
+from ..run_state import checked_response
 from ..ports import call_port
 from .agent_turns import agent_key
 
@@ -35,7 +36,7 @@ class AttemptWorkspace:
             return
         store = engine.ports.responses
         start_key = agent_key("visit_start", run=self.ids["run"], state=self.ids["state"], visit=self.ids["visit"])
-        stored = store.get_response(start_key)
+        stored = checked_response(store.get_response(start_key), "workspace_mark", self.ids["run"])
         if stored is None:
             self.since = await call_port(git.visit_start)
             store.put_response(start_key, {"sha": self.since})

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ...language import bounded_json
 from ..budget import Ledger, Reservation, cost_for, reservation_for
+from ..run_state import checked_response
 from ...language.prices import cost_changing_params
 from ..gates import strip_code_fence
 from ...language.model import EvaluateAction, LlmAction, Loop, ModelAlias, Price
@@ -171,11 +172,11 @@ class LlmCaller:
             )
             canonical = request.canonical()
             key = request_key(cc.run_id, cc.state, cc.visit, cc.attempt, index, model)
-            stored = self.responses.get_response(key)
+            stored = checked_response(self.responses.get_response(key), "model_reply", cc.run_id)
             if stored is not None:  # paid before a crash: reuse, never pay twice
                 return dict(stored, replayed=True, response_key=key)
             if self.use_cache:
-                cached = self.responses.get_cached(cache_key(canonical))
+                cached = checked_response(self.responses.get_cached(cache_key(canonical)), "model_reply", cc.run_id)
                 if cached is not None:
                     hit = dict(cached, cost_usd=0.0, cached=True)
                     self.responses.put_response(key, hit)
