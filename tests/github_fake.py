@@ -31,6 +31,7 @@ class Recorded:
     query: dict[str, str]
     body: Any
     status: int = 0
+    raw_path: str = ""  # as sent, still percent-encoded: routes match it, as GitHub's do
 
 
 @dataclass
@@ -155,13 +156,14 @@ def _html(fake: FakeGitHub, kind: str, number: int) -> str:
 
 def _route(fake: FakeGitHub, rec: Recorded) -> tuple[int, Any]:
     prefix = f"/repos/{fake.repository}"
-    if not rec.path.startswith(prefix):
+    path = rec.raw_path or rec.path
+    if not path.startswith(prefix):
         return 404, {"message": "Not Found"}
-    rest = rec.path[len(prefix):]
+    rest = path[len(prefix):]
     for method, pattern, action in _ROUTES:
         match = re.fullmatch(pattern, rest)
-        if match and method == rec.method:
-            return action(fake, rec, *match.groups())
+        if match and method == rec.method:  # a label named `area/ui` arrives as one segment, `area%2Fui`
+            return action(fake, rec, *(unquote(group) for group in match.groups()))
     return 404, {"message": f"Not Found: {rec.method} {rec.path}"}
 
 
@@ -328,7 +330,8 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode("utf-8", "replace")
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        rec = Recorded(self.command, unquote(parts.path.rstrip("/") or "/"), query, body)
+        rec = Recorded(self.command, unquote(parts.path.rstrip("/") or "/"), query, body,
+                       raw_path=parts.path.rstrip("/") or "/")
         status, answer, headers = self.fake.handle(rec, self.headers.get("Authorization", ""))
         self.fake.maybe_hold(rec)
         data = json.dumps(answer).encode()

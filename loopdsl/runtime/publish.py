@@ -6,10 +6,10 @@ written: a template that fails, a number that is not one, a label too long, or a
 that holds a secret (a declared secret's value in any of its encodings, or a credential's
 shape: `redaction.find_secrets`) stops the whole publish with nothing written.
 
-The values a template prints are data: `neutralise` keeps a model's words from
-mentioning people (`@name`), closing issues (`closes #12`) or hiding text in an HTML
-comment. The template's own text is left as written: a loop that means `Fixes #{{ n }}`
-writes the keyword itself. The plan is stored in the run (`meta.publish`), so a resumed
+The values a template prints are data: a model's words may not mention people (`@name`),
+close issues (`closes #12`) or hide text in an HTML comment, alone or joined with another
+value or the template's text (`_made_inert`). The template's own text is left as written:
+a loop that means `Fixes #{{ n }}` writes the keyword itself. The plan is stored in the run (`meta.publish`), so a resumed
 run applies the same texts (runtime/publish_apply.py).
 """
 from __future__ import annotations
@@ -49,9 +49,42 @@ class PublishError(LoopdslError):
 def neutralise(text: str) -> str:
     """`text` (a value a template prints) made inert: no mention, no closing keyword, no
     hidden comment. Each is broken by a zero-width joiner, so it reads the same."""
-    text = _MENTION.sub("@" + ZWJ, text)
-    text = _CLOSING.sub(lambda m: m.group(1)[0] + ZWJ + m.group(1)[1:], text)
-    return _HIDDEN.sub("<" + ZWJ + "!--", text)
+    return _made_inert(_fenced(text))
+
+
+# While a text renders, each printed value is fenced by these two private-use characters, so
+# that a mention, closing keyword or `<!--` a value takes part in is found in the whole text:
+# one may be made of two values (`{% for %}` over a model's list: `@` then `octocat`), or of a
+# value and the template's text beside it.
+_OPEN, _CLOSE = "\ue000", "\ue001"
+
+
+def _fenced(value: str) -> str:
+    return _OPEN + value.replace(_OPEN, "").replace(_CLOSE, "") + _CLOSE
+
+
+def _made_inert(text: str) -> str:
+    """The rendered text without its fences, each mention (its `@`), closing keyword or `<!--`
+    that has a character of a printed value broken by a zero-width joiner after its first
+    character. What the template writes whole stays, and so does a reference a value fills in
+    after the template's own keyword (`Fixes #{{ inputs.issue }}`)."""
+    chars: list[str] = []
+    from_value: list[bool] = []
+    depth = 0
+    for char in text:
+        if char == _OPEN:
+            depth += 1
+        elif char == _CLOSE:
+            depth = max(0, depth - 1)
+        else:
+            chars.append(char)
+            from_value.append(depth > 0)
+    plain = "".join(chars)
+    cuts = {match.start() + 1 for pattern in (_MENTION, _CLOSING, _HIDDEN) for match in pattern.finditer(plain)
+            if any(from_value[match.start():match.end()])}
+    for cut in sorted(cuts, reverse=True):
+        plain = plain[:cut] + ZWJ + plain[cut:]
+    return plain
 
 
 def marker(run_id: str, kind: str) -> str:
@@ -72,8 +105,8 @@ class _Renderer:
         try:
             template = compile_template(source)
             if data:
-                with values_as_data(neutralise):
-                    out = template.render(self.context, cap=cap)
+                with values_as_data(_fenced):
+                    out = _made_inert(template.render(self.context, cap=cap))
             else:
                 out = template.render(self.context, cap=cap)
         except RenderError as exc:

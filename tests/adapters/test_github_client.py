@@ -70,6 +70,16 @@ def test_comments_labels_issues_permissions(fake: FakeGitHub) -> None:
     gh.remove_label(issue.number, "needs triage")  # a space: the name is escaped in the path
     gh.remove_label(issue.number, "never-there")  # a 404 is "already removed"
     assert fake.state.labels[issue.number] == ["ci", "bug"]
+    # A name is one path segment: `..` and `/` once reached GitHub as path (a DELETE of
+    # /git/refs/heads/main, or of a label of the whole repository).
+    gh.add_labels(issue.number, ["area/ui", ".."])
+    writes = len(fake.writes)
+    for name in ("area/ui", "../../../git/refs/heads/main", "..", "x?y=1#z"):
+        gh.remove_label(issue.number, name)
+    assert [w.raw_path.rsplit("/labels/", 1)[-1] for w in fake.writes[writes:]] == ["area%2Fui", "%2E%2E"]
+    assert all(r.raw_path.startswith(f"/repos/{fake.repository}/issues/{issue.number}/labels/")
+               for r in fake.requests[-4:]), [r.raw_path for r in fake.requests[-4:]]
+    assert fake.state.labels[issue.number] == ["ci", "bug"]
     fake.state.permissions.update({"alice": "admin", "bob": "read"})
     assert [gh.permission(u) for u in ("alice", "bob", "mallory")] == ["admin", "read", "none"]
 

@@ -53,6 +53,23 @@ def test_template_text_keeps_its_keywords_values_lose_theirs() -> None:
     assert pr["branch"] == "loopdsl/r1" and pr["commit"] == "a" * 40 and pr["fixed"] is False
 
 
+def test_what_values_make_together_or_with_the_templates_text_is_broken_too() -> None:
+    """Each printed value was made inert alone: a model's list printed by a `for` rebuilt a live
+    mention, closing keyword and hidden comment from harmless pieces (`@` then `octocat`)."""
+    pieces = {"spaced": ["cc", "@", "Closes", "#7", "<!", "--"], "joined": ["cc @", "octocat ", "<!", "-- hidden -->"],
+              "keyword": "please close"}
+    [comment] = plan({"comment": {"on": "issue", "number": "7", "body":
+                                  "A: {% for t in r.spaced %}{{ t }} {% endfor %}\nB: {% for t in r.joined %}{{ t }}{% endfor %}\n"
+                                  "C: {{ r.keyword }} #7\nD: Fixes #{{ n }} and cc @{{ who }}"}},
+                     {"r": pieces, "n": 5, "who": "alice"})
+    body = comment["body"]
+    assert f"A: cc @ C{ZWJ}loses #7 <! --" in body  # `<! --` hides nothing
+    assert f"B: cc @{ZWJ}octocat <{ZWJ}!-- hidden -->" in body
+    assert f"C: please c{ZWJ}lose #7" in body  # the keyword is the value's, the reference the template's
+    assert "D: Fixes #5 and cc @alice" in body  # the template's own keyword and `@`, filled in by values
+    assert "\ue000" not in body and "\ue001" not in body
+
+
 def test_titles_are_one_line_and_capped_bodies_are_capped() -> None:
     [pr, issue] = plan({"pull_request": {"title": "{{ t }}", "body": "{{ b }}", "branch": "bots/fix"},
                         "issue": {"title": "x", "body": "{{ b }}"}},

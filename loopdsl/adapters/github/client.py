@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
 from .settings import GitHubError, GitHubSettings
 
@@ -62,6 +63,13 @@ def _github(settings: GitHubSettings, max_wait: timedelta) -> Any:
                           "pip install 'loopdsl[github]'") from None
     return GitHub(settings.token, base_url=settings.api_url + "/", http_cache=False,
                   timeout=_TIMEOUT_S, auto_retry=_retry_decision(max_wait), user_agent="loopdsl")
+
+
+def path_segment(value: str) -> str:
+    """`value` percent-encoded as one URL path segment: no `/`, `?`, `#` of its own, and `.` or
+    `..` (which an HTTP client resolves against the path before it) written as `%2E`."""
+    encoded = quote(value, safe="")
+    return encoded.replace(".", "%2E") if set(value) == {"."} else encoded
 
 
 def _failure(action: str, exc: Exception, settings: GitHubSettings) -> GitHubError:
@@ -172,7 +180,9 @@ class GitHubClient:
         from githubkit.exception import RequestFailed  # optional extra
 
         try:
-            self._rest.issues.remove_label(self.settings.owner, self.settings.repo, number, label)
+            # One path segment whatever the name holds: githubkit puts it in the URL as it is,
+            # and `../../git/refs/heads/main` made this a DELETE of the main branch.
+            self._rest.issues.remove_label(self.settings.owner, self.settings.repo, number, path_segment(label))
         except RequestFailed as exc:
             if exc.response.status_code != 404:
                 raise _failure(f"removing label {label!r} from #{number}", exc, self.settings) from None
@@ -197,7 +207,7 @@ class GitHubClient:
 
         try:
             answer = self._rest.repos.get_collaborator_permission_level(
-                self.settings.owner, self.settings.repo, user).json()
+                self.settings.owner, self.settings.repo, path_segment(user)).json()
         except RequestFailed as exc:
             if exc.response.status_code == 404:  # not a user, or not a collaborator at all
                 return "none"
