@@ -357,5 +357,27 @@ def find_secrets(text: str, known: Iterable[str] = ()) -> list[str]:
         value = match.group("quoted") if quoted else match.group("bare")
         if value is not None and _looks_like_literal_secret(value, quoted):
             add(_line_of(text, match.start()), f"a literal credential assigned to `{match.group('name')}`")
+    if redactor and not any(kind == "the value of a declared secret" for _, kind in found):
+        shown = _as_shown(text)
+        for value in redactor.values:
+            if len(value) >= _DISGUISE_MIN and _as_shown(value) in shown:
+                add(0, "the value of a declared secret, disguised (entities, tags, invisible characters or line breaks)")
+                break
     found.sort()
-    return [f"{kind} on line {line}" for line, kind in found]
+    return [f"{kind} on line {line}" if line else kind for line, kind in found]
+
+
+# What a reader sees of a text on a rendered page, for finding a secret written so that it
+# shows whole there while its bytes differ: `&#115;3cr3t`, `s3cr<b></b>3t`, a zero-width space
+# inside it, or a line break in the middle. Compared without case or spaces; values shorter than
+# this are not compared so loosely (they would match by chance).
+_DISGUISE_MIN = 8
+_TAG = re.compile(r"<[^<>]{0,200}>")
+
+
+def _as_shown(text: str) -> str:
+    import html  # deferred: only a publish's scan needs it
+    import unicodedata
+
+    text = _TAG.sub("", html.unescape(_TAG.sub("", text)))
+    return "".join(c for c in text.casefold() if not c.isspace() and unicodedata.category(c) != "Cf")

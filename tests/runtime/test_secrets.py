@@ -192,3 +192,20 @@ def test_text_printed_outside_a_run_is_redacted_with_every_secret_the_process_re
     assert redact_printed(f"error: {value[:12]}") == f"error: {value[:12]}"  # not read yet
     remember([value, ""])
     assert redact_printed(f"error: {value} / {value[:12]}") == f"error: {REDACTED} / {REDACTED}"
+
+
+@pytest.mark.parametrize("disguised", [
+    "&#115;&#51;&#99;&#114;&#51;&#116;-value-9f8e7d6c", "&#115;3cr3t-value-9f8e7d6c", "s3cr3t<b></b>-value-9f8e7d6c",
+    "s3cr3t-val\nue-9f8e7d6c", "s3cr3t-val  \nue-9f8e7d6c", "s3cr3t\u200b-value-9f8e7d6c", "S3CR3T-VALUE-9F8E7D6C",
+])
+def test_find_secrets_sees_a_value_that_would_show_whole_on_a_page(disguised: str) -> None:
+    """Published text is read on a rendered page: an entity, an empty tag, an invisible
+    character or a line break inside a secret hid it from the scan, not from the reader."""
+    secret = "s3cr3t-value-9f8e7d6c"
+    found = find_secrets(f"leak: {disguised}", [secret])
+    assert found and all(secret not in f for f in found) and "disguised" in found[0]
+
+
+def test_the_loose_comparison_spares_short_values_and_ordinary_text() -> None:
+    assert find_secrets("the key is ab cd", ["abcd"]) == []  # too short to compare without spaces
+    assert find_secrets("a value of nine chars, split: s3cr3t-val ue", ["s3cr3t-value-9f8e7d6c"]) == []
