@@ -299,7 +299,8 @@ def transcript_text(calls: list[dict[str, Any]]) -> str:
     for n, call in enumerate(calls, 1):
         where = f"{call['state']} attempt {call['attempt']}" + (f" turn {call['turn']}" if call["turn"] is not None else "")
         failed = f" (failed: {call['failed']})" if call["failed"] else ""
-        lines.append(f"=== call {n}: {where}, {call['kind']}, model {call['model']}{failed}")
+        replayed = " (replayed after a resume, not paid again)" if call.get("replayed") else ""
+        lines.append(f"=== call {n}: {where}, {call['kind']}, model {call['model']}{failed}{replayed}")
         if call["messages"] is None:
             if call["turn"] in (None, 1):
                 lines.append("--- prompt: not stored (recorded before prompts were kept)")

@@ -52,7 +52,7 @@ def _tool_calls(reply: Mapping[str, Any]) -> list[dict[str, str]]:
 
 def model_calls(store: Any, run_id: str, events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Each model call of the run, in order: {state, attempt, turn, model, kind, messages, reply,
-    tool_calls, tool_results, stored}. `messages` is None where the prompt was not stored."""
+    tool_calls, tool_results, stored, replayed}. `messages` is None where the prompt was not stored."""
     calls: list[dict[str, Any]] = []
     visits: dict[Any, Any] = {}  # state -> its current visit (from the `attempt` events)
     turns: dict[tuple[Any, Any, Any], dict[str, Any]] = {}  # (state, attempt, turn) -> agent turn call
@@ -96,6 +96,7 @@ def _call(store: Any, run_id: str, event: Mapping[str, Any], visit: Any) -> dict
         messages = _messages(start.get("messages")) if start else None
     return {"state": _text(state, 200), "attempt": attempt, "turn": turn, "model": _text(event.get("model"), 200),
             "kind": "agent turn" if turn is not None else "llm", "failed": _text(event.get("failed"), 64),
+            "replayed": bool(event.get("replayed")),  # the reply stored before a crash, read back: not paid again
             "messages": messages, "reply": _text(reply.get("text")) if reply else "",
             "stored": reply is not None, "tool_calls": _tool_calls(reply) if reply else [], "tool_results": []}
 

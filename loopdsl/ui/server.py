@@ -128,6 +128,9 @@ def _render_run(settings: UiSettings, run_id: str, notice: str = "", error: str 
         view = show_run(run_id, settings.store, transcript=True)
     except LoopdslError as exc:
         return _refuse(f"404: {exc.message}", 404)
+    record = view.record
+    if notice and not (record.get("status") == "waiting" and record.get("decision")):
+        notice = ""  # `?decided=1` is anyone's to type: the notice only shows what the record says
     return _html(pages.run_page(view, store=settings.store, csrf=settings.csrf, notice=notice, error=error), status)
 
 

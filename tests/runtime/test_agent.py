@@ -387,3 +387,19 @@ def test_a_damaged_stored_response_is_named_and_the_run_left_to_abort(tmp_path: 
         loopdsl.resume(waiting.run_id, store=store, provider=provider)
     with RunStore(store) as opened:
         assert opened.load_run(waiting.run_id)["status"] == "waiting"  # left as it was, for a person to abort
+
+
+def test_the_transcript_marks_a_turn_replayed_after_a_resume(tmp_path: Path) -> None:
+    """A resumed attempt reads its paid turns back; the transcript listed each as another call."""
+    from loopdsl.adapters.terminal import transcript_text
+    from loopdsl.api.records import show_run
+
+    tools = "  touch:\n    description: Mark.\n    shell: \"true\"\n"
+    provider = Conversation(lambda turn, request: [("touch", {})] if turn == 1 else "ok")
+    store = tmp_path / "store"
+    waiting = run(tmp_path, loop_text("tools: [{name: touch, approve: true}]\nmax_turns: 3", tools), provider, store=store)
+    loopdsl.decide(waiting.run_id, "approve", store=store)
+    assert loopdsl.resume(waiting.run_id, store=store, provider=provider).status == "completed"
+    calls = show_run(waiting.run_id, store, transcript=True).transcript
+    assert [(c["turn"], c["replayed"]) for c in calls] == [(1, False), (1, True), (2, False)]
+    assert "turn 1, agent turn, model openai/gpt-4o-mini (replayed after a resume, not paid again)" in transcript_text(calls)

@@ -109,6 +109,8 @@ def test_a_decision_without_its_csrf_token_or_from_another_origin_is_refused(wai
     # no --as: the decision is by whoever `loopdsl approve` would name (LOOPDSL_USER here)
     base = serve_ui("--store", str(waiting_run.store), cwd=waiting_run.workdir, LOOPDSL_USER="carol")
     url = f"{base}/runs/{waiting_run.run_id}/decide"
+    # A crafted link claims a decision no one made: the notice shows only what the record says.
+    assert 'id="notice"' not in _request(f"{base}/runs/{waiting_run.run_id}?decided=1")[2]
     assert _request(url, {"choice": "approve"})[0] == 403
     assert _request(url, {"choice": "approve", "csrf": "guess"})[0] == 403
     token = _csrf(_request(f"{base}/runs/{waiting_run.run_id}")[2])
@@ -120,6 +122,7 @@ def test_a_decision_without_its_csrf_token_or_from_another_origin_is_refused(wai
     assert status == 303 and headers["location"] == f"/runs/{waiting_run.run_id}?decided=1"
     decision = _record(waiting_run.store, waiting_run.run_id)["decision"]
     assert decision["decision"] == "approve" and decision["comment"] == "ok" and decision["by"] == "carol"
+    assert 'id="notice">decision recorded' in _request(base + headers["location"])[2]
 
 
 def test_a_refused_choice_shows_the_clis_message_and_records_nothing(waiting_run: WaitingRun, serve_ui: Any) -> None:
