@@ -267,3 +267,14 @@ def test_a_copied_store_leaves_its_symbolic_links_behind(tmp_path: Path) -> None
     with store_copy(hostile) as copied:
         assert copied.directory == hostile
         assert elsewhere.run_id not in {r["run_id"] for r in copied.list_runs()}
+
+
+def test_a_credential_pasted_in_a_decision_comment_is_not_stored(tmp_path: Path) -> None:
+    """The approving process read no loop's secrets, but knows its own environment's credentials."""
+    store = tmp_path / "store"
+    waiting = loopdsl.run(DATA / "checkpoint.yaml", store=store, workdir=tmp_path)
+    done = _cli(["approve", waiting.run_id, "--store", str(store), "--comment", "use ghp_TOKEN_OF_THE_JOB_123 ok"],
+                tmp_path, GH_TOKEN="ghp_TOKEN_OF_THE_JOB_123")
+    assert done.returncode == 0, done.stderr
+    decision = RunStore(store).load_run(waiting.run_id)["decision"]
+    assert decision["comment"] == "use *** ok"
