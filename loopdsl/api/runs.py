@@ -211,7 +211,6 @@ def make_ports(
             scripted.skip_used(asked)
         provider = scripted
     if provider is None:
-
         def make_provider() -> Any:
             from ..adapters.litellm import LiteLLMProvider
 
@@ -229,8 +228,6 @@ def make_ports(
         else:
             human = NoHuman()
     secrets = secret_values(loop)
-    ambient = ambient_credentials(os.environ, secrets)
-    remember(ambient)  # what the CLI prints is redacted of them too
     return Ports(
         provider=make_provider,
         human=human,
@@ -247,8 +244,16 @@ def make_ports(
         tool_kinds=stubbed_tool_kinds(adapter_tool_kinds(), tool_stubs),
         coding_cli=run_cli,
         notifier=WebhookNotifier() if notify and loop.notify else None,
-        inherited_secrets=ambient,
+        inherited_secrets=_ambient_credentials(secrets),
     )
+
+
+def _ambient_credentials(secrets: Mapping[str, str]) -> tuple[str, ...]:
+    """The credentials of this process's environment the loop does not declare, redacted from
+    the run's records and from what the CLI prints (`redaction.ambient_credentials`)."""
+    ambient = ambient_credentials(os.environ, secrets)
+    remember(ambient)
+    return ambient
 
 
 def stubbed_tool_kinds(kinds: dict[str, Any], stubs: Mapping[str, Any] | None) -> dict[str, Any]:
