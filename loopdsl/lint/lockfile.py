@@ -13,8 +13,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..language import bounded_json
 from ..language.diagnostics import Diagnostic, Severity
-from ..language.files import file_sha256
+from ..language.files import exists, file_sha256, is_file, read_capped
 from ..language.model import LlmAction, Loop, LoopAction
 
 LOCK_NAME = "loopdsl.lock"
@@ -81,7 +82,16 @@ def write_lock(loops: Iterable[Loop], where: Path) -> Path:
         for path, digest in dependencies(loop).items():
             entries[_relative(path, where)] = digest
     lock = where / LOCK_NAME
-    lock.write_text(json.dumps({"loopdsl_lock": LOCK_VERSION, "files": dict(sorted(entries.items()))}, indent=2) + "\n")
+    text = json.dumps({"loopdsl_lock": LOCK_VERSION, "files": dict(sorted(entries.items()))}, indent=2) + "\n"
+    # Written beside, then renamed over: a `loopdsl.lock` that is a symbolic link (to a loop
+    # file, to .git/config) is replaced, never written through, and a FIFO never blocks.
+    partial = where / f".{LOCK_NAME}.{os.getpid()}.tmp"
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, lock)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
     return lock
 
 
@@ -92,21 +102,36 @@ def _relative(path: str, where: Path) -> str:
 
 
 def find_lock(start: Path) -> Path | None:
+    """The nearest `loopdsl.lock` at or above `start`, up to the repository's root (a folder
+    with `.git`): one planted above it (in a shared /tmp) is not this project's."""
     for folder in (start.resolve(), *start.resolve().parents):
         candidate = folder / LOCK_NAME
-        if candidate.is_file():
+        if is_file(candidate):
             return candidate
+        if exists(folder / ".git"):
+            return None
     return None
+
+
+def _locked_files(lock_path: Path) -> dict[str, str]:
+    """The lock file's `files`, checked: ValueError says what is wrong with it."""
+    data: Any = bounded_json.loads(read_capped(lock_path).decode("utf-8"))
+    if not isinstance(data, dict) or data.get("loopdsl_lock") != LOCK_VERSION:
+        raise ValueError(f"it is not a version {LOCK_VERSION} lock file (`loopdsl_lock: {LOCK_VERSION}`)")
+    files = data.get("files")
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise ValueError("its `files` is not a mapping of file to digest")
+    return files
 
 
 def check_locked(loops: Iterable[tuple[str, Loop]], lock_path: Path) -> list[Diagnostic]:
     """Diagnostics for files that changed, or were never locked, since `loopdsl lock`."""
     try:
-        data: Any = json.loads(lock_path.read_text(encoding="utf-8"))
-        locked: dict[str, str] = dict(data["files"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return [Diagnostic(str(lock_path), 0, 0, Severity.ERROR, "lock-unreadable",
-                           f"cannot read {LOCK_NAME}: {exc}", "run `loopdsl lock` to write it again")]
+        locked = _locked_files(lock_path)
+    except OSError as exc:
+        return [_unreadable(lock_path, exc.strerror or type(exc).__name__)]
+    except ValueError as exc:  # not UTF-8, not JSON, too deep, or not the shape `loopdsl lock` writes
+        return [_unreadable(lock_path, str(exc)[:200])]
     where = lock_path.parent
     problems: list[Diagnostic] = []
     for shown, loop in loops:
@@ -122,3 +147,8 @@ def check_locked(loops: Iterable[tuple[str, Loop]], lock_path: Path) -> list[Dia
                                            f"(locked {locked[key][:12]}, now {digest[:12]})",
                                            "review the change, then run `loopdsl lock` to pin it"))
     return problems
+
+
+def _unreadable(lock_path: Path, why: str) -> Diagnostic:
+    return Diagnostic(str(lock_path), 0, 0, Severity.ERROR, "lock-unreadable", f"cannot read {LOCK_NAME}: {why}",
+                      "run `loopdsl lock` to write it again")

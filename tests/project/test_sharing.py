@@ -399,6 +399,48 @@ def test_changed_import_fails_lint_locked_and_refuses_resume(tmp_path: Path, mon
 # --------------------------------------------------------------------------- pinning
 
 
+@pytest.mark.parametrize("text", [
+    '{"loopdsl_lock": 1, "files": {"loops/review.yaml": 5}}', '{"loopdsl_lock": 1, "files": {"a": {}}}',
+    '{"loopdsl_lock": 1, "files": {"a": NaN}}', "[" * 100_000 + "]" * 100_000, '{"loopdsl_lock": 99, "files": {}}',
+    '{"loopdsl_lock": 1, "files": []}', "\u00ff\u00fe", "",
+], ids=["int-digest", "object-digest", "nan-digest", "deep", "version-99", "files-list", "not-utf8", "empty"])
+def test_a_hostile_lock_file_is_unreadable_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        text: str) -> None:
+    """Digests that were not strings, a 100,000-deep document and a lock of another version were
+    internal errors (TypeError, RecursionError) or silently taken for version 1."""
+    _, repo_b = two_repos(tmp_path)
+    (repo_b / "loopdsl.lock").write_text(text, encoding="latin-1" if text == "\u00ff\u00fe" else "utf-8")
+    locked = invoke(["lint", "--locked", "loops"], repo_b, monkeypatch)
+    assert locked.exit_code == 1
+    (line,) = [line for line in locked.stdout.splitlines() if "[lock-unreadable]" in line]
+    assert "cannot read loopdsl.lock" in line
+
+
+def test_lock_replaces_a_link_and_never_blocks_on_what_is_in_the_way(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`loopdsl.lock` linked to a loop file (inside the folder: the outside check let it
+    through) had the loop overwritten with the lock; a FIFO there made `lock` hang; a folder
+    there was an internal error. A lock planted above the repository is not its lock."""
+    _, repo_b = two_repos(tmp_path)
+    loop = repo_b / "loops" / "review.yaml"
+    before = loop.read_text()
+    (repo_b / "loopdsl.lock").symlink_to(loop)
+    assert invoke(["lock", "loops"], repo_b, monkeypatch).exit_code == 0
+    assert loop.read_text() == before and not (repo_b / "loopdsl.lock").is_symlink()
+    (repo_b / "loopdsl.lock").unlink()
+    os.mkfifo(repo_b / "loopdsl.lock")
+    assert invoke(["lock", "loops"], repo_b, monkeypatch).exit_code == 0  # replaced, not opened
+    (repo_b / "loopdsl.lock").unlink()
+    (repo_b / "loopdsl.lock").mkdir()
+    refused = invoke(["lock", "loops"], repo_b, monkeypatch)
+    assert refused.exit_code == 2 and "cannot write" in refused.stderr and "Traceback" not in refused.stderr
+    (repo_b / "loopdsl.lock").rmdir()
+    (tmp_path / "loopdsl.lock").write_text('{"loopdsl_lock": 1, "files": {}}')  # above repo_b's .git
+    (repo_b / ".git").mkdir(exist_ok=True)
+    unfound = invoke(["lint", "--locked", "loops"], repo_b, monkeypatch)
+    assert unfound.exit_code == 1 and "no loopdsl.lock here or in a parent folder" in unfound.stderr
+
+
 def test_lock_pins_every_file_and_show_lists_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo_a, repo_b = two_repos(tmp_path)
     written = invoke(["lock", "loops"], repo_b, monkeypatch)
