@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from .runs import (
+    LoopFileChildren,
     RunResult,
     UsageError,
     load,
@@ -140,6 +141,7 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
                        responses=StoreResponses(store, lock), use_cache=cache, asked=state.meta.get("asked"),
                        real_waits=real_waits, tool_stubs=tool_stubs,
                        notify=notify)
+    ports.children = LoopFileChildren(state.meta.get("files") or {})
     info = state.meta.get("worktree")
     if info and info.get("kept"):
         ports.git = GitWorkspace(Path(info["repo"]), Path(info["path"]), info["branch"])
@@ -262,6 +264,8 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
             raise UsageError(_diff_summary(state, changed), "resume with --force to continue against the changed files")
         compiled = compile_loop(load(state.meta["loop_path"]))
         _check_states_known(state, compiled)
+        if changed:  # forced: the files as they are now are the run's (its sub-loops are checked against them)
+            state.meta["files"] = loop_files(compiled.loop)
         workdir = Path(state.meta.get("workdir") or Path.cwd())
         info = state.meta.get("worktree")
         if info and not state.is_final:  # a completed run's work is committed, its worktree gone

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ..language.compile import CompiledLoop, compile_loop
+from ..language.diagnostics import LoopError
 from ..language.packaged_loops import child_loop_path
 from ..runtime.engine import Engine, MemoryResponses, MemoryRunLog, NoHuman, Ports, utc_now
 from ..runtime.ports import ChildLoop
@@ -29,7 +30,9 @@ from ..language.schedules import time_zone
 from ..runtime.run_state import COMPLETED, RUNNING, WAITING, RunState
 from ..adapters.otel import traced
 from ..adapters.store.run_store import RunStore
-from ..runtime.errors import StoreError
+from ..language.errors import LoopdslError
+from ..lint.lockfile import sha256_file
+from ..runtime.errors import StepFailure, StoreError
 from ..runtime.redaction import ambient_credentials, is_credential, remember
 from .store_access import UsageError, open_store
 
@@ -120,10 +123,26 @@ def _skills(loop: Loop) -> dict[str, str]:
 
 class LoopFileChildren:
     """The child-run port: a `loop:` state's file (or `pkg:` loop) loaded, linted and
-    compiled like a top-level loop, and its run state started like one."""
+    compiled like a top-level loop, and its run state started like one. A durable run gives
+    the digests it recorded at its start (`meta.files`): a sub-loop file changed since (by a
+    state of the run itself, say) is refused, as `resume` refuses one, and the record never
+    claims a digest the run did not run."""
+
+    def __init__(self, pinned: Mapping[str, str] | None = None) -> None:
+        self.pinned = pinned
 
     def open(self, parent: Loop, ref: str) -> ChildLoop:
-        child = load(child_loop_path(parent.base_dir, ref))
+        try:
+            path = child_loop_path(parent.base_dir, ref)
+            digest = self.pinned.get(str(path)) if self.pinned is not None else None
+            if digest is not None and sha256_file(path) != digest:
+                raise StepFailure("parse", f"sub-loop {ref} changed since the run started; it was not run "
+                                  "(`loopdsl resume --force` accepts the files as they are now)", fatal=True)
+            child = load(path)
+        except LoopError as exc:  # a child that no longer loads fails this state, like any step
+            raise StepFailure("parse", f"sub-loop {ref} does not load: {exc}") from None
+        except LoopdslError as exc:  # a package that is gone
+            raise StepFailure("parse", f"sub-loop {ref}: {exc.message}") from None
         return ChildLoop(compile_loop(child), _skills(child))
 
     def new_state(self, loop: Loop, run_id: str, inputs: Mapping[str, Any], meta: Mapping[str, Any]) -> RunState:

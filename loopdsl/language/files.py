@@ -115,6 +115,18 @@ def leads_outside(root: Path, path: Path) -> Path | None:
     return None if real == real_root or real_root in real.parents else real
 
 
+def leads_to_yaml(path: Path) -> str | None:
+    """None when `path`, its links followed, names a `.yaml`/`.yml` file; else the name it
+    leads to. What a loop names to import or run is a loop file: a loop from a pull request
+    importing `/proc/self/environ` (or a `.yaml` link to it) had lint print the runner's
+    environment in its error's snippet."""
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):  # a link loop
+        return path.name
+    return None if target.suffix.lower() in YAML_SUFFIXES else str(target)
+
+
 class NotARegularFile(OSError):
     """A device, FIFO or socket where a file's fixed content was wanted."""
 

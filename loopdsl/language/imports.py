@@ -18,7 +18,7 @@ from typing import Any
 
 from .agent_model import build_tool
 from .diagnostics import Diagnostic, Severity
-from .files import is_file, read_capped
+from .files import is_file, leads_to_yaml, read_capped
 from .loader import Document, load_document
 from .model import Gate, ModelAlias, YamlPath
 from .model_build import build_gate, build_model_alias
@@ -109,6 +109,12 @@ def resolve_imports(
                 doc.path, item_at, "missing-file", f'imported file "{relative}" does not exist',
                 "the path is relative to the importing file's folder"))
             continue
+        elsewhere = leads_to_yaml(source.parent / relative)
+        if elsewhere is not None:
+            result.diagnostics.append(_err(
+                doc.path, item_at, "import-invalid", f'imported file "{relative}" is not a YAML file '
+                f'(it is {elsewhere[-80:]!r})', "an import names a .yaml or .yml file of gates, models and tools"))
+            continue
         library = cache.libraries.get(file)
         if library is None:
             frame = _Frame(file, shown, (doc.path, *item_at))
@@ -129,6 +135,8 @@ def _merge(into: ImportResult, library: ImportResult, alias: str | None,
         for name, thing in table.items():
             full = (f"{alias}__" if kind == "tool" else f"{alias}.") + name if alias else name
             origin = library.origins.get((kind, name), (relative, 1, 1))
+            if full in target and into.origins.get((kind, full)) == origin:
+                continue  # the same definition again (a diamond: two imports of one shared file)
             if full in target:
                 first = into.origins.get((kind, full), (importer, 1, 1))
                 into.diagnostics.append(_err(

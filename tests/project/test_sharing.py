@@ -559,3 +559,36 @@ def test_docs_sharing_pyproject_is_the_one_the_package_tests_build_and_its_yaml_
     assert len(yamls) >= 5
     for body in yamls:
         assert YAML(typ="safe").load(body) is not None
+
+
+def test_an_import_or_a_sub_loop_must_be_a_yaml_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop from a pull request importing /proc/self/environ (or a `.yaml` link to it) had
+    lint print the runner's environment, secrets included, as the error's snippet."""
+    (tmp_path / "leak.yaml").symlink_to("/proc/self/environ")
+    (tmp_path / "passwd.yaml").symlink_to("/etc/passwd")
+    (tmp_path / "main.yaml").write_text(
+        "loopdsl: 1\nname: main\nimports: [/proc/self/environ, leak.yaml]\nstart: a\nstates:\n"
+        "  a: {loop: passwd.yaml, next: done}\n  done: {end: completed}\n")
+    monkeypatch.setenv("PROBE_TOKEN", "sk-probe-should-never-print-123")
+    linted = invoke(["lint", "main.yaml"], tmp_path, monkeypatch)
+    assert linted.exit_code == 1
+    out = linted.stdout + linted.stderr
+    assert "sk-probe" not in out and "root:" not in out and "PATH=" not in out
+    assert out.count("is not a YAML file") == 3 and "[import-invalid]" in out and "[missing-file]" in out
+
+
+def test_a_file_two_imports_share_is_not_a_clash_with_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The import-cycle hint says to move shared gates into a file both import; that diamond
+    was refused as an import-clash of the shared file with itself."""
+    (tmp_path / "base.yaml").write_text("gates:\n  base: {shell: \"true\"}\n")
+    for side in ("left", "right"):
+        (tmp_path / f"{side}.yaml").write_text(f"imports: [base.yaml]\ngates:\n  {side}: {{shell: \"true\"}}\n")
+    (tmp_path / "main.yaml").write_text(
+        "loopdsl: 1\nname: main\nimports: [left.yaml, right.yaml]\nstart: a\nstates:\n"
+        "  a: {shell: \"true\", gates: {after: [base, left, right]}, next: done}\n  done: {end: completed}\n")
+    linted = invoke(["lint", "main.yaml"], tmp_path, monkeypatch)
+    assert linted.exit_code == 0, linted.stdout
+    (tmp_path / "other.yaml").write_text("gates:\n  base: {shell: \"false\"}\n")  # a different gate of that name
+    (tmp_path / "right.yaml").write_text("imports: [other.yaml]\ngates:\n  right: {shell: \"true\"}\n")
+    clash = invoke(["lint", "main.yaml"], tmp_path, monkeypatch)
+    assert clash.exit_code == 1 and "[import-clash]" in clash.stdout

@@ -290,3 +290,34 @@ states:
     assert sorted(c["run_id"] for c in children) == [f"{result.run_id}/{long_name}/{i}" for i in (0, 1)]
     shown = CliRunner().invoke(cli, ["show", result.run_id, "--store", str(store)], catch_exceptions=False)
     assert shown.exit_code == 0 and f"{result.run_id}/{long_name}/1: completed" in shown.stdout
+
+
+_PARENT = """\
+loopdsl: 1
+name: parent
+budget: {steps: 20}
+start: edit
+states:
+  edit: {shell: "%s", next: child}
+  child: {loop: child.yaml, on_failure: fell_back, next: done}
+  fell_back: {end: failed}
+  done: {end: completed}
+"""
+_CHILD = ("loopdsl: 1\nname: child\nunattended: true\nstart: say\nstates:\n"
+          "  say: {shell: echo ORIGINAL, next: done}\n  done: {end: completed}\n")
+
+
+def test_a_sub_loop_changed_during_the_run_is_not_run(tmp_path: Path) -> None:
+    """A state of the run rewrote its sub-loop's file: the new one ran, and the run's record
+    kept the digest of the file as it was at the start. It is refused now, as `resume` refuses
+    a changed file; a child that no longer loads fails its state, which `on_failure` routes."""
+    (tmp_path / "child.yaml").write_text(_CHILD)
+    (tmp_path / "parent.yaml").write_text(_PARENT % "sed -i s/ORIGINAL/SWAPPED/ child.yaml")
+    changed = loopdsl.run(tmp_path / "parent.yaml", store=tmp_path / "store", workdir=tmp_path)
+    assert changed.status == "failed" and "changed since the run started" in changed.state.error["message"]
+    assert changed.state.path == ["edit", "child"]  # refused outright: not routed, never run
+    # In memory (nothing recorded, nothing pinned) a child that no longer loads was an internal error.
+    (tmp_path / "child.yaml").write_text(_CHILD)
+    (tmp_path / "parent.yaml").write_text(_PARENT % "rm child.yaml && mkdir child.yaml")
+    broken = loopdsl.run(tmp_path / "parent.yaml", workdir=tmp_path)
+    assert broken.status == "failed" and broken.state.path[-1] == "fell_back"  # a state failure, routed

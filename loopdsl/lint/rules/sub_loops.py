@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ...language.diagnostics import Diagnostic, Severity, format_plain
-from ...language.files import is_file
+from ...language.files import is_file, leads_to_yaml
 from ...language.model import Loop, LoopAction, State
 from ..registry import LintContext, did_you_mean, quoted_list, rule
 from .calls import loop_folder
@@ -88,6 +88,11 @@ def _child_file(ctx: LintContext, state: State, action: LoopAction,
             value=True,
             hint=f"the path is relative to the loop file's folder ({loop_folder(ctx)})",
         ))
+        return None
+    elsewhere = leads_to_yaml(file)
+    if elsewhere is not None:
+        found.append(ctx.diag("missing-file", f'sub-loop file "{action.path}" is not a YAML file (it is {elsewhere[-80:]!r})',
+                              loop_path, value=True, hint="a `loop:` state runs a .yaml or .yml loop file"))
         return None
     return file, shown
 
