@@ -24,9 +24,9 @@ from .runs import (
     new_run_state,
     open_store,
     ready_to_call_models,
-    secret_values,
     uses_model_client,
 )
+from .run_environment import secret_values
 from ..language.compile import CompiledLoop, compile_loop
 from ..language.files import read_capped
 from ..runtime.engine import Engine, utc_now

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +32,7 @@ from ..adapters.store.run_store import RunStore
 from ..language.errors import LoopdslError
 from ..lint.lockfile import sha256_file
 from ..runtime.errors import StepFailure, StoreError
-from ..runtime.redaction import ambient_credentials, is_credential, remember
+from .run_environment import ambient_credentials_of_run, command_environment, secret_values
 from .store_access import UsageError, open_store
 
 EXIT_CODES = {COMPLETED: 0, WAITING: 4}
@@ -149,37 +148,6 @@ class LoopFileChildren:
         return new_run_state(loop, run_id, inputs, meta)
 
 
-# The headers of an OTLP exporter carry the tracing back end's API key (Honeycomb's, Grafana
-# Cloud's): loopdsl's exporter uses them, a loop's commands never see them.
-_OTLP_HEADERS = re.compile(r"OTEL_EXPORTER_OTLP(_[A-Z]+)?_HEADERS", re.IGNORECASE)
-
-
-def command_environment(loop: Loop, secret_values: Mapping[str, str], workdir: Path) -> dict[str, str]:
-    # Environment variables that look like credentials reach commands only when declared as `secrets`.
-    env = {k: v for k, v in os.environ.items()
-           if not is_credential(k, v) and not k.startswith("LOOPDSL_") and not _OTLP_HEADERS.fullmatch(k)}
-    env.update(secret_values)
-    env["LOOPDSL_WORKDIR"] = str(workdir)
-    return env
-
-
-MIN_SECRET_LENGTH = 4
-
-
-def secret_values(loop: Loop) -> dict[str, str]:
-    values = {name: os.environ[name] for name in loop.secrets if os.environ.get(name)}
-    short = sorted(name for name, value in values.items() if len(value) < MIN_SECRET_LENGTH)
-    if short:
-        # Hiding every occurrence of a one- to three-character value would garble every text
-        # the run writes (field names included) while protecting nothing a guess would not find.
-        raise UsageError(
-            f"secret {', '.join(short)} has fewer than {MIN_SECRET_LENGTH} characters: loopdsl cannot "
-            "keep so short a value out of its output",
-            "set the variable to the real secret value, or remove it from the loop's `secrets:`")
-    remember(values.values())
-    return values
-
-
 def _run_date(loop: Loop) -> str:
     tz = (time_zone(loop.schedule.timezone) if loop.schedule is not None else None) or timezone.utc
     return datetime.now(tz).date().isoformat()
@@ -263,16 +231,8 @@ def make_ports(
         tool_kinds=stubbed_tool_kinds(adapter_tool_kinds(), tool_stubs),
         coding_cli=run_cli,
         notifier=WebhookNotifier() if notify and loop.notify else None,
-        inherited_secrets=_ambient_credentials(secrets),
+        inherited_secrets=ambient_credentials_of_run(secrets),
     )
-
-
-def _ambient_credentials(secrets: Mapping[str, str]) -> tuple[str, ...]:
-    """The credentials of this process's environment the loop does not declare, redacted from
-    the run's records and from what the CLI prints (`redaction.ambient_credentials`)."""
-    ambient = ambient_credentials(os.environ, secrets)
-    remember(ambient)
-    return ambient
 
 
 def stubbed_tool_kinds(kinds: dict[str, Any], stubs: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -110,7 +110,7 @@ def _connect(conn: Connection) -> Any:
 
 def serve_worker(conn: Connection, task_queue: str, heartbeat_sticky_s: float, models: bool = True,
                  grace_s: float = 0.0) -> None:
-    from ..api.runs import command_environment
+    from ..api.run_environment import command_environment
 
     worker = _adapter("worker")
     root = repo_root(Path.cwd())

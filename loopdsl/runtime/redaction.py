@@ -236,7 +236,7 @@ _AMBIENT_MIN_LENGTH = 8
 
 def ambient_credentials(environ: Mapping[str, str], declared: Iterable[str]) -> tuple[str, ...]:
     """The values of this process's credential variables a loop did not declare. Commands never
-    get them (`api.runs.command_environment`), but a command of the same user can still read
+    get them (`api.run_environment.command_environment`), but a command of the same user can still read
     them (`/proc/<loopdsl's pid>/environ`), and a model may be handed one: they are redacted
     from everything the run stores and prints, as declared secrets are."""
     skip = set(declared)
