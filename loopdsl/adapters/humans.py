@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from .terminal_safe import visible
+from ..language.terminal_safe import visible
 
 
 def who() -> str:

@@ -16,7 +16,7 @@ import sys
 
 from ..runtime.redaction import redact_printed
 from .litellm_loading import owns_process
-from .terminal_safe import visible
+from ..language.terminal_safe import visible
 
 LINE_LIMIT = 500
 MAX_LINES = 20

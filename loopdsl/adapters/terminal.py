@@ -6,7 +6,7 @@ import sys
 from typing import IO, Any, Mapping
 
 from ..runtime.run_state import RunState
-from .terminal_safe import visible
+from ..language.terminal_safe import visible
 
 
 def _money(value: Any) -> str:

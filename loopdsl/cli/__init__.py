@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from ..adapters.litellm_loading import claim_process
-from ..adapters.terminal_safe import visible
+from ..language.terminal_safe import visible
 from ..language.diagnostics import LoopError, format_text
 from ..language.errors import LoopdslError
 from ..runtime.redaction import redact_printed

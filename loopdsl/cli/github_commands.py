@@ -12,7 +12,7 @@ import click
 
 from ..adapters.git_worktree import find_repo_root
 from ..adapters.terminal import Progress, summary
-from ..adapters.terminal_safe import visible
+from ..language.terminal_safe import visible
 from ..api import runs as api
 from ..api.durable import budget_caps, decide as record_decision, resume_durable
 from ..project import github_checkpoints as checkpoints, github_trust, runs_branch, worktree_carry

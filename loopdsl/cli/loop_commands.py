@@ -6,6 +6,7 @@ import click
 from ..language.compile import machine_config
 from ..language.diagram import to_dot, to_mermaid
 from ..language.packaged_loops import installed_loops, resolve_loop_ref
+from ..language.terminal_safe import visible
 from ..lint.pipeline import load_loop
 
 
@@ -27,4 +28,4 @@ def patterns() -> None:
         click.echo("no loop packages installed (a package ships loops with an entry point in group 'loopdsl.loops')")
         return
     for item in found:
-        click.echo(f"pkg:{item.name:<28} {item.distribution} {item.version}")
+        click.echo(visible(f"pkg:{item.name:<28} {item.distribution} {item.version}"))  # names from installed files

@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import click
 
-from ..adapters.terminal_safe import visible
+from ..language.terminal_safe import visible
 from ..runtime.redaction import redact_printed
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL, EXIT_WAITING, EXIT_CHANGED = 0, 1, 2, 3, 4, 5

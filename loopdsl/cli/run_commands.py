@@ -11,7 +11,7 @@ import click
 
 from ..adapters.humans import TerminalHuman
 from ..adapters.terminal import Progress, summary
-from ..adapters.terminal_safe import visible, visible_json
+from ..language.terminal_safe import visible, visible_json
 from ..api import runs as api
 from ..api.durable import RunConflict, abort as abort_run, budget_caps, decide as record_decision, resume_durable
 from ..language.files import read_capped

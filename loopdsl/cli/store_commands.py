@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..adapters.terminal import runs_table, show_text, transcript_text
-from ..adapters.terminal_safe import visible, visible_json
+from ..language.terminal_safe import visible, visible_json
 from ..adapters.store.run_store import default_store_dir
 from ..api.records import clean as clean_worktrees, list_runs, show_run
 from ..runtime.run_state import RunState

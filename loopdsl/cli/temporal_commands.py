@@ -18,7 +18,7 @@ from typing import Any, Callable, NoReturn, Sequence
 import click
 
 from ..adapters.terminal import Progress, summary
-from ..adapters.terminal_safe import visible, visible_json
+from ..language.terminal_safe import visible, visible_json
 from ..language.errors import LoopdslError
 from ..adapters.temporal import connection
 from ..adapters.temporal.connection import ADDRESS_ENV, API_KEY_ENV, NAMESPACE_ENV, TLS_ENV, Connection

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import click
 
-from ..adapters.terminal_safe import visible
+from ..language.terminal_safe import visible
 from ..project.looptest import TestOutcome, collect, junit_xml, result_lines, run_tests, tally
 from .output import EXIT_FINDINGS, EXIT_OK, fail, write_text
 

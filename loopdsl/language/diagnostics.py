@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Iterable, Sequence
 
+from .terminal_safe import visible
+
 
 class Severity(str, Enum):
     ERROR = "error"
@@ -80,7 +82,9 @@ def format_text(diags: Iterable[Diagnostic], sources: dict[str, list[str]] | Non
             out.append(f"  {path}:{line}:{col}: note: {message}")
         if d.hint:
             out.append(f"  hint: {d.hint}")
-    return "\n".join(out)
+    # A message quotes what the files hold (an import's path, a name, a snippet of the line),
+    # and the files may be hostile: their control characters are shown, never sent.
+    return visible("\n".join(out))
 
 
 def format_json(diags: Iterable[Diagnostic]) -> str:
@@ -89,7 +93,8 @@ def format_json(diags: Iterable[Diagnostic]) -> str:
 
 def _github_escape(text: str, *, prop: bool = False) -> str:
     # GitHub workflow commands need %, CR and LF escaped; property values also : and ,
-    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    # (other control characters are shown as escapes: a job's log is a terminal too)
+    text = visible(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     if prop:
         text = text.replace(":", "%3A").replace(",", "%2C")
     return text

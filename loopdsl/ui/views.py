@@ -17,7 +17,7 @@ import jinja2
 import markupsafe
 
 from ..adapters.terminal import _money
-from ..adapters.terminal_safe import visible
+from ..language.terminal_safe import visible
 from ..runtime.redaction import redact_printed
 
 TEXT_LIMIT = 20_000  # characters of one reply or output shown; the rest is counted

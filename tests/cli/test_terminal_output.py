@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from loopdsl.adapters.terminal_safe import visible, visible_json
+from loopdsl.language.terminal_safe import visible, visible_json
 from cli_forked import loopdsl_command
 
 LOOP = Path(__file__).parents[1] / "data" / "limits" / "escapes.yaml"

@@ -592,3 +592,15 @@ def test_a_file_two_imports_share_is_not_a_clash_with_itself(tmp_path: Path, mon
     (tmp_path / "right.yaml").write_text("imports: [other.yaml]\ngates:\n  right: {shell: \"true\"}\n")
     clash = invoke(["lint", "main.yaml"], tmp_path, monkeypatch)
     assert clash.exit_code == 1 and "[import-clash]" in clash.stdout
+
+
+def test_lint_shows_the_control_characters_of_a_hostile_file_as_escapes(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An import's path (or any text lint quotes from a file) reached the terminal raw: an
+    OSC sequence retitled the window, and could write the clipboard."""
+    (tmp_path / "main.yaml").write_text(
+        'loopdsl: 1\nname: main\nimports: ["\\e]0;pwn\\a.yaml"]\nstart: a\nstates:\n  a: {end: completed}\n')
+    for fmt in ("text", "github"):
+        linted = invoke(["lint", "--format", fmt, "main.yaml"], tmp_path, monkeypatch)
+        assert linted.exit_code == 1
+        assert "\x1b" not in linted.stdout and "\x07" not in linted.stdout and "\\x1b]0;pwn\\x07" in linted.stdout
