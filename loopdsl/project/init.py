@@ -10,12 +10,13 @@ a pre-commit configuration and a README. Nothing is overwritten without `force`.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from ..language.errors import LoopdslError
-from ..language.files import leads_outside
+from ..language.files import exists, leads_outside, read_capped
 from ..language.loader import load_document
 from .install_source import InstallSource
 from .pattern_tests import generic_test, pattern_test
@@ -207,6 +208,7 @@ def scaffold(directory: Path, name: str, *, force: bool = False, loop_name: str 
             raise InitError(f"{directory / rel} leads to {elsewhere} through a symbolic link, outside "
                             f"{directory}; nothing was written",
                             "init writes only inside its folder: remove the link, or choose another folder")
+    current = _checked_targets(directory, [*files, Path(".gitignore")])
     written = []
     for rel, text in files.items():
         target = directory / rel
@@ -214,13 +216,38 @@ def scaffold(directory: Path, name: str, *, force: bool = False, loop_name: str 
         target.write_text(text, encoding="utf-8")
         written.append(rel)
     ignore = directory / ".gitignore"
-    current = ignore.read_text(encoding="utf-8") if ignore.exists() else ""
     if STORE_IGNORE not in current.split():
         # Appended, never replaced: a project's own ignores stay.
         prefix = "" if not current or current.endswith("\n") else "\n"
         ignore.write_text(current + prefix + "# loopdsl run store (runs, events, worktrees)\n" + STORE_IGNORE + "\n", encoding="utf-8")
         written.append(Path(".gitignore"))
     return written
+
+
+def _checked_targets(directory: Path, targets: list[Path]) -> str:
+    """Before anything is written: every file to write is absent or a regular file, and every
+    folder on its way a folder (a FIFO there hung init; a folder or a file named like a folder
+    was an internal error after half the files were written). Returns the current .gitignore."""
+    for rel in targets:
+        for part in [*reversed(rel.parents[:-1]), rel]:
+            path = directory / part
+            try:
+                mode = os.stat(path).st_mode  # through links: they were checked to stay inside the folder
+            except FileNotFoundError:
+                break
+            except OSError as exc:
+                raise InitError(f"cannot look at {path}: {exc.strerror or exc}; nothing was written", "") from None
+            if not (stat.S_ISREG(mode) if part == rel else stat.S_ISDIR(mode)):
+                kind = "a regular file" if part == rel else "a folder"
+                raise InitError(f"{path} is in the way: it is not {kind}; nothing was written",
+                                "move it aside, or choose another folder")
+    ignore = directory / ".gitignore"
+    try:
+        return read_capped(ignore).decode("utf-8") if exists(ignore) else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
+        raise InitError(f"cannot read {ignore}: {why}; nothing was written",
+                        "fix or move the file, then run init again") from None
 
 
 def running_install() -> InstallSource:

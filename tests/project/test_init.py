@@ -168,3 +168,28 @@ def test_a_link_out_of_the_folder_is_refused_and_nothing_is_written(tmp_path: Pa
     (project / link).symlink_to("shared" if link == "loops" else "shared/file")
     code, _, err = invoke("init", "--pip-spec", SPEC, str(project), "--pattern", "daily-triage", "--force")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("make", ["gitignore-not-utf8", "gitignore-folder", "gitignore-fifo", "loops-file",
+                                  "readme-folder", "readme-fifo"])
+def test_what_is_in_the_way_is_named_and_nothing_is_written(tmp_path: Path, make: str) -> None:
+    """A non-UTF-8 or folder `.gitignore`, or a file named `loops`, was an internal error after
+    the other files were written; a FIFO `.gitignore` or README.md made init hang."""
+    import os
+
+    project = tmp_path / "project"
+    project.mkdir()
+    what, kind = make.split("-", 1)
+    path = project / {"gitignore": ".gitignore", "loops": "loops", "readme": "README.md"}[what]
+    if kind == "not-utf8":
+        path.write_bytes(b"\xff\xfe")
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text("a file where a folder goes\n")
+    before = sorted(p.name for p in project.iterdir())
+    code, _, err = invoke("init", "--pip-spec", SPEC, str(project), "--pattern", "daily-triage", "--force")
+    assert code == 2 and "nothing was written" in err and "Traceback" not in err, err
+    assert sorted(p.name for p in project.iterdir()) == before
