@@ -6,10 +6,10 @@ entry point points at; pinning those is pip's job.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from .errors import LoopdslError
+from .files import YAML_SUFFIXES, is_dir, is_file
 
 GROUP = "loopdsl.loops"
 
@@ -34,16 +34,29 @@ def installed_loops() -> list[PackagedLoop]:
     for ep in metadata.entry_points(group=GROUP):
         dist = ep.dist.name if ep.dist else ep.name
         version = ep.dist.version if ep.dist else "?"
-        try:
-            folder = resources.files(ep.value) / "loops"
-        except (ModuleNotFoundError, TypeError):
+        folder = _package_folder(ep.value)
+        if folder is None or not is_dir(folder / "loops"):
             continue
-        if not folder.is_dir():
-            continue
-        for item in sorted(folder.iterdir(), key=lambda p: p.name):
-            if item.name.endswith((".yaml", ".yml")):
-                found.append(PackagedLoop(item.name.rsplit(".", 1)[0], Path(str(item)), dist, version))
+        for item in sorted((folder / "loops").iterdir(), key=lambda p: p.name):
+            if item.name.endswith(YAML_SUFFIXES) and is_file(item):
+                found.append(PackagedLoop(item.name.rsplit(".", 1)[0], item, dist, version))
     return found
+
+
+def _package_folder(module: str) -> Path | None:
+    """The folder of an entry point's package, found without importing it: looking up a loop
+    must run no package's code (and one broken package must not hide the others' loops)."""
+    import importlib.util
+
+    top, *rest = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name: found, not imported
+    except (ImportError, ValueError):  # no such module, or an empty or malformed name
+        return None
+    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    if not locations or not all(part.isidentifier() for part in rest):
+        return None
+    return Path(locations[0]).joinpath(*rest)
 
 
 def resolve_loop_ref(ref: str) -> Path:

@@ -604,3 +604,31 @@ def test_lint_shows_the_control_characters_of_a_hostile_file_as_escapes(tmp_path
         linted = invoke(["lint", "--format", fmt, "main.yaml"], tmp_path, monkeypatch)
         assert linted.exit_code == 1
         assert "\x1b" not in linted.stdout and "\x07" not in linted.stdout and "\\x1b]0;pwn\\x07" in linted.stdout
+
+
+def test_finding_packaged_loops_runs_no_packages_code_and_survives_a_broken_one(tmp_path: Path) -> None:
+    """Looking a loop up imported every loop package (running its code: `loopdsl lint` ran a
+    pull request's package), and one that failed to import made every `pkg:` lookup an
+    internal error."""
+    import sys
+
+    site = tmp_path / "site"
+    for name, init in (("good", ""), ("boom", f"open({str(tmp_path / 'ran')!r}, 'w').close()\nraise RuntimeError('boom')\n"),
+                       ("blank", "")):
+        info = site / f"{name}-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[loopdsl.loops]\n{name} = {'' if name == 'blank' else name + '_loops'}\n")
+        (site / f"{name}_loops" / "loops").mkdir(parents=True)
+        (site / f"{name}_loops" / "__init__.py").write_text(init)
+        (site / f"{name}_loops" / "loops" / f"{name}-check.yaml").write_text(
+            f"loopdsl: 1\nname: {name}-check\nstart: done\nstates:\n  done: {{end: completed}}\n")
+    (site / "good_loops" / "loops" / "folder.yaml").mkdir()  # not a loop file
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPDSL_")}
+    env["PYTHONPATH"] = str(site)
+    listed = subprocess.run([sys.executable, "-m", "loopdsl", "patterns"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[0] for line in listed.stdout.splitlines() if line.startswith("pkg:")]
+    assert "pkg:good-check" in names and "pkg:boom-check" in names and "pkg:folder" not in names
+    assert not (tmp_path / "ran").exists()  # found on disk, never imported
