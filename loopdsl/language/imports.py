@@ -48,6 +48,9 @@ class _Frame:
     shown: str
     imported_at: Location | None  # where the previous file imports it
 
+# Deeper than any loop needs, and far from Python's recursion limit (a 500-deep chain hit it).
+MAX_IMPORT_DEPTH = 32
+
 
 class ImportCache:
     """Libraries already resolved in this lint session, by resolved path."""
@@ -92,6 +95,11 @@ def resolve_imports(
             doc.data["imports"][index], dict) else doc.locate(("imports", index))
         file = (source.parent / relative).resolve()
         shown = display_path(doc.path, relative)
+        if len(chain) > MAX_IMPORT_DEPTH:  # each level is a few Python frames deep
+            result.diagnostics.append(_err(doc.path, item_at, "import-invalid",
+                                           f"imports nest more than {MAX_IMPORT_DEPTH} files deep here",
+                                           "import the shared file directly instead of through a chain"))
+            continue
         on_chain = next((f for f in chain if f.file == file), None)
         if on_chain is not None:
             if on_chain.imported_at is not None:

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from .report import FORMATS, PARALLEL_MIN_FILES, LintReport, is_loop_text, lint_paths, run_lint_cli
 
 INTERNAL_ERROR = "internal-error"
+# Deeper than any loop needs; shallow enough that linting the chain stays far from Python's
+# recursion limit (a 120-deep chain buried a RecursionError in its findings).
+MAX_SUB_LOOP_DEPTH = 32
 
 
 @dataclass
@@ -171,6 +174,10 @@ class LintSession:
         key = file.resolve()
         if key in self.in_progress:
             return None
+        if len(self.in_progress) >= MAX_SUB_LOOP_DEPTH:  # each level is a few Python frames deep
+            return Analysis(shown, [Diagnostic(shown, 0, 0, Severity.ERROR, "child-invalid",
+                                               f"sub-loops nest more than {MAX_SUB_LOOP_DEPTH} levels deep here",
+                                               "flatten the chain of `loop:` states")])
         if key not in self.children:
             try:
                 raw = read_capped(file)

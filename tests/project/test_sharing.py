@@ -632,3 +632,25 @@ def test_finding_packaged_loops_runs_no_packages_code_and_survives_a_broken_one(
     names = [line.split()[0] for line in listed.stdout.splitlines() if line.startswith("pkg:")]
     assert "pkg:good-check" in names and "pkg:boom-check" in names and "pkg:folder" not in names
     assert not (tmp_path / "ran").exists()  # found on disk, never imported
+
+
+def test_long_chains_of_imports_and_sub_loops_are_refused_not_a_recursion_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 500-deep import chain was an internal RecursionError; a 120-deep chain of sub-loops
+    buried one in 22 kB of nested findings."""
+    for i in range(1, 41):
+        (tmp_path / f"l{i}.yaml").write_text(f"imports: [l{i + 1}.yaml]\ngates:\n  g{i}: {{shell: \"true\"}}\n")
+    (tmp_path / "l41.yaml").write_text("gates:\n  g41: {shell: \"true\"}\n")
+    (tmp_path / "main.yaml").write_text(
+        "loopdsl: 1\nname: m\nimports: [l1.yaml]\nstart: a\nstates:\n  a: {end: completed}\n")
+    imported = invoke(["lint", "main.yaml"], tmp_path, monkeypatch)
+    assert imported.exit_code == 1 and "imports nest more than 32 files deep here [import-invalid]" in imported.stdout
+    for i in range(40):
+        (tmp_path / f"c{i}.yaml").write_text(f"loopdsl: 1\nname: c{i}\nunattended: true\nstart: c\nstates:\n"
+                                             f"  c: {{loop: c{i + 1}.yaml, next: done}}\n  done: {{end: completed}}\n")
+    (tmp_path / "c40.yaml").write_text("loopdsl: 1\nname: c40\nunattended: true\nstart: done\nstates:\n"
+                                       "  done: {end: completed}\n")
+    nested = invoke(["lint", "c0.yaml"], tmp_path, monkeypatch)
+    assert nested.exit_code == 1 and "internal" not in nested.stdout and "Recursion" not in nested.stdout
+    assert "[child-invalid]" in nested.stdout and len(nested.stdout) < 5000
+    assert "sub-loops nest more than 32 levels deep here" in nested.stdout  # the cause, at the end of the nesting

@@ -117,11 +117,11 @@ def _lint_child(ctx: LintContext, state: State, action: LoopAction, found: list[
         return None
     errors = [d for d in child.diagnostics if d.is_error]
     if errors:
-        related = tuple((d.path, d.line, d.col, f"{d.message} [{d.rule}]") for d in errors[:3])
+        related = tuple((d.path, d.line, d.col, _short(f"{d.message} [{d.rule}]")) for d in errors[:3])
         found.append(ctx.diag(
             "child-invalid",
             f'sub-loop "{action.path}" does not lint: {len(errors)} error{"s" if len(errors) != 1 else ""} '
-            f"(first: {format_plain(errors[0])})",
+            f"(first: {_short(_cause(errors[0]))})",
             loop_path,
             value=True,
             hint=f"run `loopdsl lint {shown}` and fix it",
@@ -165,3 +165,23 @@ def _with_values(ctx: LintContext, state: State, action: LoopAction, child: Loop
             hint="add " + ", ".join(f"`{n}: ...`" for n in missing) + " under `with:`",
         )
 
+
+def _short(text: str) -> str:
+    """A child's finding quoted in its parent's, cut: a hostile file's may be long."""
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _cause(first: Diagnostic) -> str:
+    """A child's first error, as its parent quotes it: when that is itself a sub-loop's
+    `child-invalid`, the finding deepest in the chain (each level quoted the next whole, and a
+    long chain of sub-loops buried the cause in kilobytes of nesting)."""
+    text = format_plain(first)
+    if first.rule != "child-invalid" or "(first: " not in text:
+        return text
+    inner = text.rsplit("(first: ", 1)[1]
+    while inner.endswith(") [child-invalid]"):
+        inner = inner[:-len(") [child-invalid]")]
+    return _DEEPER + inner.removeprefix(_DEEPER)
+
+
+_DEEPER = "in its own sub-loops: "
