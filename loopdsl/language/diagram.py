@@ -23,18 +23,20 @@ def to_mermaid(loop: Loop, config: MachineConfig) -> str:
         pass
 
     model = _Model()
-    machine = GraphMachine(
+    # Every transition is given to the constructor, before the model is added: added one by
+    # one to a machine with a model, each redraws the whole graph (3,000 states took a minute).
+    # Guards are shown by their source text; the graph machine never evaluates them.
+    GraphMachine(
         model=model,
         states=list(config.states),
+        transitions=[{"trigger": trigger, "source": source, "dest": dest, "conditions": [when] if when else []}
+                     for trigger, source, dest, when in config.transitions],
         initial=config.initial,
         auto_transitions=False,
         graph_engine="mermaid",
         show_conditions=True,
         title=loop.name,
     )
-    for trigger, source, dest, when in config.transitions:
-        # Guards are shown by their source text; the graph machine never evaluates them.
-        machine.add_transition(trigger, source, dest, conditions=[when] if when else [])
     text = model.get_graph().draw(None)  # type: ignore[attr-defined]
     lines = [ln for ln in text.splitlines() if not ln.strip().startswith(_STYLE_PREFIXES)]
     lines.extend(f"  {name} --> [*]" for name in config.final)
