@@ -7,7 +7,7 @@ from typing import Sequence
 from ..language.diagnostics import Diagnostic, LoopError
 from ..language.model import Loop
 from ..lint.lockfile import LOCK_NAME, check_locked, find_lock, write_lock
-from ..lint.pipeline import load_loop
+from ..lint.pipeline import LintSession
 from ..lint.report import is_loop_text
 from ..language.errors import LoopdslError
 from ..language.files import YAML_SUFFIXES, is_dir, leads_outside, read_head, walk
@@ -31,12 +31,13 @@ def loop_files(paths: Sequence[str | Path]) -> list[Path]:
     return found
 
 
-def loadable_loops(files: Sequence[Path]) -> list[tuple[str, Loop]]:
+def loadable_loops(files: Sequence[Path], session: LintSession | None = None) -> list[tuple[str, Loop]]:
     """(path, loop) for each file that loads; the others are lint's to report."""
+    session = session if session is not None else LintSession()
     loops = []
     for file in files:
         try:
-            loops.append((str(file), load_loop(file)))
+            loops.append((str(file), session.loop_at(file)))
         except LoopError:
             continue
     return loops
@@ -49,12 +50,14 @@ def check_lock(paths: Sequence[str]) -> list[Diagnostic]:
     if lock_path is None:
         raise LoopdslError(f"--locked: no {LOCK_NAME} here or in a parent folder", "run `loopdsl lock` first",
                          exit_code=EXIT_FINDINGS)
-    return check_locked(loadable_loops(loop_files(paths)), lock_path)
+    session = LintSession()  # every file linted once, however many of the loops use it
+    return check_locked(loadable_loops(loop_files(paths), session), lock_path, session)
 
 
 def lock(paths: Sequence[str], where: Path) -> tuple[Path, int]:
     """Write the lock file in `where` for the loops under `paths`; its path and how many loops."""
-    loops = loadable_loops(loop_files(paths))
+    session = LintSession()
+    loops = loadable_loops(loop_files(paths), session)
     if not loops:
         raise LoopdslError(f"no loadable loop files under {', '.join(paths)}",
                          "lint them: `loopdsl lint " + " ".join(paths) + "`")
@@ -63,7 +66,7 @@ def lock(paths: Sequence[str], where: Path) -> tuple[Path, int]:
         raise LoopdslError(f"{where / LOCK_NAME} is a symbolic link to {elsewhere}, outside {where}; nothing was written",
                            "remove the link, then run `loopdsl lock` again")
     try:
-        return write_lock([loop for _, loop in loops], where), len(loops)
+        return write_lock([loop for _, loop in loops], where, session), len(loops)
     except OSError as exc:  # a folder of that name, a read-only checkout
         raise LoopdslError(f"cannot write {where / LOCK_NAME}: {exc.strerror or exc}",
                            "remove what is in the way, or run `loopdsl lock` where you may write") from None

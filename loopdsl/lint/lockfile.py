@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ..language import bounded_json
 from ..language.diagnostics import Diagnostic, Severity
 from ..language.files import exists, file_sha256, is_file, read_capped
 from ..language.model import LlmAction, Loop, LoopAction
+
+if TYPE_CHECKING:
+    from .pipeline import LintSession
 
 LOCK_NAME = "loopdsl.lock"
 LOCK_VERSION = 1
@@ -29,19 +32,20 @@ def sha256_file(path: Path) -> str:
         return "missing"
 
 
-def _imported_files(source: Path) -> list[Path]:
+def _imported_files(source: Path, session: LintSession) -> list[Path]:
     """The files a loop file imports, transitively, as lint resolves them."""
-    from .pipeline import LintSession
-
-    imported = LintSession().lint_file(source).imported
+    analysis = session.children.get(source.resolve()) or session.lint_file(source)
+    imported = analysis.imported
     return list(imported.files) if imported is not None else []
 
 
-def dependencies(loop: Loop, _seen: set[Path] | None = None) -> dict[str, str]:
-    """Resolved path -> sha256 of every file `loop` depends on ("pkg:" entries: dist==version)."""
-    from .pipeline import load_loop
+def dependencies(loop: Loop, _seen: set[Path] | None = None, session: LintSession | None = None) -> dict[str, str]:
+    """Resolved path -> sha256 of every file `loop` depends on ("pkg:" entries: dist==version).
+    Give a `session` to share the linting of files several loops use."""
+    from .pipeline import LintSession
     from ..language.packaged_loops import child_loop_path, installed_loops
 
+    session = session if session is not None else LintSession()
     seen = _seen if _seen is not None else set()
     files: dict[str, str] = {}
     if loop.source is not None:
@@ -52,7 +56,7 @@ def dependencies(loop: Loop, _seen: set[Path] | None = None) -> dict[str, str]:
         files[str(src)] = sha256_file(src)
     base = loop.base_dir
     if loop.source is not None and loop.imports:
-        for path in _imported_files(loop.source):
+        for path in _imported_files(loop.source, session):
             files[str(path.resolve())] = sha256_file(path)
     for state in loop.states.values():
         action = state.action
@@ -67,19 +71,19 @@ def dependencies(loop: Loop, _seen: set[Path] | None = None) -> dict[str, str]:
                 continue
             child_path = child_loop_path(base, action.path)
             try:
-                child = load_loop(child_path)
+                child = session.loop_at(child_path)
             except Exception:  # a child that does not load is lint's to report; pin its bytes
                 files[str(child_path)] = sha256_file(child_path)
                 continue
-            files.update(dependencies(child, seen))
+            files.update(dependencies(child, seen, session))
     return files
 
 
-def write_lock(loops: Iterable[Loop], where: Path) -> Path:
+def write_lock(loops: Iterable[Loop], where: Path, session: LintSession | None = None) -> Path:
     """Write `loopdsl.lock` in `where`, paths relative to it; returns its path."""
     entries: dict[str, str] = {}
     for loop in loops:
-        for path, digest in dependencies(loop).items():
+        for path, digest in dependencies(loop, session=session).items():
             entries[_relative(path, where)] = digest
     lock = where / LOCK_NAME
     text = json.dumps({"loopdsl_lock": LOCK_VERSION, "files": dict(sorted(entries.items()))}, indent=2) + "\n"
@@ -124,7 +128,8 @@ def _locked_files(lock_path: Path) -> dict[str, str]:
     return files
 
 
-def check_locked(loops: Iterable[tuple[str, Loop]], lock_path: Path) -> list[Diagnostic]:
+def check_locked(loops: Iterable[tuple[str, Loop]], lock_path: Path,
+                 session: LintSession | None = None) -> list[Diagnostic]:
     """Diagnostics for files that changed, or were never locked, since `loopdsl lock`."""
     try:
         locked = _locked_files(lock_path)
@@ -135,7 +140,7 @@ def check_locked(loops: Iterable[tuple[str, Loop]], lock_path: Path) -> list[Dia
     where = lock_path.parent
     problems: list[Diagnostic] = []
     for shown, loop in loops:
-        for path, digest in dependencies(loop).items():
+        for path, digest in dependencies(loop, session=session).items():
             key = _relative(path, where)
             if key not in locked:
                 problems.append(Diagnostic(shown, 1, 1, Severity.ERROR, "lock-missing",

@@ -85,6 +85,13 @@ class LintSession:
         self.in_progress: set[Path] = set()
         self.sources: dict[str, list[str]] = {}
 
+    def loop_at(self, path: Path) -> Loop:
+        """`load_loop` within this session: a file it already linted (as a sub-loop of another,
+        say) is not linted again. `loopdsl lock` of a 30-deep chain of sub-loops linted each
+        child once per ancestor: 15.7 s, where `lint` took 0.4 s."""
+        analysis = self.children.get(path.resolve())
+        return loop_of(analysis if analysis is not None else self.lint_file(path, str(path)), path)
+
     # ------------------------------------------------------------ one file
     def analyze(self, path: str, text: str | bytes, source: Path) -> Analysis:
         key = source.resolve()
