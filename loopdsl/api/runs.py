@@ -128,7 +128,12 @@ class LoopFileChildren:
     claims a digest the run did not run."""
 
     def __init__(self, pinned: Mapping[str, str] | None = None) -> None:
+        from ..lint.pipeline import LintSession  # as in `load`: the API's import does not lint
+
         self.pinned = pinned
+        # One session for the run: a sub-loop is linted once, not again under each of its
+        # ancestors (a chain of sub-loops cost the square of its depth).
+        self._session = LintSession()
 
     def open(self, parent: Loop, ref: str) -> ChildLoop:
         try:
@@ -137,7 +142,7 @@ class LoopFileChildren:
             if digest is not None and sha256_file(path) != digest:
                 raise StepFailure("parse", f"sub-loop {ref} changed since the run started; it was not run "
                                   "(`loopdsl resume --force` accepts the files as they are now)", fatal=True)
-            child = load(path)
+            child = self._session.loop_at(path)
         except LoopError as exc:  # a child that no longer loads fails this state, like any step
             raise StepFailure("parse", f"sub-loop {ref} does not load: {exc}") from None
         except LoopdslError as exc:  # a package that is gone
