@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import sys
 
+from ..language.terminal_safe import visible
 from ..runtime.redaction import redact_printed
 from .litellm_loading import owns_process
-from ..language.terminal_safe import visible
 
 LINE_LIMIT = 500
 MAX_LINES = 20
