@@ -78,6 +78,7 @@ class TokenGate:
                        send: Callable[..., Awaitable[Any]]) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        send = _with_security_headers(send)
         request = Request(scope)
         if not self.token:
             # Without a token only loopback names may reach it: a web page whose domain was
@@ -103,6 +104,20 @@ class TokenGate:
             response = _refuse("401: this loopdsl ui needs its token: open the link with ?token=TOKEN once, or send "
                                f"the {TOKEN_HEADER} header", 401)
         await response(scope, receive, send)
+
+
+def _with_security_headers(send: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """`send` that gives every response the security headers it lacks: the web stack's own
+    (its 404, 405 and 500, a redirect) as well as the pages'."""
+    async def sending(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers") or [])
+            present = {name.lower() for name, _ in headers}
+            headers += [(k.lower().encode(), v.encode()) for k, v in HEADERS.items() if k.lower().encode() not in present]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
 
 
 def _list(settings: UiSettings) -> Callable[[Request], Awaitable[Response]]:

@@ -166,6 +166,9 @@ def test_the_list_filters_by_status_and_loop_and_pages_newest_first(tmp_path: Pa
     assert _listed(_request(base + "/?status=waiting&loop=a")[2]) == waiting_a
     assert _listed(_request(base + "/?loop=nope")[2]) == []
     assert _request(base + "/?offset=banana")[0] == 200
+    # The web stack's own answers (an unknown path, a wrong method) carry the headers too.
+    for answer in (_request(base + "/no/such/page"), _request(base + "/", {"x": "y"})):
+        assert answer[0] in (404, 405) and {"content-security-policy", "x-frame-options"} <= {k.lower() for k in answer[1]}
     # The store damaged under the running server: a message and a 500, once an internal error.
     with open(store / "cache.db", "r+b") as database:
         database.write(b"not a database" * 400)
