@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import difflib
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -34,7 +33,7 @@ from ..adapters.otel import traced
 from ..runtime.notify import notify_engine, notify_run
 from ..runtime.publish_apply import publish_pending
 from .publishing import publish_engine
-from ..runtime.redaction import Redactor, ambient_credentials
+from ..runtime.redaction import Redactor, without_own_credentials
 from ..adapters.webhook import WebhookNotifier
 from ..adapters.coding_cli_home import sweep_dead_makers_homes
 from ..runtime.run_state import (ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events,
@@ -326,7 +325,7 @@ def decide(run_ref: str, choice: str, comment: str = "", *, store: str | Path | 
                 )
         # A person may paste a credential in a comment; this process read no loop's secrets, but
         # knows the credentials of its own environment (a CI job's token, a provider key).
-        comment = Redactor(ambient_credentials(os.environ, ())).error(comment)
+        comment = without_own_credentials(comment)
         state.decision = decision(choice, comment, by=by)
         state.seq += 1
         event = {"seq": state.seq, "t": utc_now(), "type": "decision", "state": waiting["state"], **state.decision}

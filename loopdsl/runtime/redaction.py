@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -243,6 +244,13 @@ def ambient_credentials(environ: Mapping[str, str], declared: Iterable[str]) -> 
     return tuple(sorted({value for name, value in environ.items()
                          if name not in skip and len(value) >= _AMBIENT_MIN_LENGTH and not value.startswith("/")
                          and not any(c.isspace() for c in value) and is_credential(name, value)}))
+
+
+def without_own_credentials(text: str) -> str:
+    """What a person typed (a decision's comment) cleared of the credentials of this process's
+    own environment, and of any run of 8 characters of one: a process that records a decision
+    read no loop's secrets, but a CI job's token or a provider key may be pasted."""
+    return Redactor(ambient_credentials(os.environ, ())).error(text)
 
 
 def remember(values: Iterable[str]) -> None:

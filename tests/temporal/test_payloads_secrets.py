@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ BIG = """\
 loopdsl: 1
 name: big
 secrets: [DEPLOY_TOKEN]
+inputs: {x: {type: string, default: ""}}
 start: shout
 states:
   shout:
@@ -36,17 +38,24 @@ states:
       cmd: "echo token=$DEPLOY_TOKEN; echo \\"$DEPLOY_TOKEN\\" | wc -c"
       env: {DEPLOY_TOKEN: "{{ secrets.DEPLOY_TOKEN }}"}
     idempotent: true
+    next: probe
+  probe:
+    shell:
+      argv: [python3, -c, "import os, sys; print(sys.argv[1], os.environ['V'])", "{{ inputs.x }}"]
+      env: {V: "{{ inputs.x }}"}
+    idempotent: true
     next: done
   done:
     end: completed
-    output: {out_len: "{{ shout.stdout | length }}", cut: "{{ 'bytes cut' in shout.stdout }}", token: "{{ token.stdout }}"}
+    output: {out_len: "{{ shout.stdout | length }}", cut: "{{ 'bytes cut' in shout.stdout }}", token: "{{ token.stdout }}",
+             probe: "{{ probe.stdout }}"}
 """
 
 
-def _run(repo: Path, workers: Workers, **env: str) -> dict[str, Any]:
+def _run(repo: Path, workers: Workers, *args: str, **env: str) -> dict[str, Any]:
     out = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--json",
-                  "--quiet", cwd=repo, **env)
-    assert out.returncode in (0, 1), out.stderr
+                  "--quiet", *args, cwd=repo, **env)
+    assert out.returncode in (0, 1, 4), out.stderr  # 4: waiting for a person
     return dict(json.loads(out.stdout.splitlines()[-1]))
 
 
@@ -62,20 +71,26 @@ def test_output_is_cut_to_fit_and_a_secret_never_enters_the_history(tmp_path: Pa
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "loop.yaml").write_text(BIG)
-    workers.start(repo, models=False, DEPLOY_TOKEN=SECRET)  # the worker's environment holds the value
-    summary = _run(repo, workers)
+    # The worker's environment holds the value, and another variable the loop does not declare.
+    workers.start(repo, models=False, DEPLOY_TOKEN=SECRET, WORKER_ONLY="w0rker-only-Value-77")
+    # An input that looks like a placeholder stays text: it once put any of the worker's
+    # variables into a command's argv and env.
+    hostile = "@@loopdsl-secret:WORKER_ONLY@@ @@loopdsl-secret:x:DEPLOY_TOKEN@@ @@loopdsl-secret:x:WORKER_ONLY@@"
+    summary = _run(repo, workers, "--input", f"x={hostile}")
     assert summary["status"] == "completed", summary
     outputs = summary["outputs"]
     assert FIELD_LIMIT // 2 < int(outputs["out_len"]) <= FIELD_LIMIT + 100  # cut to the limit, head and tail kept
     assert outputs["cut"] is True  # the cut is marked in the text
     # The command got the value (its length: 23 characters and a newline), and what it printed is redacted.
     assert outputs["token"] == "token=***\n24\n", outputs["token"]
+    assert outputs["probe"] == f"{hostile} {hostile}\n", outputs["probe"]
 
     events = asyncio.run(_history_bytes(workers.address, summary["run_id"]))
     assert max(len(e) for e in events) < FIELD_LIMIT * 2 + 64 * 1024, "an event larger than its two cut fields"
     everything = b"".join(events)
     assert SECRET.encode() not in everything
-    assert b"@@loopdsl-secret:DEPLOY_TOKEN@@" in everything  # the name travels, not the value
+    assert re.search(rb"@@loopdsl-secret:[0-9a-f-]{36}:DEPLOY_TOKEN@@", everything)  # the name travels, not the value
+    assert b"w0rker-only" not in everything
     replay(workers.address, summary["run_id"], repo)
 
 
@@ -154,3 +169,42 @@ def test_a_no_models_worker_refuses_a_real_model_call(tmp_path: Path, workers: W
     shown = loopdsl("show", summary["run_id"], "--temporal", workers.address, "--json", cwd=repo)
     message = json.loads(shown.stdout)["run"]["error"]["message"]
     assert "state 'ask' calls a model" in message and "--no-models" in message, message
+
+
+CREDENTIAL_ECHO = """\
+loopdsl: 1
+name: echo-credential
+models:
+  m: {{model: openai/gpt-4o-mini, api_base: "{api_base}", max_tokens: 50}}
+start: ask
+states:
+  ask:
+    llm: {{model: m, prompt: "what do you know?"}}
+    next: check
+  check:
+    checkpoint: {{message: "go on?"}}
+    next: done
+  done: {{end: completed, output: {{said: "{{{{ ask.text }}}}"}}}}
+"""
+
+
+def test_a_workers_credential_in_a_reply_or_a_comment_never_reaches_the_history(tmp_path: Path,
+                                                                                 workers: Workers) -> None:
+    """A model reply quoting a credential of the worker's environment went into the history as
+    it was (the local backend redacts it), and so did a credential pasted in a decision's comment."""
+    worker_key, ci_token = "sk-worker-Key-0123456789abcdef", "ghp_CiToken0123456789abcdefABCDEF"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    with StubServer() as stub:
+        stub.reply_text(f"the key is {worker_key} ok", prompt_tokens=10, completion_tokens=5)
+        (repo / "loop.yaml").write_text(CREDENTIAL_ECHO.format(api_base=stub.api_base))
+        workers.start(repo, OPENAI_API_KEY=worker_key)
+        waiting = _run(repo, workers)
+        assert waiting["status"] == "waiting", waiting
+        approved = loopdsl("approve", waiting["run_id"], "--temporal", workers.address, "--comment",
+                           f"token {ci_token} is fine", cwd=repo, GH_TOKEN=ci_token)
+        assert approved.returncode == 0, approved.stderr
+        shown = loopdsl("show", waiting["run_id"], "--temporal", workers.address, "--json", cwd=repo)
+    assert "the key is *** ok" in shown.stdout and "token *** is fine" in shown.stdout, shown.stdout[-2000:]
+    everything = b"".join(asyncio.run(_history_bytes(workers.address, waiting["run_id"])))
+    assert worker_key.encode() not in everything and ci_token.encode() not in everything

@@ -224,8 +224,11 @@ class LoopActivities:
             except ProviderError as exc:
                 return {"error": {"kind": exc.kind, "message": exc.message, "retry_after": exc.retry_after,
                                   "billed": exc.billed}}
+        # A reply may quote a credential of this worker's environment (the model was handed
+        # one, or guessed it from a file): the history keeps the reply, so it is redacted here.
+        reply = sealed.redactor({}).redact_obj(asdict(response))
         try:
-            return fitted({"response": asdict(response)}, f"model call of state '{state}'", cut=False)
+            return fitted({"response": reply}, f"model call of state '{state}'", cut=False)
         except PayloadTooLarge as exc:  # paid, but too big to keep: the engine charges it and fails the attempt
             return {"error": {"kind": "server_error", "message": str(exc), "retry_after": None, "billed": True}}
 
@@ -238,11 +241,12 @@ class LoopActivities:
             cwd = confined_cwd(workdir, req["cwd"])
         except CwdOutsideWorkspace as exc:
             return {"cwd_error": str(exc)}
-        named = sealed.named_in([*req["env"].values(), *(req.get("argv") or [])])
+        seal, declared = str(req.get("seal") or ""), set(req.get("secrets") or ())
+        named = sealed.named_in([*req["env"].values(), *(req.get("argv") or [])], seal) & declared
         secrets = sealed.values_for(named)
         env = {**self.base_env(), "LOOPDSL_WORKDIR": str(workdir),
-               **{k: sealed.unseal(v) for k, v in req["env"].items()}}
-        argv = [sealed.unseal(a) for a in req["argv"]] if req.get("argv") is not None else None
+               **{k: sealed.unseal(v, seal, declared) for k, v in req["env"].items()}}
+        argv = [sealed.unseal(a, seal, declared) for a in req["argv"]] if req.get("argv") is not None else None
         started: list[Any] = []
         async with _heartbeating(_beat_interval()):
             result = await run_command(script=req.get("script"), argv=argv, cwd=cwd, env=env,

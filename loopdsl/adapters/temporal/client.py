@@ -9,6 +9,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFail
 from temporalio.service import RPCError
 
 from ...language.errors import LoopdslError
+from ...runtime.redaction import without_own_credentials
 from .connection import Connection
 from .wire import DECIDE_UPDATE, PROGRESS_QUERY, WORKFLOW
 
@@ -98,6 +99,9 @@ async def decide(client: Client, run_id: str, choice: str, comment: str, by: str
                             f"`loopdsl show {run_id} --temporal ...` shows where the run is")
     update_id = f"{run_id}/{waiting.get('state', '-')}/{(state.get('visits') or {}).get(waiting.get('state'), 0)}"
     update_id += "/force" if force else ""  # a refused unforced decision keeps its id's outcome
+    # As locally (api.durable.decide): a credential of this process's environment pasted in a
+    # comment never reaches the history.
+    comment = without_own_credentials(comment)
     try:
         return await handle.execute_update(DECIDE_UPDATE, {"decision": choice, "comment": comment, "by": by,
                                                            "force": force},

@@ -215,9 +215,10 @@ class LoopWorkflow(ChildSignals):
         workdir = root / worktree["path"] if worktree else root
         return Ports(provider=lambda: model, run_log=WorkflowRunLog(self._at_commit), responses=MemoryResponses(),
                      human=WorkflowHuman(scripted, self.clock), workdir=workdir, env={}, skills=loaded.skills,
-                     secret_values=placeholders(loaded.compiled.loop.secrets),
+                     secret_values=placeholders(loaded.compiled.loop.secrets, workflow.info().run_id),
                      listeners=[self.events.append], clock=self.clock,
-                     shell=WorkflowShell(self, root, workdir, heartbeat_s), keep_events=False,
+                     shell=WorkflowShell(self, root, workdir, heartbeat_s, loaded.compiled.loop.secrets),
+                     keep_events=False,
                      children=self.children, git=WorkflowGit(worktree, heartbeat_s) if worktree.get("branch") else None,
                      confine_cwd=lambda base, cwd: base / named_cwd(cwd),
                      tool_kinds=remote_kinds(self._run_arg(workdir, root), lambda t: activity_options(heartbeat_s, t)))
