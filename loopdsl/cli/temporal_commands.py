@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -22,8 +23,9 @@ from ..language.terminal_safe import visible, visible_json
 from ..language.errors import LoopdslError
 from ..adapters.temporal import connection
 from ..adapters.temporal.connection import ADDRESS_ENV, API_KEY_ENV, NAMESPACE_ENV, TLS_ENV, Connection
+from ..runtime.redaction import redact_printed
 from ..runtime.run_state import RunState
-from .output import EXIT_USAGE
+from .output import EXIT_INTERNAL, EXIT_USAGE
 
 _CONNECTION_OPTIONS = (
     click.option("--temporal", "temporal", envvar=ADDRESS_ENV, metavar="HOST:PORT",
@@ -85,10 +87,23 @@ def _run(main: Any) -> Any:
     try:
         return asyncio.run(main)
     except LoopdslError as exc:
-        click.echo(visible(f"loopdsl: error: {exc.message}"), err=True)
-        if exc.hint:
-            click.echo(visible(f"  hint: {exc.hint}"), err=True)
-        leave(exc.exit_code)
+        _fail(exc.message, exc.hint, exc.exit_code)
+    except Exception as exc:
+        from temporalio.service import RPCError  # the client's own error type (an optional extra)
+
+        if not isinstance(exc, RPCError):
+            _fail(f"internal error: {type(exc).__name__}: {exc}", "please report it", EXIT_INTERNAL)
+        # The server refused what it was asked: a namespace it does not have, a task queue name
+        # or an input over its limits.
+        _fail(f"the Temporal server refused: {exc.message}",
+              "check the address, the namespace and the task queue, and what the run was given", EXIT_USAGE)
+
+
+def _fail(message: str, hint: str, code: int) -> NoReturn:
+    click.echo(visible(redact_printed(f"loopdsl: error: {message}")), err=True)
+    if hint:
+        click.echo(visible(f"  hint: {hint}"), err=True)
+    leave(code)
 
 
 def leave(code: int) -> NoReturn:
@@ -190,9 +205,25 @@ def _request(model: Any, loop_ref: str, script: str | None, values: dict[str, An
     files = dict(loops.load(loop_path, script_path).files)
     return {"loop_path": loop_path, "script": script_path, "inputs": values, "files": files,
             "date": _run_date(model), "force": force,
-            "heartbeat_s": float(os.environ.get("LOOPDSL_TEMPORAL_HEARTBEAT_S", "30")),
+            "heartbeat_s": _env_number("LOOPDSL_TEMPORAL_HEARTBEAT_S", 30, 1, 3600),
             # Events a history holds before the run continues as new (default in the workflow).
-            "max_history_events": int(os.environ.get("LOOPDSL_TEMPORAL_HISTORY_EVENTS", "0")) or None}
+            "max_history_events": int(_env_number("LOOPDSL_TEMPORAL_HISTORY_EVENTS", 0, 0, 1_000_000)) or None}
+
+
+def _env_number(name: str, default: float, low: float, high: float) -> float:
+    """A number from the environment within [low, high] (a NaN or negative heartbeat once left
+    a started run failing every workflow task, for good)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not low <= value <= high:  # NaN too
+        raise LoopdslError(f"{name}={raw[:40]!r} is not a number from {low:g} to {high:g}",
+                           f"unset it for the default ({default:g})")
+    return value
 
 
 def start_run(loop_ref: str, values: dict[str, Any], script: str | None, *, conn: Connection,

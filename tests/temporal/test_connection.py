@@ -89,3 +89,22 @@ def test_the_address_and_api_key_come_from_the_environment_and_stay_out_of_histo
         assert KEY not in text  # ... but not the key that authenticated the worker and the CLI
     workers.stop_all()
     assert KEY not in worker.err_text()
+
+
+def test_what_the_server_refuses_and_bad_settings_are_clear_errors(tmp_path: Path, workers: Workers) -> None:
+    """A namespace the server lacks, a task queue name over its limit, a port out of range and
+    a heartbeat that is not a number were internal errors (exit 3), some after the run started;
+    a NaN heartbeat left a started run failing every workflow task for good."""
+    (tmp_path / "loop.yaml").write_text(LOOP)
+    for args, said, code in (
+        (["runs", "--temporal", workers.address, "--namespace", "no-such-namespace"], "the Temporal server refused", 2),
+        (["run", "loop.yaml", "--temporal", workers.address, "--task-queue", "q" * 2000],
+         "the Temporal server refused", 2),
+        (["runs", "--temporal", "127.0.0.1:99999"], "cannot reach the Temporal server", 3),
+    ):
+        out = loopdsl(*args, cwd=tmp_path, timeout=60)
+        assert out.returncode == code and said in out.stderr and "internal error" not in out.stderr, out.stderr
+    for value in ("nan", "-5", "abc"):
+        out = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, cwd=tmp_path,
+                      timeout=60, LOOPDSL_TEMPORAL_HEARTBEAT_S=value)
+        assert out.returncode == 2 and "LOOPDSL_TEMPORAL_HEARTBEAT_S" in out.stderr and "started" not in out.stderr, out.stderr

@@ -65,3 +65,35 @@ def test_a_long_run_continues_as_new_at_state_boundaries(tmp_path: Path, workers
     assert [e["type"] for e in events].count("enter") == 13  # the follower saw every execution's events
     assert asyncio.run(_executions(workers.address, summary["run_id"])) >= 3
     replay(workers.address, summary["run_id"], repo)  # the last execution, from its carried state
+
+
+CARRIED = """\
+loopdsl: 1
+name: heavy
+inputs: {blob: {type: string}}
+start: one
+states:
+  one: {shell: "true", idempotent: true, next: two}
+  two: {shell: "true", idempotent: true, next: three}
+  three: {shell: "true", idempotent: true, next: done}
+  done: {end: completed}
+"""
+
+
+def test_a_state_too_large_to_carry_into_a_new_history_ends_the_run_failed_not_stuck(tmp_path: Path,
+                                                                                     workers: Workers) -> None:
+    """At a continue-as-new over the payload limit (a 1.2 MB input is carried twice, in the
+    request and in the run), the server refused the new run's input and every workflow task
+    failed from then on: the run never ended. Now it ends `failed`, saying why."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "loop.yaml").write_text(CARRIED)
+    (repo / "inputs.json").write_text(json.dumps({"blob": "x" * 1_200_000}))
+    workers.start(repo, models=False)
+    out = loopdsl("run", "loop.yaml", "--inputs", "inputs.json", "--temporal", workers.address, "--task-queue",
+                  workers.queue, "--json", "--quiet", cwd=repo, LOOPDSL_TEMPORAL_HISTORY_EVENTS="5", timeout=60)
+    assert out.returncode == 1, out.stderr[-2000:]
+    summary = json.loads(out.stdout.splitlines()[-1])
+    assert summary["status"] == "failed"
+    shown = json.loads(loopdsl("show", summary["run_id"], "--temporal", workers.address, "--json", cwd=repo).stdout)
+    assert "more than a Temporal workflow can carry into a new history" in shown["run"]["error"]["message"]

@@ -28,7 +28,7 @@ class TemporalError(LoopdslError):
 async def connect(conn: Connection, timeout_s: float = 5.0) -> Client:
     try:
         return await asyncio.wait_for(Client.connect(conn.address, **conn.client_kwargs()), timeout_s)
-    except (asyncio.TimeoutError, RuntimeError, OSError, RPCError) as exc:
+    except (asyncio.TimeoutError, RuntimeError, OSError, RPCError, ValueError) as exc:  # ValueError: `host:99999`
         raise TemporalError(f"cannot reach the Temporal server at {conn.describe()}: {conn.hide(str(exc)) or type(exc).__name__}",
                             "start it (`temporal server start-dev`) or pass --temporal HOST:PORT / set LOOPDSL_TEMPORAL; "
                             "for a cluster or Temporal Cloud check --namespace, the TLS options and LOOPDSL_TEMPORAL_API_KEY",
@@ -164,7 +164,10 @@ async def list_runs(client: Client, limit: int = 50) -> list[dict[str, Any]]:
     statuses = await asyncio.gather(*(_status_of(client, wf) for wf in listed))
     rows = []
     for wf, status in zip(listed, statuses):
-        memo = await wf.memo()
-        rows.append({"run_id": wf.id, "loop": str(memo.get("loop", "")), "status": status,
+        try:
+            memo = await wf.memo()
+        except Exception:  # a workflow of this type started by someone else, its memo in a codec we lack
+            memo = {}
+        rows.append({"run_id": wf.id, "loop": str(memo.get("loop", "")) if isinstance(memo, dict) else "", "status": status,
                      "started": wf.start_time.isoformat(timespec="seconds") if wf.start_time else ""})
     return rows

@@ -48,6 +48,16 @@ MAX_HISTORY_EVENTS = 10_000
 FILES_AT_DECISION = "files-checked-at-decision"
 
 
+def _heartbeat(value: Any) -> float:
+    """The request's heartbeat, within [1, 3600] s: a started workflow cannot refuse its input,
+    and a NaN or negative one failed every workflow task of the run."""
+    try:
+        seconds = float(value or DEFAULT_HEARTBEAT_S)
+    except (TypeError, ValueError):
+        return DEFAULT_HEARTBEAT_S
+    return min(max(seconds, 1.0), 3600.0) if seconds == seconds else DEFAULT_HEARTBEAT_S
+
+
 class AtStateBoundary(BaseException):
     """Raised by the run log at a state's entry to leave the engine and continue as new;
     a BaseException so that no `except Exception` of the engine records it as a failure."""
@@ -75,7 +85,7 @@ class LoopWorkflow(ChildSignals):
     # ------------------------------------------------------------ the run
     @workflow.run
     async def run_loop(self, req: dict[str, Any]) -> dict[str, Any]:
-        heartbeat_s = self._heartbeat_s = float(req.get("heartbeat_s") or DEFAULT_HEARTBEAT_S)
+        heartbeat_s = self._heartbeat_s = _heartbeat(req.get("heartbeat_s"))
         self._max_events = int(req.get("max_history_events") or MAX_HISTORY_EVENTS)
         if req.get("carried"):
             loaded, first = self._carry_on(req), {}
@@ -100,8 +110,13 @@ class LoopWorkflow(ChildSignals):
                 carried = {**run.to_json(), "history": run.history,
                            **({"remote": self.remote.carry()} if self.remote is not None else {})}
                 tail = recent_events(self.events, FIELD_LIMIT * 2)  # for a follower that has not read them yet
-                workflow.continue_as_new({**req, "carried": carried, "events": tail,
-                                          "events_base": self._base + len(self.events) - len(tail)})
+                carry = {**req, "carried": carried, "events": tail,
+                         "events_base": self._base + len(self.events) - len(tail)}
+                size = size_of(carry)
+                if size > RESULT_LIMIT:  # the server would refuse it, and the run would hang there
+                    self._end_too_large(size)
+                    break
+                workflow.continue_as_new(carry)
             except asyncio.CancelledError:
                 break  # the engine recorded `aborted`
             except Exception:  # the engine recorded `failed` with the message
@@ -261,6 +276,17 @@ class LoopWorkflow(ChildSignals):
             from ...runtime.errors import StepFailure
 
             raise StepFailure("shell_exit", "a person declined to re-run the interrupted command")
+
+    def _end_too_large(self, size: int) -> None:
+        """The run cannot go on in a new history: what it carries (its inputs, and every state's
+        results, which its templates may read) is over what one workflow input may hold."""
+        run = self.run
+        assert run is not None
+        run.status, run.ended_at, run.pending, run.waiting = FAILED, self.clock.utc_now(), None, None
+        run.error = {"state": run.current, "kind": "internal", "message": (
+            f"the run's state ({size:,} bytes: its inputs and every state's results so far) is more than a Temporal "
+            f"workflow can carry into a new history ({RESULT_LIMIT:,} bytes); run this loop on the local backend, "
+            "or keep what its states print smaller")}
 
     def _abort(self, reason: str) -> None:
         run = self.run
