@@ -1,6 +1,7 @@
 """`loopdsl schedule`: a loop's next run times, or a GitHub Actions / crontab export."""
 from __future__ import annotations
 
+import json
 from datetime import timezone
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from .temporal_commands import Connection, connection_options, queue_option
 
 def _export(model: Loop, loop: str, export: str, output: str | None, keep_store: bool, pip_spec: str | None) -> None:
     path, root = exporters.project_relative(Path(loop))
+    problem = exporters.path_problem(path)
+    if problem is not None:
+        fail(f"{json.dumps(path, ensure_ascii=False)}: {problem}; nothing was exported", "rename the loop file")
     if export == "github-actions":
         source = resolve_install_source(pip_spec)
         text, warnings = exporters.github_actions(model, path, keep_store=keep_store, pip_spec=source.pip_spec)

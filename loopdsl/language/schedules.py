@@ -31,7 +31,9 @@ def cron_problem(cron: str) -> tuple[str, str] | None:
 
     # croniter also takes seconds and year fields and @daily-style names, which neither a
     # crontab line nor a GitHub Actions schedule can carry: the language has five fields.
-    if len(cron.split()) != 5 or not croniter.is_valid(cron):
+    # One line of fields and single spaces: a tab or a line break passed the check and then
+    # split the crontab line it was written into.
+    if len(cron.split()) != 5 or any(c.isspace() and c != " " for c in cron) or not croniter.is_valid(cron):
         return "is not a valid cron expression", FIVE_FIELDS + '; "@daily" is "0 0 * * *"'
     try:  # croniter looks decades ahead before it gives up (about a millisecond)
         croniter(cron, datetime(2000, 1, 1, tzinfo=timezone.utc)).get_next(datetime)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import shlex
 import shutil
 from pathlib import Path
@@ -160,6 +161,20 @@ def crontab(loop: Loop, loop_path: str, project_dir: Path) -> tuple[str, list[st
         f"CRON_TZ is honoured by cronie and systemd-cron; other cron daemons run the line in the system zone: "
         f"check `{cron}` means {zone_name} time on your machine"]
     return "\n".join(lines) + "\n", warnings
+
+
+# What a loop file's path may not hold to be written into an exported schedule: a line
+# break or other control character (a new crontab line, a new YAML key), `%` (cron makes it a
+# line break) and `${{` (Actions expands it, before any shell quoting, in the job's commands).
+_UNEXPORTABLE = re.compile(r"[\x00-\x1f\x7f%]|\$\{\{")
+
+
+def path_problem(loop_path: str) -> str | None:
+    """Why the loop file's path cannot go into an export, or None."""
+    found = _UNEXPORTABLE.search(loop_path)
+    if found is None:
+        return None
+    return f"the loop file's path holds {found.group()!r}, which a crontab line or a workflow's command would act on"
 
 
 def project_relative(loop_file: Path) -> tuple[str, Path]:

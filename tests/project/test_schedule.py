@@ -125,13 +125,15 @@ def test_missing_or_bad_schedule_is_explained(tmp_path: Path) -> None:
     ("@daily", "is not a valid cron expression"),  # croniter's names: not five fields
     ("0 0 1 1 * 0", "is not a valid cron expression"),       # a seconds field
     ("0 0 1 1 * 0 2001", "is not a valid cron expression"),  # a year field, long past
+    ("0 9 * *\\n*", "is not a valid cron expression"),  # a line break: split the crontab line
+    ("0 9 * *\\t*", "is not a valid cron expression"),
 ])
 def test_lint_and_every_schedule_command_refuse_a_cron_that_never_fires_or_is_not_five_fields(
         tmp_path: Path, cron: str, said: str) -> None:
     """Each once passed lint, then `schedule` or its export stopped with an internal error."""
     loop = loop_with(tmp_path, f'schedule: {{cron: "{cron}", timezone: Europe/Paris}}')
     code, out, _ = invoke("lint", str(loop))
-    assert code == 1 and f'"{cron}" {said}' in out and "[bad-schedule]" in out, out
+    assert code == 1 and f'"{cron}" {said}' in out and "[bad-schedule]" in out, out  # as written in the YAML
     for extra in ([], ["--export", "crontab"], ["--export", "github-actions", "--pip-spec", PIP_SPEC]):
         code, _, err = invoke("schedule", str(loop), *extra)
         assert code == 2 and said in err and "hint:" in err, (extra, err)
@@ -220,6 +222,19 @@ def test_crontab_export(tmp_path: Path) -> None:
     assert " run " in entry and "notes.yaml --quiet" in entry and entry.endswith("2>&1")
     command = entry.split(" ", 5)[5]
     assert subprocess.run(["bash", "-n", "-c", command], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("name", ["x\n* * * * * touch pwned #.yaml", "100%done.yaml", "a${{ github.event.comment.body }}.yaml"])
+def test_a_loop_path_an_export_would_act_on_is_refused(tmp_path: Path, name: str) -> None:
+    """A path with a line break added a crontab line of its own, `%` cut cron's command, and
+    `${{ }}` was expanded by Actions in the job's commands before any shell quoting."""
+    loop = loop_with(tmp_path, 'schedule: {cron: "0 9 * * 1-5", timezone: UTC}')
+    hostile = loop.with_name(name)
+    loop.rename(hostile)
+    for extra in (["--export", "crontab"], ["--export", "github-actions", "--pip-spec", PIP_SPEC]):
+        code, out, err = invoke("schedule", str(hostile), *extra)
+        assert code == 2 and "nothing was exported" in err and out == "", (extra, err)
+        assert "pwned" not in out and "\n" not in err.split("error: ", 1)[1].split("nothing")[0]
 
 
 def test_github_actions_export_keeps_yaml_significant_text_as_values(tmp_path: Path) -> None:

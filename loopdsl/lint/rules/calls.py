@@ -2,6 +2,7 @@
 are in sub_loops.py)."""
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -286,7 +287,8 @@ def bad_schedule(ctx: LintContext) -> Iterator[Diagnostic]:
         return
     problem = cron_problem(schedule.cron)
     if problem is not None:
-        yield ctx.diag("bad-schedule", f'"{schedule.cron}" {problem[0]}', ("schedule", "cron"), value=True,
+        # Quoted as JSON: a line break in it must not break the finding's one line.
+        yield ctx.diag("bad-schedule", f"{json.dumps(schedule.cron, ensure_ascii=False)} {problem[0]}", ("schedule", "cron"), value=True,
                        hint=problem[1])
     if time_zone(schedule.timezone) is None:
         yield ctx.diag(
