@@ -192,6 +192,9 @@ def test_abort_cancels_a_waiting_run(tmp_path: Path, workers: Workers) -> None:
             break
         time.sleep(0.3)
     assert run["status"] == "aborted" and run["path"] == ["ask", "make", "approve"], run
+    # As locally: an ended run is not aborted again (it said "abort requested", exit 0).
+    again = loopdsl("abort", run_id, "--temporal", workers.address, cwd=repo)
+    assert again.returncode == 2 and "already ended" in again.stderr, again.stderr
 
 
 def test_without_the_extra_the_cli_says_how_to_install_it(tmp_path: Path) -> None:

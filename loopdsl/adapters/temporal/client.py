@@ -115,8 +115,18 @@ async def decide(client: Client, run_id: str, choice: str, comment: str, by: str
 
 
 async def abort(client: Client, run_id: str) -> None:
+    """Cancel a loopdsl run that is still going (as locally, an ended run is not aborted, and a
+    workflow of another type, on the same namespace, is not loopdsl's to cancel)."""
+    handle = client.get_workflow_handle(run_id)
     try:
-        await client.get_workflow_handle(run_id).cancel()
+        desc = await handle.describe()
+        if desc.workflow_type != WORKFLOW:
+            raise TemporalError(f"{run_id} is not a loopdsl run (its workflow type is {desc.workflow_type!r})",
+                                "`loopdsl runs --temporal ...` lists the runs")
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            status = desc.status.name.lower() if desc.status is not None else "unknown"
+            raise TemporalError(f"run {run_id} already ended ({status})", f"`loopdsl show {run_id} --temporal ...` shows it")
+        await handle.cancel()
     except RPCError as exc:
         raise TemporalError(f"run {run_id}: {exc}") from None
 
