@@ -86,6 +86,16 @@ def test_a_schedule_is_created_updated_and_starts_runs(tmp_path: Path, workers: 
         desc = asyncio.run(_describe(workers.address, sid))
         assert desc.schedule.policy.overlap == overlap, conflict  # type: ignore[attr-defined]
 
+    # Lint takes `Z` for UTC; the server knows only "UTC" (it was an internal error).
+    (repo / "loop.yaml").write_text(LOOP.replace("CONFLICT", "skip").replace("Europe/Paris", "Z"))
+    zulu = loopdsl("schedule", "loop.yaml", "--export", "temporal", "--temporal", workers.address,
+                   "--task-queue", workers.queue, cwd=repo)
+    assert zulu.returncode == 0, zulu.stderr
+    assert asyncio.run(_describe(workers.address, sid)).schedule.spec.time_zone_name == "UTC"  # type: ignore[attr-defined]
+    (repo / "loop.yaml").write_text(LOOP.replace("CONFLICT", "skip"))
+    assert loopdsl("schedule", "loop.yaml", "--export", "temporal", "--temporal", workers.address,
+                   "--task-queue", workers.queue, cwd=repo).returncode == 0
+
     workers.start(repo, models=False)
     status, date, scheduled = asyncio.run(_trigger_and_wait(workers.address, sid))
     assert status == "completed"

@@ -22,6 +22,7 @@ from temporalio.client import (
 )
 
 from ...language.model import Loop
+from ...language.schedules import UTC_NAMES
 from .wire import WORKFLOW
 
 # How late a missed run may still start (Temporal's default is a year): one hour.
@@ -56,7 +57,7 @@ def build(loop: Loop, request: dict[str, Any], task_queue: str, repo: str) -> Sc
     action = ScheduleActionStartWorkflow(WORKFLOW, request, id=f"{loop.name}-scheduled", task_queue=task_queue,
                                          memo={"loop": loop.name, "loop_path": request["loop_path"], "repo": repo})
     return Schedule(action=action,
-                    spec=ScheduleSpec(cron_expressions=[loop.schedule.cron], time_zone_name=loop.schedule.timezone),
+                    spec=ScheduleSpec(cron_expressions=[loop.schedule.cron], time_zone_name=_zone_name(loop.schedule.timezone)),
                     policy=SchedulePolicy(overlap=OVERLAP[conflict], catchup_window=CATCHUP_WINDOW))
 
 
@@ -73,3 +74,8 @@ async def export(client: Client, loop: Loop, request: dict[str, Any], task_queue
 
         await client.get_schedule_handle(sid).update(replace)
         return sid, False
+
+
+def _zone_name(name: str) -> str:
+    """The zone as the server knows it: lint takes `Z` and `utc` for UTC, Temporal only "UTC"."""
+    return "UTC" if name in UTC_NAMES else name
