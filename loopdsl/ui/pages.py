@@ -34,6 +34,9 @@ def _record_fields(record: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+LIST_LIMIT = 1000  # entries of one list on a run's page
+
+
 def run_page(view: RunView, *, store: Any = None, csrf: str | None = None, notice: str = "",
              error: str = "", chart: bool = True) -> str:
     """One run as a page. With `csrf` (the server) a waiting run gets decision forms."""
@@ -42,10 +45,14 @@ def run_page(view: RunView, *, store: Any = None, csrf: str | None = None, notic
     history = loop_spend(str(loop), store) if chart and isinstance(loop, str) and store is not None else []
     children = [_record_fields(child) for child in view.children]
     diff = run_diff(record)
+    lists = {"llm_calls": views.llm_calls(view.events), "tool_calls": views.tool_calls(view.events),
+             "transcript": view.transcript, "gates": views.gates(view.events), "decisions": views.decisions(view.events)}
+    # A long run (200,000 gate checks) made a page of tens of megabytes: each list shows its
+    # last LIST_LIMIT entries, and says how many earlier ones `show --json` has.
+    omitted = {name: max(0, len(items) - LIST_LIMIT) for name, items in lists.items()}
     return views.environment().get_template("run.html").render(
         csp=CSP, run=_record_fields(record), timeline=views.timeline(view.events), per_state=views.per_state(record),
-        llm_calls=views.llm_calls(view.events), tool_calls=views.tool_calls(view.events), transcript=view.transcript,
-        gates=views.gates(view.events), decisions=views.decisions(view.events),
+        omitted=omitted, **{name: items[-LIST_LIMIT:] for name, items in lists.items()},
         waiting=views.waiting(record), csrf=csrf, notice=views.shown(notice, 2000), error=views.shown(error, 4000),
         diff=views.shown(diff, 200_000) if diff is not None else None,
         chart=views.spend_chart(history, str(record.get("run_id"))), children=children,
