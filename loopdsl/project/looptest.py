@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -337,11 +339,23 @@ def run_tests(tests: Iterable[LoopTest], on_result: Callable[[TestOutcome], None
     tests = list(tests)
     outcomes = []
     with ThreadPoolExecutor(max_workers=max(1, min(len(tests), MAX_PARALLEL_TESTS))) as pool:
-        for outcome in pool.map(lambda test: run_test(test, keep=keep), tests):
+        for future in [pool.submit(run_test, test, keep=keep) for test in tests]:
+            outcome = _waited(future)
             outcomes.append(outcome)
             if on_result:
                 on_result(outcome)
     return outcomes
+
+
+def _waited(future: Future[TestOutcome]) -> TestOutcome:
+    """The test's outcome, waited for in short slices. Python runs a signal's handler in the
+    main thread only, between bytecodes: a SIGTERM the kernel handed a test's thread left the
+    main thread blocked in an endless wait until that test ended (minutes, seen in CI)."""
+    while True:
+        try:
+            return future.result(timeout=0.2)
+        except FutureTimeout:
+            continue
 
 
 # ---------------------------------------------------------------- reports

@@ -205,7 +205,13 @@ def test_sigterm_leaves_no_workspace_behind(tmp_path: Path) -> None:
         while not list(tmp.glob("loopdsl-test-*/**/started")):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
+        # To a thread that runs the test, not the main one: the kernel may hand a process's
+        # signal to any of its threads, and the main thread, blocked in an endless wait for the
+        # test's outcome, then never ran the handler (seen in CI).
+        threads = [int(t.name) for t in Path(f"/proc/{proc.pid}/task").iterdir() if int(t.name) != proc.pid]
+        import ctypes
+
+        assert ctypes.CDLL(None, use_errno=True).tgkill(proc.pid, threads[-1], signal.SIGTERM) == 0
         proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
