@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import math
 import re
 import time
 import traceback
@@ -106,20 +107,30 @@ def _retry_after(exc: BaseException) -> float | None:
         except AttributeError:
             continue
         if "retry-after-ms" in lowered:
-            try:
-                return max(0.0, float(lowered["retry-after-ms"]) / 1000.0)
-            except ValueError:
-                pass
+            seconds = _seconds(lowered["retry-after-ms"], scale=1000.0)
+            if seconds is not None:
+                return seconds
         value = lowered.get("retry-after")
         if value is None:
             continue
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            parsed = email.utils.parsedate_to_datetime(value) if value.strip() else None
-            if parsed is not None:
-                return max(0.0, parsed.timestamp() - time.time())
+        seconds = _seconds(value)
+        if seconds is not None:
+            return seconds
+        try:  # an HTTP date; garbage raises (Python 3.10 and later) rather than returning None
+            parsed = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            continue
+        return max(0.0, parsed.timestamp() - time.time())
     return None
+
+
+def _seconds(text: str, scale: float = 1.0) -> float | None:
+    """A header's number of seconds (>= 0), or None when it is not a finite number."""
+    try:
+        value = float(text) / scale
+    except ValueError:
+        return None
+    return max(0.0, value) if math.isfinite(value) else None
 
 
 def _redact(text: str, secrets: Iterable[str | None]) -> str:

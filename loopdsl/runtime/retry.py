@@ -13,6 +13,9 @@ class Draws(Protocol):
     def uniform(self, low: float, high: float) -> float: ...
 
 
+MAX_PROVIDER_WAIT_S = 3600.0  # the longest Retry-After a provider is believed
+
+
 def backoff_delay(policy: RetryPolicy, failed_attempt: int, retry_after: float | None, draws: Draws) -> float:
     """Seconds to wait after attempt number `failed_attempt` (1-based) failed.
 
@@ -25,5 +28,7 @@ def backoff_delay(policy: RetryPolicy, failed_attempt: int, retry_after: float |
         delay = delay / 2 + draws.uniform(0, delay / 2)
     if retry_after is not None and retry_after > delay:
         # The provider said when it will take us again: asking earlier only burns an attempt.
-        delay = retry_after
+        # Believed up to an hour: a hostile or broken header (1e9 s, a date in the year 9999)
+        # made a run without `wall_time` sleep for good.
+        delay = min(retry_after, MAX_PROVIDER_WAIT_S)
     return delay

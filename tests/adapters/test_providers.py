@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import random
 import gc
 import json
 import math
@@ -119,6 +120,24 @@ def test_retry_after_as_http_date(litellm: Any, stub_server: StubServer) -> None
     stub_server.enqueue(StubReply(status=429, headers={"Retry-After": when}))
     error = expect_error(stub_server, stub_request(stub_server))
     assert error.kind == "rate_limit" and 20 < (error.retry_after or 0) <= 31
+
+
+@pytest.mark.parametrize("header", ["garbage", "inf", "nan", "1e400", "Fri, 31 Dec 99999 23:59:59 GMT"])
+def test_a_retry_after_that_is_no_time_is_ignored(litellm: Any, stub_server: StubServer, header: str) -> None:
+    """`garbage` escaped as a ValueError from the date parser (an internal error that ended the
+    run); `inf` made the engine sleep for good."""
+    stub_server.enqueue(StubReply(status=429, headers={"Retry-After": header}))
+    error = expect_error(stub_server, stub_request(stub_server))
+    assert error.kind == "rate_limit" and error.retry_after is None
+
+
+def test_a_providers_wait_is_believed_up_to_an_hour() -> None:
+    from loopdsl.language.model import RetryPolicy
+    from loopdsl.runtime.retry import MAX_PROVIDER_WAIT_S, backoff_delay
+
+    year_9999 = 250_000_000_000.0
+    assert backoff_delay(RetryPolicy(), 1, year_9999, random) == MAX_PROVIDER_WAIT_S == 3600.0
+    assert backoff_delay(RetryPolicy(), 1, 90.0, random) == 90.0
 
 
 def test_429_without_retry_after(litellm: Any, stub_server: StubServer) -> None:
