@@ -243,7 +243,7 @@ class Engine:
                     self._fail_state(state, failure, recoverable=False)
                     return
                 retried = failure.kind in state.retry.on and failure.kind not in NEVER_RETRIED
-                if retried and attempt < state.retry.max_attempts:
+                if retried and attempt + failure.in_place < state.retry.max_attempts:
                     run.feedback = self.redact(failure.message) if self.redact else failure.message
                     delay = backoff_delay(state.retry, attempt, failure.retry_after, self.ports.clock)
                     failed = self._failed_result(failure)

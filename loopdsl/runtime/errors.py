@@ -17,6 +17,9 @@ class StepFailure(Exception):
         self.message = message
         self.retry_after = retry_after
         self.result = result
+        # Attempts already made in place before this failure (an agent's turn retried on the
+        # same turn): they count against the state's `retry.max_attempts` too.
+        self.in_place = 0
 
 
 class StoreError(LoopdslError):

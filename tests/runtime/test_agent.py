@@ -163,6 +163,21 @@ def test_fallbacks_stick_and_a_transient_error_is_retried_on_the_same_turn(tmp_p
     assert result.state.results["work"]["models"] == ["openai/gpt-4o"]
 
 
+@pytest.mark.parametrize("retry, kind, calls", [
+    ("{max_attempts: 3, backoff: {initial: 0, jitter: false}}", "server_error", 3),
+    ("{max_attempts: 3, on: [parse], backoff: {initial: 0, jitter: false}}", "rate_limit", 1),
+])
+def test_a_turns_retries_follow_the_states_retry_policy(tmp_path: Path, retry: str, kind: str, calls: int) -> None:
+    """A turn retried in place on any transient error, whatever `retry.on` said, and then the
+    attempt was retried again, each with its own in-place retries: 3 attempts sent 9 requests."""
+    provider = Conversation(lambda turn, request: ProviderError(kind, "no"))
+    text = loop_text("tools: [count_lines]\nmax_turns: 5").replace(
+        "    next: done", f"    retry: {retry}\n    next: done").replace("fallbacks: [openai/gpt-4o]", "fallbacks: []")
+    result = run(tmp_path, text, provider)
+    assert result.status == "failed" and result.state.error["kind"] == kind
+    assert len(provider.requests) == calls
+
+
 def test_every_turn_is_reserved_with_the_tool_definitions_and_caps_hold(tmp_path: Path) -> None:
     provider = Conversation(lambda turn, request: [("count_lines", {"file": "a.txt"})])
     text = loop_text("tools: [count_lines]\nmax_turns: 50", extra="budget: {cost_usd: 0.01}")

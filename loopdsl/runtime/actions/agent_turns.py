@@ -5,7 +5,8 @@ stored exactly as an `llm` call is (actions/llm.py). What differs: the key a tur
 stored under holds its turn number, the tool definitions are counted in the
 reservation, fallbacks stick (once entry k answered, later turns start at k and reserve
 at the dearest of k..n), and a transient error is retried on the same turn, so a 429 on
-turn 15 does not throw away 14 paid turns.
+turn 15 does not throw away 14 paid turns: as the state's `retry` allows (its `on`, and its
+`max_attempts` in all, the attempts after the turn's included).
 """
 from __future__ import annotations
 
@@ -49,14 +50,17 @@ class TurnCaller:
     async def turn(self, turn: int, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         """The reply of turn `turn` (stored, or paid now), retried in place on transient errors."""
         failures = 0
+        retry = self.engine.loop.states[self.ids["state"]].retry
         while True:
             try:
                 return await self._once(turn, messages, tools)
             except StepFailure as failure:
                 failures += 1
-                if failure.kind not in TURN_RETRIED or failures >= self.engine.loop.states[self.ids["state"]].retry.max_attempts:
+                # Only what the state's `retry.on` lists, and within its `max_attempts` in all:
+                # the attempt retried after these does not start them over.
+                if failure.kind not in TURN_RETRIED or failure.kind not in retry.on or failures >= retry.max_attempts:
+                    failure.in_place = failures - 1
                     raise
-                retry = self.engine.loop.states[self.ids["state"]].retry
                 delay = backoff_delay(retry, failures, failure.retry_after, self.engine.ports.clock)
                 self.engine.emit("turn_retry", state=self.ids["state"], attempt=self.ids["attempt"], turn=turn,
                                  kind=failure.kind, message=failure.message, delay_s=round(delay, 3))
