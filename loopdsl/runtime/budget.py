@@ -149,6 +149,20 @@ class Ledger:
                 f"budget exhausted: wall_time: the run has taken {elapsed_s:.1f}s of its {cap:g}s{self._whose()}",
             )
 
+    def past_cap(self) -> BudgetExceeded | None:
+        """What a provider's reported usage pushed past a cap (more than was reserved: the one
+        way spending passes one), to end the run on; None while every cap holds."""
+        for ledger in self._chain():
+            if ledger.caps.tokens is not None and ledger.tokens_spent > ledger.caps.tokens:
+                return BudgetExceeded("tokens", f"budget exhausted: tokens: the provider reported usage that brought "
+                                      f"spent to {ledger.tokens_spent:,}, past the cap of {ledger.caps.tokens:,}"
+                                      f"{ledger._whose(self)} (more than the call reserved)")
+            if ledger.caps.cost_usd is not None and ledger._cost_spent_pico > _to_pico(ledger.caps.cost_usd, "cost_usd cap"):
+                return BudgetExceeded("cost_usd", f"budget exhausted: cost_usd: the provider reported usage that brought "
+                                      f"spent to ${ledger.cost_spent:.6f}, past the cap of ${ledger.caps.cost_usd:.6f}"
+                                      f"{ledger._whose(self)} (more than the call reserved)")
+        return None
+
     # -- reservations ------------------------------------------------------
     def reserve(self, tokens: int, cost_usd: float, label: str = "") -> Reservation:
         tokens = _check_tokens(tokens, "reserved tokens")

@@ -9,8 +9,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+import loopdsl
 
 from loopdsl.language import bounded_json
 from loopdsl.language.user_schema import SchemaTimeout, ecma_pattern, schema_errors
@@ -199,3 +202,26 @@ def test_tool_arguments_with_a_lone_surrogate_are_an_error_the_model_reads() -> 
     args, error = _parse_args('{"path": "a\\ud800"}')
     assert args is None and error is not None and "surrogate" in error
     assert _parse_args('{"path": "smile \\ud83d\\ude00"}') == ({"path": "smile \U0001F600"}, None)  # a pair is text
+
+
+def test_usage_reported_past_a_cap_ends_the_run_budget_exhausted(tmp_path: Path) -> None:
+    """The reservation was within the caps, the provider then reported 900 million tokens: the
+    run charged them and went on to `completed`, far over both caps, saying nothing."""
+    from loopdsl.runtime.model_port import LlmResponse
+
+    class Overreporting:
+        """A provider whose reply reports far more usage than the request could have used."""
+
+        def count_tokens(self, model: str, messages: Any, tools: Any = ()) -> int:
+            return 10
+
+        async def complete(self, request: Any, *, state: str, attempt: int | None = None) -> LlmResponse:
+            return LlmResponse(text="hi", prompt_tokens=900_000_000, completion_tokens=5, cost_usd=None, model=request.model)
+
+    loop = tmp_path / "ask.yaml"
+    loop.write_text("loopdsl: 1\nname: ask\nbudget: {tokens: 1000, cost_usd: 0.01}\n"
+                    "models:\n  m: {model: openai/gpt-4o-mini, max_tokens: 100}\n"
+                    "start: talk\nstates:\n  talk: {llm: {model: m, prompt: hi}, next: done}\n  done: {end: completed}\n")
+    result = loopdsl.run(loop, store=tmp_path / "store", workdir=tmp_path, provider=Overreporting())
+    assert result.status == "budget_exhausted" and result.tokens == 900_000_005  # charged as reported, then stopped
+    assert "past the cap of 1,000" in result.state.error["message"]

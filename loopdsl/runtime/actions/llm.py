@@ -262,6 +262,9 @@ class LlmCaller:
         pending["settled"] = True
         if self.use_cache:
             self.responses.put_cached(cache_key(canonical if canonical is not None else request.canonical()), kept)
+        past = self.ledger.past_cap()
+        if past is not None:  # the reply is kept and charged; nothing more runs on a spent budget
+            raise past
         return {k: v for k, v in kept.items() if k != "messages"}
 
 
