@@ -169,9 +169,14 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
                       tool_stubs: Mapping[str, Any] | None = None,
                       notify: bool = True, publish: bool = True) -> RunResult:
     loop = compiled.loop
+    if script is not None:  # read before the run is recorded: a bad script left a run `running`
+        from ..adapters.scripted import ScriptedProvider  # only scripted runs read one
+
+        ScriptedProvider.from_file(script)
     run_id = store.new_run_id()
     meta = {
-        "loop_path": str(loop.source) if loop.source else "",
+        # Absolute: a resume from another folder must find this file, not a namesake there.
+        "loop_path": str(loop.source.resolve()) if loop.source else "",
         "files": loop_files(loop),
         "loop_text": _source_text(compiled),
         "workdir": str(workdir),

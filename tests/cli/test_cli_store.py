@@ -278,3 +278,30 @@ def test_a_credential_pasted_in_a_decision_comment_is_not_stored(tmp_path: Path)
     assert done.returncode == 0, done.stderr
     decision = RunStore(store).load_run(waiting.run_id)["decision"]
     assert decision["comment"] == "use *** ok"
+
+
+def test_a_bad_reply_script_records_no_run(tmp_path: Path) -> None:
+    """The run was recorded before its script was read: a bad script left it `running` for good."""
+    (tmp_path / "replies.yaml").write_text("- not\n- a mapping\n")
+    store = tmp_path / "store"
+    done = _cli(["run", str(DATA / "counter.yaml"), "--store", str(store), "--script", str(tmp_path / "replies.yaml")],
+                tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert not store.exists() or RunStore(store).list_runs() == []
+
+
+def test_resume_from_another_folder_finds_the_runs_own_loop_file(tmp_path: Path) -> None:
+    """The loop file was recorded as given (relative): a resume from another folder called it
+    changed, and `--force` then ran the namesake loop of that folder."""
+    first, other = tmp_path / "first", tmp_path / "other"
+    first.mkdir()
+    other.mkdir()
+    (first / "ask.yaml").write_text((DATA / "checkpoint.yaml").read_text())
+    (other / "ask.yaml").write_text((DATA / "checkpoint.yaml").read_text().replace("name:", "# a namesake\nname:"))
+    store = tmp_path / "store"
+    started = _cli(["run", "ask.yaml", "--store", str(store)], first)
+    assert started.returncode == 4, started.stderr
+    run_id = RunStore(store).list_runs()[0]["run_id"]
+    assert _cli(["approve", run_id, "--store", str(store)], other).returncode == 0
+    resumed = _cli(["resume", run_id, "--store", str(store)], other)
+    assert resumed.returncode == 0 and "changed" not in resumed.stderr, resumed.stderr
