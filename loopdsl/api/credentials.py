@@ -10,7 +10,8 @@ state runs, and a missing key stops the run with exit 2 and the variable to set.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,25 @@ def missing_credentials(calls: list[ModelCall], litellm: Any | None) -> list[Mis
             continue
         if not _needs_litellm_check(call) or litellm is None:
             continue
-        found = litellm.validate_environment(model=call.model)
+        with _without_empty_credentials():
+            found = litellm.validate_environment(model=call.model)
         variables = tuple(str(v) for v in found.get("missing_keys") or ())
         if any(CREDENTIAL_NAME.search(v) for v in variables):  # a missing api_base alone has defaults
             missing.append(MissingCredential(call, variables))
     return missing
+
+
+@contextmanager
+def _without_empty_credentials() -> Iterator[None]:
+    """LiteLLM's check counts a variable set to "" as present; the provider then refuses the
+    key, and the run (already recorded) fails on its first call. Unset while it looks."""
+    empty = {name: value for name, value in os.environ.items() if not value.strip() and CREDENTIAL_NAME.search(name)}
+    for name in empty:
+        del os.environ[name]
+    try:
+        yield
+    finally:
+        os.environ.update(empty)
 
 
 def _where(call: ModelCall) -> str:

@@ -82,6 +82,10 @@ def main() -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _end_on_sigterm)
     try:
+        os.getcwd()
+    except FileNotFoundError:  # every command resolves paths against it: say so once, here
+        fail("the current folder no longer exists (it was deleted or moved)", "cd to an existing folder")
+    try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

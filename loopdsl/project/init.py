@@ -209,18 +209,24 @@ def scaffold(directory: Path, name: str, *, force: bool = False, loop_name: str 
                             f"{directory}; nothing was written",
                             "init writes only inside its folder: remove the link, or choose another folder")
     current = _checked_targets(directory, [*files, Path(".gitignore")])
-    written = []
-    for rel, text in files.items():
-        target = directory / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-        written.append(rel)
-    ignore = directory / ".gitignore"
-    if STORE_IGNORE not in current.split():
-        # Appended, never replaced: a project's own ignores stay.
-        prefix = "" if not current or current.endswith("\n") else "\n"
-        ignore.write_text(current + prefix + "# loopdsl run store (runs, events, worktrees)\n" + STORE_IGNORE + "\n", encoding="utf-8")
-        written.append(Path(".gitignore"))
+    written: list[Path] = []
+    try:
+        for rel, text in files.items():
+            target = directory / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+            written.append(rel)
+        ignore = directory / ".gitignore"
+        if STORE_IGNORE not in current.split():
+            # Appended, never replaced: a project's own ignores stay.
+            prefix = "" if not current or current.endswith("\n") else "\n"
+            ignore.write_text(current + prefix + "# loopdsl run store (runs, events, worktrees)\n" + STORE_IGNORE + "\n",
+                              encoding="utf-8")
+            written.append(Path(".gitignore"))
+    except OSError as exc:  # a read-only mount, a folder of another user, /proc
+        done = f" ({len(written)} file(s) were written: {', '.join(map(str, written[:4]))})" if written else ""
+        raise InitError(f"cannot write in {directory}: {exc.strerror or exc}{done}",
+                        "choose a folder you may write") from None
     return written
 
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import random
 import gc
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -584,3 +584,20 @@ def test_provider_errors_use_the_run_redactor_for_every_form_of_a_key() -> None:
     error = provider_error("auth", "openai/x", detail, status=401, secrets=[key, "ab", None])
     assert "abcdef" not in str(error) and "%2F" not in str(error)
     assert "short ab" in str(error)  # values under 4 characters are not hidden
+
+
+def test_a_key_set_to_nothing_is_a_missing_key(litellm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LiteLLM's check counts OPENAI_API_KEY="" as set: the run started, was recorded, and
+    failed on its first call (auth) instead of stopping before it with the variable to set."""
+    from loopdsl.api.credentials import missing_credentials, model_calls
+    from loopdsl.lint.pipeline import load_loop
+
+    loop_file = tmp_path / "ask.yaml"
+    loop_file.write_text("loopdsl: 1\nname: ask\nmodels:\n  m: {model: openai/gpt-4o-mini, max_tokens: 10}\n"
+                         "start: a\nstates:\n  a: {llm: {model: m, prompt: hi}, next: done}\n  done: {end: completed}\n")
+    calls = model_calls(load_loop(loop_file))
+    monkeypatch.setenv("OPENAI_API_KEY", "")
+    (missing,) = missing_credentials(calls, litellm)
+    assert missing.variables == ("OPENAI_API_KEY",) and os.environ["OPENAI_API_KEY"] == ""  # and left as it was
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-set")
+    assert missing_credentials(calls, litellm) == []

@@ -305,3 +305,15 @@ def test_resume_from_another_folder_finds_the_runs_own_loop_file(tmp_path: Path)
     assert _cli(["approve", run_id, "--store", str(store)], other).returncode == 0
     resumed = _cli(["resume", run_id, "--store", str(store)], other)
     assert resumed.returncode == 0 and "changed" not in resumed.stderr, resumed.stderr
+
+
+def test_a_deleted_working_folder_and_an_unwritable_init_are_user_errors(tmp_path: Path) -> None:
+    """Both were internal errors (FileNotFoundError, OSError), exit 3."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = ("import os, sys; os.chdir(sys.argv[1]); os.rmdir(sys.argv[1]); from loopdsl.cli import main; "
+              "sys.argv = ['loopdsl', 'runs']; main()")
+    done = subprocess.run([sys.executable, "-c", script, str(gone)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "the current folder no longer exists" in done.stderr, done.stderr
+    init = _process(["init", "/proc/1/newproj", "-p", "daily-triage", "--pip-spec", "loopdsl==0.1.0"], tmp_path)
+    assert init.returncode == 2 and "cannot write in /proc/1/newproj" in init.stderr, init.stderr
