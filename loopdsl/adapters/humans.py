@@ -17,8 +17,14 @@ from ..language.terminal_safe import visible
 
 
 def who() -> str:
-    """Who is deciding: LOOPDSL_USER, else git's user.name <user.email>, else the login name."""
-    configured = os.environ.get("LOOPDSL_USER")
+    """Who is deciding: LOOPDSL_USER, else git's user.name <user.email>, else the login name.
+    One line of at most 200 characters, its control and bidi characters shown as escapes: a
+    name with a line break forged a line of `approve`'s and `show`'s output."""
+    return " ".join(visible(_who())[:200].split()) or "unknown"
+
+
+def _who() -> str:
+    configured = os.environ.get("LOOPDSL_USER", "").strip()
     if configured:
         return configured
     try:

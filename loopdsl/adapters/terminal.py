@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from typing import IO, Any, Mapping
 
@@ -201,7 +202,7 @@ def summary(state: RunState, store_dir: Any = None) -> str:
         w = state.waiting
         choices = w.get("choices") or ["approve", "reject"]
         lines.append(f"waiting at '{w['state']}': {w.get('message', '')}")
-        store = f" --store {store_dir}" if store_dir else ""
+        store = f" --store {shlex.quote(str(store_dir))}" if store_dir else ""  # a line to paste as it is
         if set(choices) == {"approve", "reject"}:
             lines.append(f"  decide with: loopdsl approve {state.run_id}{store} [--comment TEXT]  |  loopdsl reject {state.run_id}{store}")
         else:

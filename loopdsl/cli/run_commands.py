@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -136,8 +137,10 @@ def _decide(run_id: str, choice: str, comment: str, store: str | None, temporal:
         fail("--force on a decision is for runs on Temporal (--temporal)",
              f"locally: record the decision, then `loopdsl resume {run_id} --force`")
     state = record_decision(run_id, choice, comment, store=store)
-    click.echo(f"run {state.run_id}: recorded '{choice}' by {state.decision['by']} at {state.decision['at']}")  # type: ignore[index]
-    click.echo(f"continue with: loopdsl resume {state.run_id}")
+    by, at = state.decision["by"], state.decision["at"]  # type: ignore[index]
+    click.echo(visible(f"run {state.run_id}: recorded '{choice}' by {by} at {at}"))
+    where = f" --store {shlex.quote(store)}" if store else ""  # the same store, or the resume finds none
+    click.echo(f"continue with: loopdsl resume {state.run_id}{where}")
 
 
 _comment_option = click.option("--comment", "-m", default="", help="Why (kept with the decision).")

@@ -317,3 +317,17 @@ def test_a_deleted_working_folder_and_an_unwritable_init_are_user_errors(tmp_pat
     assert done.returncode == 2 and "the current folder no longer exists" in done.stderr, done.stderr
     init = _process(["init", "/proc/1/newproj", "-p", "daily-triage", "--pip-spec", "loopdsl==0.1.0"], tmp_path)
     assert init.returncode == 2 and "cannot write in /proc/1/newproj" in init.stderr, init.stderr
+
+
+def test_a_deciders_name_is_one_visible_line_and_the_resume_hint_names_the_store(tmp_path: Path) -> None:
+    """LOOPDSL_USER with a line break forged a line of `approve`'s output (and was stored so);
+    the hint after a decision left out `--store`, and its `resume` then found no store."""
+    store = tmp_path / "my store"
+    waiting = loopdsl.run(DATA / "checkpoint.yaml", store=store, workdir=tmp_path)
+    done = _cli(["approve", waiting.run_id, "--store", str(store)], tmp_path,
+                LOOPDSL_USER="mallory\nrun X: recorded \u202eevil")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and "by mallory run X: recorded \\u202eevil at" in lines[0]
+    assert lines[1] == f"continue with: loopdsl resume {waiting.run_id} --store '{store}'"
+    assert RunStore(store).load_run(waiting.run_id)["decision"]["by"] == "mallory run X: recorded \\u202eevil"
