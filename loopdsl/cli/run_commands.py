@@ -17,6 +17,7 @@ from ..api import runs as api
 from ..api.durable import RunConflict, abort as abort_run, budget_caps, decide as record_decision, resume_durable
 from ..language.files import read_capped
 from ..language.loader import load_text
+from ..language.inputs import coerce_inputs
 from ..project.dry_run import dry_run as walk
 from .output import EXIT_FINDINGS, EXIT_OK, fail, script_option, store_option
 from .temporal_commands import Connection, connection_options, queue_option
@@ -91,13 +92,12 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
         temporal: Connection | None, task_queue: str, detach: bool) -> None:
     """Run LOOP (a file, or pkg:NAME from an installed loop package)."""
     model = api.resolve_loop(loop)
-    if dry_run:
+    if dry_run:  # the inputs are checked as a run would check them (a wrong one passed the dry run)
+        coerce_inputs(model, _read_inputs_file(inputs_file), _parse_input_pairs(input_pairs))
         report = walk(model)
         click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.to_text())
         sys.exit(EXIT_OK)
     if temporal:
-        from ..language.inputs import coerce_inputs
-
         values = coerce_inputs(model, _read_inputs_file(inputs_file), _parse_input_pairs(input_pairs))
         on_temporal.start_run(loop, values, script, conn=temporal, task_queue=task_queue,
                               detach=detach, as_json=as_json, quiet=quiet, publish=not no_publish)

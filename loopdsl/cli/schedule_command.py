@@ -52,6 +52,8 @@ def _export(model: Loop, loop: str, export: str, output: str | None, keep_store:
 def schedule(loop: str, count: int, after: str | None, export: str | None, output: str | None,
              no_store_cache: bool, pip_spec: str | None, temporal: Connection | None, task_queue: str) -> None:
     """The next run times of LOOP (schedule.cron in schedule.timezone), or a scheduler export."""
+    if not export and (output or no_store_cache or pip_spec):  # export options: they did nothing here
+        fail("--output, --no-store-cache and --pip-spec go with --export", "add --export github-actions or crontab")
     if export == "temporal":
         if not temporal:
             fail("--export temporal needs --temporal HOST:PORT (or LOOPDSL_TEMPORAL)",

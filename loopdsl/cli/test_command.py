@@ -15,10 +15,13 @@ from .output import EXIT_FINDINGS, EXIT_OK, fail, write_text
 @click.argument("paths", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(["text", "junit"]), default="text", show_default=True,
               help="junit: JUnit XML for CI (to stdout, or to --output).")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the JUnit XML here instead of stdout.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="Write the JUnit XML here instead of stdout (implies --format junit).")
 @click.option("--keep", is_flag=True, help="Keep each test's temporary workspace and say where it is.")
 def test_command(paths: Sequence[str], fmt: str, output: str | None, keep: bool) -> None:
     """Run loop tests (*.test.yaml) under PATHS (default: the current folder), offline."""
+    if output and fmt != "junit":  # the only thing --output writes: it wrote nothing before
+        fmt = "junit"
     tests, broken = collect(list(paths) or ["."])
     if not tests and not broken:
         fail(f"no loop tests (*.test.yaml) under {', '.join(paths) or '.'}",

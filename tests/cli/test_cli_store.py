@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from loopdsl.adapters.store.run_store import RunStore
 from cli_forked import loopdsl_command
 
 DATA = Path(__file__).parents[1] / "data" / "durable"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -331,3 +333,17 @@ def test_a_deciders_name_is_one_visible_line_and_the_resume_hint_names_the_store
     assert len(lines) == 2 and "by mallory run X: recorded \\u202eevil at" in lines[0]
     assert lines[1] == f"continue with: loopdsl resume {waiting.run_id} --store '{store}'"
     assert RunStore(store).load_run(waiting.run_id)["decision"]["by"] == "mallory run X: recorded \\u202eevil"
+
+
+def test_options_that_did_nothing_now_act_or_say_so(tmp_path: Path) -> None:
+    """`test -o FILE` without `--format junit` and `schedule -o FILE` without `--export` wrote
+    nothing and said nothing; `run --dry-run` took inputs a run refuses."""
+    project = tmp_path / "project"
+    shutil.copytree(Path(__file__).parents[1] / "data" / "project" / "looptest", project)
+    report = tmp_path / "junit.xml"
+    tested = _cli(["test", str(project), "-o", str(report)], tmp_path)
+    assert tested.returncode == 1 and report.read_text().startswith("<?xml"), tested.stderr
+    scheduled = _cli(["schedule", str(ROOT / "loops" / "daily-triage.yaml"), "-o", str(tmp_path / "out.txt")], tmp_path)
+    assert scheduled.returncode == 2 and "go with --export" in scheduled.stderr
+    dry = _cli(["run", str(DATA / "counter.yaml"), "--dry-run", "-i", "no_such_input=1"], tmp_path)
+    assert dry.returncode == 2 and "no_such_input" in dry.stderr, dry.stderr

@@ -58,7 +58,7 @@ def test_tls_options_without_a_server_are_a_usage_error(tmp_path: Path) -> None:
 
 def test_an_unreachable_server_with_an_api_key_never_prints_the_key(tmp_path: Path) -> None:
     out = loopdsl("runs", "--temporal", _unreachable(), cwd=tmp_path, timeout=60, LOOPDSL_TEMPORAL_API_KEY=KEY)
-    assert out.returncode == 3, out.stderr
+    assert out.returncode == 2, out.stderr
     assert "API key from LOOPDSL_TEMPORAL_API_KEY" in out.stderr and "TLS" in out.stderr
     assert KEY not in out.stdout + out.stderr
 
@@ -100,7 +100,7 @@ def test_what_the_server_refuses_and_bad_settings_are_clear_errors(tmp_path: Pat
         (["runs", "--temporal", workers.address, "--namespace", "no-such-namespace"], "the Temporal server refused", 2),
         (["run", "loop.yaml", "--temporal", workers.address, "--task-queue", "q" * 2000],
          "the Temporal server refused", 2),
-        (["runs", "--temporal", "127.0.0.1:99999"], "cannot reach the Temporal server", 3),
+        (["runs", "--temporal", "127.0.0.1:99999"], "cannot reach the Temporal server", 2),
     ):
         out = loopdsl(*args, cwd=tmp_path, timeout=60)
         assert out.returncode == code and said in out.stderr and "internal error" not in out.stderr, out.stderr

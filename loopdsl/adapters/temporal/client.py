@@ -13,7 +13,8 @@ from ...runtime.redaction import without_own_credentials
 from .connection import Connection
 from .wire import DECIDE_UPDATE, PROGRESS_QUERY, WORKFLOW
 
-EXIT_UNREACHABLE = 3
+# A server that cannot be reached is the address or the network: a usage error (docs/cli.md's table).
+EXIT_UNREACHABLE = 2
 FOLLOW_POLL_S = 0.2
 # How long `runs` waits for a running run's worker to say where the run is.
 LIST_WAIT_S = 5.0
