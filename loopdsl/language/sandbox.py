@@ -84,7 +84,7 @@ class _LoopSandbox(ImmutableSandboxedEnvironment):
         fmt = value.__self__
 
         def checked(*args: Any, **kwargs: Any) -> str:
-            _check_str_format(fmt)
+            _check_str_format(fmt, [*args, *kwargs.values()])
             return wrapped(*args, **kwargs)
         return checked
 

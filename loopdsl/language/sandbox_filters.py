@@ -54,7 +54,7 @@ def _check_slice(value: Any, slices: Any = 0, *args: Any, **kwargs: Any) -> None
 
 
 def _check_format(value: Any, *args: Any, **kwargs: Any) -> None:
-    _check_printf_format(str(value))
+    _check_printf_format(str(value), [*args, *kwargs.values()])
 
 
 def _check_replace(s: Any, old: Any = "", new: Any = "", count: Any = None) -> None:
@@ -66,7 +66,7 @@ def _check_replace(s: Any, old: Any = "", new: Any = "", count: Any = None) -> N
 
 
 def _check_join(value: Any, d: Any = "", attribute: Any = None) -> None:
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, str)):  # a string is joined character by character
         _too_big("join", _shallow_text_size(value) + len(value) * len(str(d)))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, cast
@@ -111,7 +111,8 @@ def _check_binop(operator: str, left: Any, right: Any) -> None:
     elif operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0:
         _too_big("a power", max(abs(left).bit_length() - 1, 0) * right, MAX_INT_BITS, "bits")
     elif operator == "%" and isinstance(left, str):
-        _check_printf_format(left)
+        values = right.values() if isinstance(right, Mapping) else right if isinstance(right, tuple) else (right,)
+        _check_printf_format(left, list(values))
 
 
 def _shallow_text_size(seq: Iterable[Any]) -> int:
@@ -121,27 +122,51 @@ def _shallow_text_size(seq: Iterable[Any]) -> int:
 _PRINTF_SPEC = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(\*|\d+)?(?:\.(\*|\d+))?")
 
 
-def _check_printf_format(fmt: str) -> None:
+def _check_printf_format(fmt: str, values: Sequence[Any] = ()) -> None:
+    widest = 0
+    specs = 0
     for match in _PRINTF_SPEC.finditer(fmt):
+        specs += 1
         for number in match.groups():
             if number == "*":
                 raise RenderError("'*' widths are not allowed in % formats in templates; "
                                   "write the width as a number")
             if number:
                 _too_big("a % format width", int(number))
+                widest = max(widest, int(number))
+    _check_output(fmt, specs, widest, values, "a % format")
 
 
-def _check_str_format(fmt: str) -> None:
+def _check_str_format(fmt: str, values: Sequence[Any] = ()) -> None:
     try:
         fields = list(string.Formatter().parse(fmt))
     except ValueError as exc:
         raise RenderError(f"bad format string {fmt[:60]!r}: {exc}") from None
+    widest = 0
     for _literal, _name, spec, _conversion in fields:
         if spec and "{" in spec:
             raise RenderError("nested {} inside a format spec is not allowed in templates; "
                               "write the width as a number")
         for number in re.findall(r"\d+", spec or ""):
             _too_big("a format width", int(number))
+            widest = max(widest, int(number))
+    _check_output(fmt, sum(1 for field in fields if field[1] is not None), widest, values, "str.format()")
+
+
+def _check_output(fmt: str, fields: int, widest: int, values: Sequence[Any], what: str) -> None:
+    """Refuse a format whose output may pass the limit before it is made: each field may print
+    the largest value given (`'{0}' * 4000` of a 1 MB value allocated gigabytes before the size
+    check after it)."""
+    largest = max((_printed_size(value) for value in values), default=0)
+    _too_big(what, len(fmt) + fields * max(largest, widest), MAX_BUILT)
+
+
+def _printed_size(value: Any) -> int:
+    if isinstance(value, (str, bytes)):
+        return len(value)
+    if isinstance(value, (list, tuple, dict, Namespace)):
+        return bounded_json.measure(value, MAX_SEQUENCE, MAX_BUILT_DEPTH, _namespace_attrs)[0]
+    return len(repr(value)) if isinstance(value, (int, float, bool)) or value is None else 64
 
 
 def _check_method_call(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:

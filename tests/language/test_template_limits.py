@@ -44,6 +44,11 @@ BOMBS = {
                                "{% set ns.x = ns.x + [ns.x] %}{% endfor %}{{ ns.x }}"),
     "deep nesting": ("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
                      "{% endfor %}{{ ns.x }}"),
+    # Each field of a format printed a 1 MB value: refused once the output's size was known.
+    "str.format repeating a field": "{% set x = 'a' * 1000000 %}{{ ('{0}' * 4000).format(x) | length }}",
+    "format filter repeating a field": "{% set x = 'a' * 1000000 %}{{ ('%(a)s' * 1000) | format(a=x) | length }}",
+    "% repeating a field": "{% set x = 'a' * 1000000 %}{{ ('%s' * 40) % ((x,) * 40) | length }}",
+    "join of a string": "{% set x = 'a' * 1000000 %}{{ x | join(x[:30000]) | length }}",
     "indented dump of a deep value": ("{% set ns = namespace(v=[['x'] * 100000]) %}{% for i in range(150) %}"
                                       "{% set ns.v = [ns.v] %}{% endfor %}{{ ns.v | tojson(indent=64) | length }}"),
 }
