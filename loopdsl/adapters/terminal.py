@@ -6,7 +6,7 @@ import shlex
 import sys
 from typing import IO, Any, Mapping
 
-from ..runtime.run_state import RunState
+from ..runtime.run_state import IN_MEMORY_PREFIX, RunState
 from ..language.terminal_safe import visible
 
 
@@ -202,6 +202,9 @@ def summary(state: RunState, store_dir: Any = None) -> str:
         w = state.waiting
         choices = w.get("choices") or ["approve", "reject"]
         lines.append(f"waiting at '{w['state']}': {w.get('message', '')}")
+        if state.run_id.startswith(IN_MEMORY_PREFIX):  # nothing kept it: no command can decide it later
+            lines.append("  this run was kept in memory only (--no-store): run it with a store to decide it later")
+            return "\n".join(lines)
         store = f" --store {shlex.quote(str(store_dir))}" if store_dir else ""  # a line to paste as it is
         if set(choices) == {"approve", "reject"}:
             lines.append(f"  decide with: loopdsl approve {state.run_id}{store} [--comment TEXT]  |  loopdsl reject {state.run_id}{store}")

@@ -26,7 +26,7 @@ from .publishing import check_publish_ready
 from ..language.inputs import coerce_inputs
 from ..language.model import LlmAction, Loop
 from ..language.schedules import time_zone
-from ..runtime.run_state import COMPLETED, RUNNING, WAITING, RunState
+from ..runtime.run_state import COMPLETED, IN_MEMORY_PREFIX, RUNNING, WAITING, RunState
 from ..adapters.otel import traced
 from ..adapters.store.run_store import RunStore
 from ..language.errors import LoopdslError
@@ -337,7 +337,7 @@ async def arun(
         ports = make_ports(model, script=script, provider=provider, human=human, workdir=where,
                            listeners=listeners, use_cache=cache, real_waits=real_waits, tool_stubs=tool_stubs,
                            notify=notify)
-        state = new_run_state(model, "mem-" + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
+        state = new_run_state(model, IN_MEMORY_PREFIX + os.urandom(4).hex(), values, {"loop_path": str(model.source or "")})
         engine = Engine(compiled, state, ports)
         with traced(engine):
             try:

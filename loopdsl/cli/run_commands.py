@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import click
+from click.core import ParameterSource
 
 from ..adapters.humans import TerminalHuman
 from ..adapters.terminal import Progress, summary
@@ -91,6 +92,8 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
         as_json: bool, quiet: bool, store: str | None, no_store: bool, cache: bool, no_publish: bool,
         temporal: Connection | None, task_queue: str, detach: bool) -> None:
     """Run LOOP (a file, or pkg:NAME from an installed loop package)."""
+    if no_store and store and click.get_current_context().get_parameter_source("store") == ParameterSource.COMMANDLINE:
+        fail("--store and --no-store together", "keep one: --no-store keeps the run in memory, where nothing can resume it")
     model = api.resolve_loop(loop)
     if dry_run:  # the inputs are checked as a run would check them (a wrong one passed the dry run)
         coerce_inputs(model, _read_inputs_file(inputs_file), _parse_input_pairs(input_pairs))

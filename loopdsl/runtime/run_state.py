@@ -100,6 +100,8 @@ def json_value(value: Any, depth: int = 0) -> Any:
         return [json_value(item, depth + 1) for item in value]
     raise NotJsonValue(f"a {type(value).__name__} is not a JSON value (strings, numbers, booleans, null, "
                        "lists and mappings are)")
+# The run id of a run kept in memory only (`--no-store`): nothing can decide or resume it later.
+IN_MEMORY_PREFIX = "mem-"
 # What a stored record may look like: loopdsl/data/run-record.schema.json (published with the
 # loop schemas), checked with fastjsonschema: it compiles the schema to Python once (~10 ms),
 # then checks a record in ~10 us where jsonschema takes ~400 us, and `loopdsl runs` checks

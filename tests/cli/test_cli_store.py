@@ -347,3 +347,13 @@ def test_options_that_did_nothing_now_act_or_say_so(tmp_path: Path) -> None:
     assert scheduled.returncode == 2 and "go with --export" in scheduled.stderr
     dry = _cli(["run", str(DATA / "counter.yaml"), "--dry-run", "-i", "no_such_input=1"], tmp_path)
     assert dry.returncode == 2 and "no_such_input" in dry.stderr, dry.stderr
+
+
+def test_no_store_beside_store_and_a_run_kept_in_memory_are_said(tmp_path: Path) -> None:
+    """`--no-store` silently won over `--store`; a run kept in memory printed `approve` and
+    `resume` lines that could never work."""
+    both = _cli(["run", str(DATA / "counter.yaml"), "--store", str(tmp_path / "s"), "--no-store"], tmp_path)
+    assert both.returncode == 2 and "--store and --no-store together" in both.stderr
+    memory = _cli(["run", str(DATA / "checkpoint.yaml"), "--no-store"], tmp_path)
+    assert memory.returncode == 4 and "kept in memory only" in memory.stdout + memory.stderr
+    assert "loopdsl approve mem-" not in memory.stdout + memory.stderr
