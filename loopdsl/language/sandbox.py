@@ -126,6 +126,10 @@ def _finalize(value: Any) -> Any:
     # template compiles, outside any `values_as_data`: it is the template's own text.
     if isinstance(value, str):
         _charge(work=len(value))
+    elif isinstance(value, (list, tuple, dict)):
+        # A misspelt name inside a printed list or mapping (`[ask.json.nope]`, a map over a
+        # missing attribute) printed the word "Undefined": an error, as it is printed alone.
+        _reject_undefined(value)
     transform = _VALUE_TEXT.get()
     if transform is not None and value is not None:
         return transform(value if isinstance(value, str) else str(value))

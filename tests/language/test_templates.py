@@ -79,6 +79,10 @@ def test_templates_render(source: str, expected: str) -> None:
     ("{{ draft.json.missing_key | length }}", "missing_key"),
     ("{% for x in nothing %}{% endfor %}", "nothing"),
     ("{{ 'a' ~ ghost }}", "ghost"),
+    # Inside a printed list or mapping: these printed the word "Undefined".
+    ("{{ [draft.nope] }}", "nope"),
+    ("{{ {'k': draft.nope} }}", "nope"),
+    ("{{ [draft] | map(attribute='nope') | list }}", "nope"),
 ])
 def test_strict_undefined_names_the_variable(source: str, name: str) -> None:
     with pytest.raises(RenderError) as err:
