@@ -55,14 +55,20 @@ def _article(kind: str) -> str:
 def check_value(spec: InputSpec, value: Any) -> Any:
     types = _PY_TYPES.get(spec.type, (object,))
     ok = isinstance(value, types) and not (spec.type in ("integer", "number") and isinstance(value, bool))
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
     if not ok:
-        raise InputError(f"input '{spec.name}' must be {_article(spec.type)} {spec.type}, got {type(value).__name__} {value!r}")
+        raise InputError(f"input '{spec.name}' must be {_article(spec.type)} {spec.type}, got {type(value).__name__} {shown}",
+                         f"pass it as --input {spec.name}=<{spec.type}>, or as {_article(spec.type)} {spec.type} in --inputs")
     if spec.enum is not None and value not in spec.enum:
-        raise InputError(f"input '{spec.name}' must be one of {', '.join(map(str, spec.enum))}, got {value!r}")
+        raise InputError(f"input '{spec.name}' must be one of {', '.join(map(str, spec.enum))}, got {shown}",
+                         f"e.g. --input {spec.name}={spec.enum[0]}" if spec.enum else "")
     if spec.minimum is not None and value < spec.minimum:
-        raise InputError(f"input '{spec.name}' must be at least {spec.minimum}, got {value!r}")
+        raise InputError(f"input '{spec.name}' must be at least {spec.minimum}, got {shown}",
+                         f"give a value from {spec.minimum}" + (f" to {spec.maximum}" if spec.maximum is not None else ""))
     if spec.maximum is not None and value > spec.maximum:
-        raise InputError(f"input '{spec.name}' must be at most {spec.maximum}, got {value!r}")
+        raise InputError(f"input '{spec.name}' must be at most {spec.maximum}, got {shown}",
+                         (f"give a value from {spec.minimum} to " if spec.minimum is not None else "give at most ")
+                         + str(spec.maximum))
     return list(value) if isinstance(value, tuple) else value
 
 
@@ -83,6 +89,8 @@ def coerce_inputs(loop: Loop, given: Mapping[str, Any], strings: Mapping[str, st
         name = unknown[0]
         close = difflib.get_close_matches(name, list(loop.inputs), n=1)
         accepted = ", ".join(loop.inputs) or "none"
+        if not name:
+            raise InputError("an --input has no name before its '='", f"write --input NAME=VALUE; inputs it accepts: {accepted}")
         raise InputError(
             f"loop '{loop.name}' has no input '{name}'" + (f"; did you mean '{close[0]}'?" if close else ""),
             f"inputs it accepts: {accepted}",

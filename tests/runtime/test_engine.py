@@ -1034,6 +1034,26 @@ def test_unknown_input_is_a_clear_error(tmp_path: Path) -> None:
             """, inputs={"limt": 3})
 
 
+@pytest.mark.parametrize("given, said, hint", [
+    ({"color": "green"}, "must be one of red, blue, got 'green'", "e.g. --input color=red"),
+    ({"color": "red", "n": 9}, "must be at most 5, got 9", "give a value from 1 to 5"),
+    ({"color": "red", "n": 0}, "must be at least 1, got 0", "give a value from 1 to 5"),
+    ({"color": 5}, "must be a string, got int 5", "pass it as --input color=<string>"),
+    ({"color": "x" * 5000}, "got 'xxxxxxxx", "e.g. --input color=red"),
+])
+def test_a_wrong_input_says_how_to_fix_it(given: dict[str, Any], said: str, hint: str) -> None:
+    """Out-of-range and not-a-choice inputs had no hint, and quoted a long value whole."""
+    from loopdsl.language.inputs import InputError, coerce_inputs
+    from loopdsl.language.model import build_loop
+
+    loop = build_loop({"loopdsl": 1, "name": "ins", "start": "done", "states": {"done": {"end": "completed"}},
+                       "inputs": {"color": {"type": "string", "enum": ["red", "blue"]},
+                                  "n": {"type": "integer", "minimum": 1, "maximum": 5, "default": 2}}})
+    with pytest.raises(InputError) as info:
+        coerce_inputs(loop, given)
+    assert said in info.value.message and info.value.hint.startswith(hint) and len(info.value.message) < 200
+
+
 # ---------------------------------------------------------------- dry run
 
 
