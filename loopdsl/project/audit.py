@@ -15,6 +15,7 @@ from typing import Any
 
 from .audit_checks import CHECKS, AuditContext, CheckResult, Finding
 from .audit_types import typed_path
+from ..language.files import is_dir
 from ..language.model import Loop
 from ..lint.pipeline import Analysis, LintSession, loop_of
 from .discover import loop_tree
@@ -70,14 +71,15 @@ def _store_runs(store_dir: Path) -> list[dict[str, Any]] | None:
     from ..adapters.store.run_store import MARKER_NAME, RunStore
     from ..runtime.errors import StoreError
 
-    # Opening a store creates it: only read one that is already there.
+    # Opening a store creates it: only read one that is already there. One that cannot be read
+    # (another folder, a newer format) is said, not taken for "the loop has never run here".
     if not (store_dir / MARKER_NAME).exists():
+        if is_dir(store_dir) and any(store_dir.iterdir()):
+            raise StoreError(f"{store_dir} is not a loopdsl run store",
+                             "pass --store DIR (or set LOOPDSL_STORE) where `loopdsl run` kept its runs")
         return None
-    try:
-        with RunStore(store_dir) as store:
-            return store.list_runs(check=True)
-    except StoreError:
-        return None
+    with RunStore(store_dir) as store:
+        return store.list_runs(check=True)
 
 
 class _LintedLoops:

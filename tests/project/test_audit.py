@@ -83,6 +83,15 @@ def test_threshold_sets_the_exit_code(tmp_path: Path) -> None:
     assert invoke("audit", str(DATA / "weak"), "--threshold", "15", "--store", str(store))[0] == 0
 
 
+def test_a_store_that_cannot_be_read_is_said_not_taken_for_no_runs(tmp_path: Path) -> None:
+    """A folder that is not a run store was reported as "the loop has never run here" (exit 0)."""
+    other = tmp_path / "not-a-store"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine\n")
+    code, _, err = invoke("audit", str(DATA / "weak"), "--store", str(other))
+    assert code == 2 and "is not a loopdsl run store" in err, err
+
+
 def test_strong_loop_scores_95_then_100_after_a_recent_completed_run(tmp_path: Path) -> None:
     project = tmp_path / "strong"
     shutil.copytree(DATA / "strong", project)
