@@ -293,3 +293,39 @@ def test_prompt_reading_the_budget_is_not_paid_again_after_a_crash(tmp_path: Pat
     # Charged once, at what the stub reported (20 + 10 tokens), not at the reservation.
     assert final["ledger"]["tokens"] == 30
     assert final["ledger"]["cost_usd"] == pytest.approx((20 * 1.0 + 10 * 2.0) / 1e6)
+
+
+@pytest.mark.slow
+def test_a_kill_while_a_refused_call_waits_to_retry_charges_it_nothing(tmp_path: Path, forks: ForkServer) -> None:
+    """A 429 is charged nothing, but its release was first written with the next commit: a kill
+    during the wait its Retry-After asked for left the reservation in the store, and the resume
+    charged the refused call in full."""
+    from stub_server import StubServer
+
+    with StubServer() as stub:
+        stub.reply_rate_limit("60")
+        stub.reply_text("answered", prompt_tokens=11, completion_tokens=7)
+        loop = tmp_path / "ask.yaml"
+        loop.write_text(f"loopdsl: 1\nname: ask\nbudget: {{tokens: 100000}}\nmodels:\n"
+                        f"  m: {{model: openai/gpt-4o-mini, api_base: \"{stub.api_base}\", max_tokens: 50}}\n"
+                        "start: talk\nstates:\n  talk:\n    llm: {model: m, prompt: hi}\n"
+                        "    retry: {max_attempts: 2, backoff: {initial: 0s}}\n    next: done\n  done: {end: completed}\n")
+        store = tmp_path / "store"
+        proc = forks.launch(["run", str(loop), "--store", str(store)], tmp_path)
+        try:
+            ct.wait_until(lambda: len(stub.requests) == 1 and _settled(store), proc, what="the 429, recorded", timeout=60)
+        finally:
+            assert ct.kill(proc)  # killed in the 60 s wait
+        run_id = RunStore(store).list_runs()[0]["run_id"]
+        resumed = _forked_cli(forks, ["resume", run_id, "--store", str(store)], tmp_path)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert RunStore(store).load_run(run_id)["ledger"]["tokens"] == 18  # the answered call only
+
+
+def _settled(store: Path) -> bool:
+    try:
+        with RunStore(store) as probe:
+            runs = probe.list_runs()
+    except Exception:  # not created yet
+        return False
+    return bool(runs) and bool((runs[0].get("pending") or {}).get("settled"))

@@ -238,6 +238,10 @@ class LlmCaller:
                 self.ledger.charge_reservation(reservation)
             else:  # refused before any work: an HTTP error status, or never connected
                 self.ledger.release(reservation)
+            # Settled, and so recorded at once: a kill during the retry's wait (a Retry-After
+            # may ask for minutes) had a resume charge a refused call its whole reservation.
+            pending["settled"] = True
+            self.commit_pending(pending)
             raise
         except asyncio.CancelledError:
             self.ledger.charge_reservation(reservation)
