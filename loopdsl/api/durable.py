@@ -13,18 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from .runs import (
-    LoopFileChildren,
-    RunResult,
-    UsageError,
-    load,
-    loop_files,
-    make_ports,
-    new_run_state,
-    open_store,
-    ready_to_call_models,
-    uses_model_client,
-)
+from .runs import (LoopFileChildren, RunResult, UsageError, load, loop_files, make_ports, new_run_state, open_store,
+                   ready_to_call_models, uses_model_client)
 from .run_environment import secret_values
 from ..language.compile import CompiledLoop, compile_loop
 from ..language.files import read_capped

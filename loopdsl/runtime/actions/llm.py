@@ -208,6 +208,18 @@ class LlmCaller:
         self.ledger.settle(reservation, response.prompt_tokens + response.completion_tokens, cost_usd)
         return {"prompt_tokens": response.prompt_tokens, "completion_tokens": response.completion_tokens}, cost_usd
 
+    def _settle_failed(self, reservation: Reservation, billed: bool, pending: dict[str, Any]) -> None:
+        """A failed call charged its reservation (it may have been paid: timed out, dropped
+        after sending, unreadable reply) or nothing (refused before any work), and so
+        recorded at once: a kill during the retry's wait (a Retry-After may ask for minutes)
+        had a resume charge a refused call its whole reservation."""
+        if billed:
+            self.ledger.charge_reservation(reservation)
+        else:
+            self.ledger.release(reservation)
+        pending["settled"] = True
+        self.commit_pending(pending)
+
     async def _paid_call(self, request: LlmRequest, priced: list[tuple[str, Price | None]], key: str, canonical: dict | None,
                          cc: CallContext, reserve_from: int = 0, keep_messages: bool = True) -> dict[str, Any]:
         """`reserve_from`: the first chain entry still in play (an agent's sticky fallback);
@@ -234,14 +246,7 @@ class LlmCaller:
         try:
             response: LlmResponse = await provider.complete(request, state=cc.state)
         except ProviderError as exc:
-            if exc.billed:  # timed out, dropped after sending, unreadable reply: may have been paid
-                self.ledger.charge_reservation(reservation)
-            else:  # refused before any work: an HTTP error status, or never connected
-                self.ledger.release(reservation)
-            # Settled, and so recorded at once: a kill during the retry's wait (a Retry-After
-            # may ask for minutes) had a resume charge a refused call its whole reservation.
-            pending["settled"] = True
-            self.commit_pending(pending)
+            self._settle_failed(reservation, exc.billed, pending)
             raise
         except asyncio.CancelledError:
             self.ledger.charge_reservation(reservation)
