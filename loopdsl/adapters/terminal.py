@@ -175,8 +175,9 @@ def _first_line(text: str, limit: int = 160) -> str:
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
-def summary(state: RunState, store_dir: Any = None) -> str:
-    lines = [f"run {state.run_id}: {state.status}"]
+def summary(state: RunState, store_dir: Any = None, status: str | None = None) -> str:
+    """`status`: how to say it, when more is known than the record's (`run_status`)."""
+    lines = [f"run {state.run_id}: {status or state.status}"]
     lines.append("path: " + " -> ".join(state.path))
     ledger = state.ledger or {}
     lines.append(f"spent: {ledger.get('tokens', 0)} tokens, {_money(ledger.get('cost_usd', 0))}, {ledger.get('steps', 0)} steps, {state.active_s:.2f}s")
@@ -237,8 +238,9 @@ def runs_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunState] | None = None) -> str:
-    lines = [summary(state)]
+def show_text(state: RunState, events: list[dict[str, Any]], children: list[RunState] | None = None,
+              status: str | None = None) -> str:
+    lines = [summary(state, status=status)]
     lines.append("")
     lines.append("states:")
     for name, result in state.results.items():

@@ -62,7 +62,10 @@ def show_run(run_id: str, store: str | Path | None = None, cwd: Path | None = No
                 children.append({**record, "run_id": record.get("run_id", child)})
         events = st.events(full)
         calls = model_calls(st, full, events) if transcript else []
-        return RunView(st.load_run(full), events, children, calls)
+        record = st.load_run(full)
+        if st.interrupted(full, record):  # as `runs` says it (it said `running` here)
+            record["interrupted"] = True
+        return RunView(record, events, children, calls)
 
 
 @dataclass

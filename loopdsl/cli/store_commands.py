@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..adapters.terminal import runs_table, show_text, transcript_text
+from ..adapters.terminal import run_status, runs_table, show_text, transcript_text
 from ..language.terminal_safe import visible, visible_json
 from ..adapters.store.run_store import default_store_dir
 from ..api.records import clean as clean_worktrees, list_runs, show_run
@@ -69,7 +69,7 @@ def show(run_id: str, store: str | None, as_json: bool, html_file: str | None, t
         click.echo(visible(transcript_text(view.transcript)))
     else:
         click.echo(visible(show_text(RunState.from_json(view.record), view.events,
-                                     [RunState.from_json(c) for c in view.children])))
+                                     [RunState.from_json(c) for c in view.children], status=run_status(view.record))))
 
 
 @click.command()

@@ -120,6 +120,8 @@ def test_sigterm_stops_the_running_command_and_leaves_the_run_to_resume(tmp_path
         time.sleep(0.05)
     assert not _alive(escaped)  # the command's setsid child did not outlive loopdsl
     run_id = _run_id(store, tmp_path)
+    # `show` says what `runs` says of a run no process drives (it said `running`).
+    assert f"run {run_id}: interrupted (resume {run_id})" in _cli(["show", run_id, "--store", str(store)], tmp_path).stdout
     done = _cli(["resume", run_id, "--store", str(store)], tmp_path)
     assert done.returncode == 0, done.stderr
     assert (marks / "log").read_text() == "start\nstart\nend\n"  # the idempotent step ran again, once

@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import diskcache
 
@@ -282,10 +282,14 @@ class RunStore:
                 out.append(_damaged_entry(run_id, problem))
                 continue
             record.setdefault("run_id", run_id)
-            if record.get("status") == "running" and not self._driven(run_id):
+            if self.interrupted(run_id, record):
                 record["interrupted"] = True  # its process was killed: `resume` continues it
             out.append(record)
         return out
+
+    def interrupted(self, run_id: str, record: Mapping[str, Any]) -> bool:
+        """Whether a `running` record has no live process driving it (killed: `resume` continues it)."""
+        return record.get("status") == "running" and not self._driven(run_id)
 
     def _driven(self, run_id: str) -> bool:
         """Whether a live process holds the run's lock (an expired row reads as absent)."""
