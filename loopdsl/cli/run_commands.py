@@ -31,6 +31,8 @@ def _parse_input_pairs(pairs: Sequence[str]) -> dict[str, str]:
         if "=" not in pair:
             fail(f"--input {pair!r} is not KEY=VALUE", "e.g. --input max_items=10")
         key, value = pair.split("=", 1)
+        if key.strip() in out:  # the last one won, silently
+            fail(f"--input {key.strip()!r} is given twice", f"give it once: --input {key.strip()}=VALUE")
         out[key.strip()] = value
     return out
 

@@ -347,6 +347,8 @@ def test_options_that_did_nothing_now_act_or_say_so(tmp_path: Path) -> None:
     assert scheduled.returncode == 2 and "go with --export" in scheduled.stderr
     dry = _cli(["run", str(DATA / "counter.yaml"), "--dry-run", "-i", "no_such_input=1"], tmp_path)
     assert dry.returncode == 2 and "no_such_input" in dry.stderr, dry.stderr
+    twice = _cli(["run", str(DATA / "counter.yaml"), "--dry-run", "-i", "n=1", "-i", "n=2"], tmp_path)  # the last won
+    assert twice.returncode == 2 and "'n' is given twice" in twice.stderr, twice.stderr
 
 
 def test_no_store_beside_store_and_a_run_kept_in_memory_are_said(tmp_path: Path) -> None:
