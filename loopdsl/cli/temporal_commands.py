@@ -283,7 +283,7 @@ def decide_run(run_id: str, choice: str, comment: str, *, conn: Connection, forc
         except asyncio.TimeoutError:
             raise LoopdslError(f"run {run_id}: no worker accepted the decision within {DECIDE_WAIT_S:g}s",
                                "start a worker on the run's task queue: `loopdsl worker --temporal ...`",
-                               exit_code=3) from None
+                               exit_code=EXIT_USAGE) from None
 
     out = _run(main())
     click.echo(f"run {run_id}: recorded '{out['decision']}' by {out['by']} at {out['at']}; the run continues on its worker")
