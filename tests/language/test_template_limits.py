@@ -49,6 +49,8 @@ BOMBS = {
     "format filter repeating a field": "{% set x = 'a' * 1000000 %}{{ ('%(a)s' * 1000) | format(a=x) | length }}",
     "% repeating a field": "{% set x = 'a' * 1000000 %}{{ ('%s' * 40) % ((x,) * 40) | length }}",
     "join of a string": "{% set x = 'a' * 1000000 %}{{ x | join(x[:30000]) | length }}",
+    # Not memory but CPU the step budget never counted (~14 s).
+    "wordwrap at width 1": "{% set x = 'a' * 1000000 %}{{ x | wordwrap(1) | length }}",
     "indented dump of a deep value": ("{% set ns = namespace(v=[['x'] * 100000]) %}{% for i in range(150) %}"
                                       "{% set ns.v = [ns.v] %}{% endfor %}{{ ns.v | tojson(indent=64) | length }}"),
 }
