@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..language.agent_model import McpAllow
 from ..runtime.errors import StepFailure
 from ..runtime.redaction import Redactor
 from ..runtime.tools.base import DEFAULT_TOOL_OUTPUT_LIMIT, ToolOutcome, ToolSpec, check_names, safe_output
@@ -72,16 +73,11 @@ class McpEntry:
     idempotent: bool = False  # the loop author's word, never the server's annotations
 
     @classmethod
-    def build(cls, name: str, command: Sequence[str], env: Mapping[str, str], allow: Sequence[Any],
-              startup_timeout: float | None = None, idempotent: bool = False) -> McpEntry:
-        """`allow` items are a tool name or `{name, as}`; the offered name is `<entry>__<tool>`
-        unless renamed."""
-        allowed = []
-        for item in allow:
-            if isinstance(item, str):
-                allowed.append(AllowedTool(item, f"{name}__{item}"))
-            else:
-                allowed.append(AllowedTool(item["name"], item.get("as") or f"{name}__{item['name']}"))
+    def build(cls, name: str, command: Sequence[str], env: Mapping[str, str],
+              allow: Sequence[McpAllow | str | Mapping[str, Any]], startup_timeout: float | None = None,
+              idempotent: bool = False) -> McpEntry:
+        """`allow` items are `McpAllow`s, or what `McpAllow.parse` reads: a tool name or `{name, as}`."""
+        allowed = [AllowedTool(a.name, a.offered_as(name)) for a in map(McpAllow.parse, allow)]
         timeout = DEFAULT_STARTUP_TIMEOUT_S if startup_timeout is None else float(startup_timeout)
         return cls(name, tuple(command), dict(env), tuple(allowed), timeout, idempotent)
 

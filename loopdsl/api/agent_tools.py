@@ -43,8 +43,7 @@ async def open_mcp_tools(tools: Sequence[tuple[ToolDef, ToolUse]], env: ToolEnv)
     try:
         for tool, _use in tools:
             assert tool.mcp is not None
-            allow = [a.name if a.as_ is None else {"name": a.name, "as": a.as_} for a in tool.allow]
-            entry = McpEntry.build(tool.name, tool.mcp.command, mcp_env(tool.mcp.env, env.secret_values), allow,
+            entry = McpEntry.build(tool.name, tool.mcp.command, mcp_env(tool.mcp.env, env.secret_values), tool.allow,
                                    tool.mcp.startup_timeout, tool.idempotent)
             offered = {a.offered for a in entry.allow}
             stored = None if env.stored_definitions is None else [

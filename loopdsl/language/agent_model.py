@@ -34,6 +34,15 @@ class McpAllow:
     name: str  # the server's name for the tool
     as_: str | None = None  # offered under this name instead of `<entry>__<name>`
 
+    @classmethod
+    def parse(cls, raw: Any) -> McpAllow:
+        """One `allow:` item: a tool name, or `{name, as}`."""
+        if isinstance(raw, McpAllow):
+            return raw
+        if isinstance(raw, Mapping):
+            return cls(name=str(raw["name"]), as_=raw.get("as"))
+        return cls(name=str(raw))
+
     def offered_as(self, entry: str) -> str:
         """The name the model sees for this tool of MCP entry `entry`."""
         return self.as_ or f"{entry}__{self.name}"
@@ -127,12 +136,6 @@ def _str_tuple(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value or ())
 
 
-def _allow(raw: Any) -> McpAllow:
-    if isinstance(raw, Mapping):
-        return McpAllow(name=str(raw["name"]), as_=raw.get("as"))
-    return McpAllow(name=str(raw))
-
-
 def build_tool(name: str, raw: Mapping[str, Any], path: YamlPath | None = None) -> ToolDef:
     path = path if path is not None else ("tools", name)
     raw = dict(raw)
@@ -150,7 +153,7 @@ def build_tool(name: str, raw: Mapping[str, Any], path: YamlPath | None = None) 
                       startup_timeout=parse_duration(mcp.get("startup_timeout")) or DEFAULT_MCP_STARTUP_S,
                       schema_tokens=int(mcp.get("schema_tokens") or 0))
         if isinstance(mcp, Mapping) else None,
-        allow=tuple(_allow(a) for a in raw.get("allow") or ()),
+        allow=tuple(McpAllow.parse(a) for a in raw.get("allow") or ()),
         loop=str(raw["loop"]) if "loop" in raw else None,
         timeout=parse_duration(raw.get("timeout")) or DEFAULT_TOOL_TIMEOUT_S,
         idempotent=bool(raw.get("idempotent", False)),
