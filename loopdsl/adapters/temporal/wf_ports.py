@@ -114,9 +114,10 @@ class WorkflowShell:
     person decides first, as after a crash on the local backend."""
 
     def __init__(self, host: "LoopWorkflow", root: Path, workdir: Path, heartbeat_s: float,
-                 secrets: Sequence[str] = ()):
+                 secrets: Sequence[str], seal: str):
         self.host, self.root, self.workdir, self.heartbeat_s = host, root, workdir, heartbeat_s
         self.secrets = sorted(secrets)  # the only names the activity may put in (sealed.py)
+        self.seal = seal  # the placeholders' seal: the activity unseals only values carrying it
 
     async def __call__(self, *, script: str | None = None, argv: Sequence[str] | None = None, cwd: Path,
                        env: Mapping[str, str], timeout: float | None, redact: Callable[[str], str] = str,
@@ -124,7 +125,7 @@ class WorkflowShell:
         arg = {"script": script, "argv": list(argv) if argv is not None else None,
                "cwd": under(cwd, self.workdir), "workdir": under(self.workdir, self.root),
                "env": dict(env), "timeout": timeout, "marker": marker,
-               "seal": workflow.info().run_id, "secrets": self.secrets}
+               "seal": self.seal, "secrets": self.secrets}
         while True:
             try:
                 out = await workflow.execute_activity(SHELL, arg, **activity_options(self.heartbeat_s, timeout))

@@ -228,11 +228,12 @@ class LoopWorkflow(ChildSignals):
         root = loops.root()
         worktree = (self.run.meta.get("worktree") or {}) if self.run else {}
         workdir = root / worktree["path"] if worktree else root
+        secrets, seal = loaded.compiled.loop.secrets, workflow.info().run_id  # a fresh seal per workflow run
         return Ports(provider=lambda: model, run_log=WorkflowRunLog(self._at_commit), responses=MemoryResponses(),
                      human=WorkflowHuman(scripted, self.clock), workdir=workdir, env={}, skills=loaded.skills,
-                     secret_values=placeholders(loaded.compiled.loop.secrets, workflow.info().run_id),
+                     secret_values=placeholders(secrets, seal),
                      listeners=[self.events.append], clock=self.clock,
-                     shell=WorkflowShell(self, root, workdir, heartbeat_s, loaded.compiled.loop.secrets),
+                     shell=WorkflowShell(self, root, workdir, heartbeat_s, secrets, seal),
                      keep_events=False,
                      children=self.children, git=WorkflowGit(worktree, heartbeat_s) if worktree.get("branch") else None,
                      confine_cwd=lambda base, cwd: base / named_cwd(cwd),
