@@ -23,6 +23,7 @@ from ..language.terminal_safe import visible, visible_json
 from ..language.errors import LoopdslError
 from ..adapters.temporal import connection
 from ..adapters.temporal.connection import ADDRESS_ENV, API_KEY_ENV, NAMESPACE_ENV, TLS_ENV, Connection
+from ..adapters.temporal.wire import DEFAULT_HEARTBEAT_S, MAX_HEARTBEAT_S, MIN_HEARTBEAT_S
 from ..runtime.redaction import redact_printed
 from ..runtime.run_state import RunState
 from .output import EXIT_INTERNAL, EXIT_USAGE
@@ -205,7 +206,8 @@ def _request(model: Any, loop_ref: str, script: str | None, values: dict[str, An
     files = dict(loops.load(loop_path, script_path).files)
     return {"loop_path": loop_path, "script": script_path, "inputs": values, "files": files,
             "date": _run_date(model), "force": force,
-            "heartbeat_s": _env_number("LOOPDSL_TEMPORAL_HEARTBEAT_S", 30, 1, 3600),
+            "heartbeat_s": _env_number("LOOPDSL_TEMPORAL_HEARTBEAT_S", DEFAULT_HEARTBEAT_S, MIN_HEARTBEAT_S,
+                                       MAX_HEARTBEAT_S),
             # Events a history holds before the run continues as new (default in the workflow).
             "max_history_events": int(_env_number("LOOPDSL_TEMPORAL_HISTORY_EVENTS", 0, 0, 1_000_000)) or None}
 

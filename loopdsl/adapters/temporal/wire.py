@@ -16,6 +16,8 @@ DEFAULT_NAMESPACE = "default"
 WORKER_STOPPED = "loopdsl.WorkerStopped"
 # How long an activity may go without a heartbeat before its worker counts as dead.
 DEFAULT_HEARTBEAT_S = 30.0
+# The heartbeats a run accepts: the client refuses others, the workflow clamps what it is given.
+MIN_HEARTBEAT_S, MAX_HEARTBEAT_S = 1.0, 3600.0
 # A command or call without its own timeout still ends some time: a day.
 NO_TIMEOUT = timedelta(hours=24)
 # Carried events a `progress` query returns at most per call.

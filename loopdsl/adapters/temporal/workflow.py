@@ -39,7 +39,8 @@ from .wf_ports import (
     under,
     waiting_left,
 )
-from .wire import DECIDE_UPDATE, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, FINISH, PREPARE, PROGRESS_QUERY, WORKFLOW
+from .wire import (DECIDE_UPDATE, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, FINISH, MAX_HEARTBEAT_S, MIN_HEARTBEAT_S,
+                   PREPARE, PROGRESS_QUERY, WORKFLOW)
 
 # Events a run's history may hold before it continues as new at a state's entry: Temporal
 # warns at 10,240 and terminates at 51,200; a state's own events stay far below the gap.
@@ -49,13 +50,13 @@ FILES_AT_DECISION = "files-checked-at-decision"
 
 
 def _heartbeat(value: Any) -> float:
-    """The request's heartbeat, within [1, 3600] s: a started workflow cannot refuse its input,
+    """The request's heartbeat, within the accepted range: a started workflow cannot refuse its input,
     and a NaN or negative one failed every workflow task of the run."""
     try:
         seconds = float(value or DEFAULT_HEARTBEAT_S)
     except (TypeError, ValueError):
         return DEFAULT_HEARTBEAT_S
-    return min(max(seconds, 1.0), 3600.0) if seconds == seconds else DEFAULT_HEARTBEAT_S
+    return min(max(seconds, MIN_HEARTBEAT_S), MAX_HEARTBEAT_S) if seconds == seconds else DEFAULT_HEARTBEAT_S
 
 
 class AtStateBoundary(BaseException):
