@@ -26,11 +26,16 @@ script_option = click.option("--script", type=click.Path(exists=True, dir_okay=F
                              help="Scripted replies (offline, no API key): state -> replies, checkpoint decisions.")
 
 
-def fail(message: str, hint: str = "", code: int = EXIT_USAGE) -> NoReturn:
-    """Print the user's mistake (and how to fix it) on stderr and exit with `code`."""
+def print_error(message: str, hint: str = "") -> None:
+    """The user's mistake (and how to fix it) on stderr, redacted and terminal-safe."""
     click.echo(visible(redact_printed(f"loopdsl: error: {message}")), err=True)
     if hint:
         click.echo(visible(redact_printed(f"  hint: {hint}")), err=True)
+
+
+def fail(message: str, hint: str = "", code: int = EXIT_USAGE) -> NoReturn:
+    """Print the user's mistake (and how to fix it) and exit with `code`."""
+    print_error(message, hint)
     sys.exit(code)
 
 

@@ -24,9 +24,8 @@ from ..language.errors import LoopdslError
 from ..adapters.temporal import connection
 from ..adapters.temporal.connection import ADDRESS_ENV, API_KEY_ENV, NAMESPACE_ENV, TLS_ENV, Connection
 from ..adapters.temporal.wire import DEFAULT_HEARTBEAT_S, MAX_HEARTBEAT_S, MIN_HEARTBEAT_S
-from ..runtime.redaction import redact_printed
 from ..runtime.run_state import RunState
-from .output import EXIT_INTERNAL, EXIT_USAGE
+from .output import EXIT_INTERNAL, EXIT_USAGE, print_error
 
 _CONNECTION_OPTIONS = (
     click.option("--temporal", "temporal", envvar=ADDRESS_ENV, metavar="HOST:PORT",
@@ -101,9 +100,7 @@ def _run(main: Any) -> Any:
 
 
 def _fail(message: str, hint: str, code: int) -> NoReturn:
-    click.echo(visible(redact_printed(f"loopdsl: error: {message}")), err=True)
-    if hint:
-        click.echo(visible(f"  hint: {hint}"), err=True)
+    print_error(message, hint)
     leave(code)
 
 
