@@ -200,7 +200,10 @@ def _request(model: Any, loop_ref: str, script: str | None, values: dict[str, An
     loop_path = loops.relative(model.source, root) if model.source else loop_ref
     script_path = loops.relative(script, root) if script else None
     loops.set_root(root)
-    files = dict(loops.load(loop_path, script_path).files)
+    try:
+        files = dict(loops.load(loop_path, script_path).files)
+    except loops.OutsideRoot as exc:  # the workers would refuse it: say so before starting anything
+        raise LoopdslError(str(exc), "run it from the repository that holds it, or copy it into this one") from None
     return {"loop_path": loop_path, "script": script_path, "inputs": values, "files": files,
             "date": _run_date(model), "force": force,
             "heartbeat_s": _env_number("LOOPDSL_TEMPORAL_HEARTBEAT_S", DEFAULT_HEARTBEAT_S, MIN_HEARTBEAT_S,

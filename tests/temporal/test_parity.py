@@ -118,8 +118,17 @@ def _agent(tmp: Path, side: Path, *, guarded: bool = False) -> tuple[Path, dict[
     return repo, {}
 
 
-def _pattern(name: str) -> tuple[Path, Path]:
-    return patterns.LOOPS_DIR / f"{name}.yaml", patterns.SCRIPTS_DIR / f"{name}.replies.yaml"
+def _pattern(name: str, repo: Path) -> tuple[Path, Path]:
+    """The pattern's loop and reply script, copied into `repo` (a worker runs only the loops of
+    the repository it serves) in a folder git ignores, so the loop sees the repository as it was."""
+    kit = repo / ".patterns"
+    if not kit.exists():
+        shutil.copytree(patterns.LOOPS_DIR, kit / "loops", ignore=shutil.ignore_patterns("*.test.yaml"))
+        shutil.copytree(ROOT / "skills", kit / "skills")
+        (repo / ".git" / "info").mkdir(exist_ok=True)
+        with (repo / ".git" / "info" / "exclude").open("a") as exclude:
+            exclude.write("/.patterns/\n")
+    return kit / "loops" / f"{name}.yaml", kit / "loops" / "scripts" / f"{name}.replies.yaml"
 
 
 CASES: dict[str, Setup] = {
@@ -133,7 +142,7 @@ CASES: dict[str, Setup] = {
 def _loop_files(case: str, repo: Path) -> tuple[Path, Path]:
     if case in ("deterministic-example", "agent-worktree", "agent-git-guard"):
         return repo / "loop.yaml", repo / "replies.yaml"
-    return _pattern(case)
+    return _pattern(case, repo)
 
 
 def _normal(value: Any, swaps: dict[str, str]) -> Any:

@@ -24,6 +24,10 @@ class FilesChanged(Exception):
     """This worker's copy of a run's files differs from the one the run started with."""
 
 
+class OutsideRoot(ValueError):
+    """A request named a file outside the repository the worker serves."""
+
+
 @dataclass(frozen=True)
 class LoadedLoop:
     compiled: CompiledLoop
@@ -56,6 +60,19 @@ def relative(path: str | Path, base: Path) -> str:
         return str(path)
 
 
+def inside_root(path: str, what: str) -> Path:
+    """`path` (relative to the root) as a file of the repository the worker serves. Whoever may
+    start workflows on the namespace writes the request, so it names only the repository's own
+    loops and reply scripts, never another file on the worker's disk (`../`, an absolute path
+    or a symlink out all land outside)."""
+    base = root()
+    full = (base / path).resolve()
+    if base not in full.parents:
+        raise OutsideRoot(f"{what} {path} is outside the repository the worker serves ({base}); a worker runs only "
+                          "the loops of the repository it was started in")
+    return full
+
+
 def _fingerprint(files: Mapping[str, str]) -> str:
     return hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()
 
@@ -67,7 +84,7 @@ def _read(loop_path: str, script: str | None) -> LoadedLoop:
     from ...lint.pipeline import load_loop
 
     base = root()
-    loop: Loop = load_loop(base / loop_path)
+    loop: Loop = load_loop(inside_root(loop_path, "loop file"))
     files = {relative(path, base): digest for path, digest in dependencies(loop).items()}
     skills: dict[str, str] = {}
     for state in loop.states.values():
@@ -76,11 +93,12 @@ def _read(loop_path: str, script: str | None) -> LoadedLoop:
             skills[action.skill] = read_skill(loop.base_dir / action.skill)
     data = None
     if script is not None:
-        doc, problems = load_checked(base / script, "replies")
+        script_file = inside_root(script, "reply script")
+        doc, problems = load_checked(script_file, "replies")
         if problems or doc is None:
             raise ValueError(f"reply script {script}: " + "; ".join(p.message for p in problems))
         data = doc.data
-        files[script] = file_sha256(base / script)
+        files[script] = file_sha256(script_file)
     return LoadedLoop(compile_loop(loop), skills, files, data)
 
 
