@@ -108,3 +108,28 @@ def test_export_temporal_needs_an_address(tmp_path: Path) -> None:
     (tmp_path / "loop.yaml").write_text(LOOP.replace("CONFLICT", "skip"))
     out = loopdsl("schedule", "loop.yaml", "--export", "temporal", cwd=tmp_path)
     assert out.returncode == 2 and "needs --temporal" in out.stderr
+
+
+def test_a_second_loop_file_with_the_same_name_does_not_take_the_schedule_over(tmp_path: Path,
+                                                                                temporal_server: str) -> None:
+    repo = tmp_path / "names"  # its own schedule id on the shared server
+    (repo / "loops").mkdir(parents=True)
+    (repo / "loops" / "nightly.yaml").write_text(LOOP.replace("CONFLICT", "skip"))
+    (repo / "loops" / "copy.yaml").write_text(LOOP.replace("CONFLICT", "wait").replace("echo ran", "echo copy"))
+    args = ("--export", "temporal", "--temporal", temporal_server, "--task-queue", "q-names")
+    assert loopdsl("schedule", "loops/nightly.yaml", *args, cwd=repo).returncode == 0
+    taken = loopdsl("schedule", "loops/copy.yaml", *args, cwd=repo)
+    assert taken.returncode == 2, (taken.stdout, taken.stderr)
+    sid = "loopdsl/names/nightly"
+    assert f"Temporal schedule {sid} already starts loops/nightly.yaml, another loop file with `name: nightly`" \
+        in taken.stderr, taken.stderr
+    assert f"temporal schedule delete --schedule-id {sid}" in taken.stderr
+    desc = asyncio.run(_describe(temporal_server, sid))
+    started = str(desc.schedule.action.args)  # type: ignore[attr-defined]  # still the first loop's request
+    assert "loops/nightly.yaml" in started and "copy.yaml" not in started
+    from temporalio.client import ScheduleOverlapPolicy
+
+    assert desc.schedule.policy.overlap == ScheduleOverlapPolicy.SKIP  # type: ignore[attr-defined]
+    # The same file again still updates its own schedule.
+    again = loopdsl("schedule", "loops/nightly.yaml", *args, cwd=repo)
+    assert again.returncode == 0 and "updated Temporal schedule" in again.stdout, again.stderr

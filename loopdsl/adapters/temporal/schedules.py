@@ -1,6 +1,7 @@
 """`loopdsl schedule LOOP --export temporal`: a Temporal Schedule from the loop's `schedule:`.
 
-Its id is `loopdsl/<repo>/<loop>`; exporting again updates it in place. The action starts
+Its id is `loopdsl/<repo>/<loop>`; exporting again updates it in place, and another loop file
+with the same `name:` is refused rather than taking the schedule over. The action starts
 the loop workflow with no retry policy (the engine owns retries), and `concurrency` maps
 to the overlap policy (Temporal's default, SKIP, is not loopdsl's default).
 """
@@ -21,6 +22,7 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
+from ...language.errors import LoopdslError
 from ...language.model import Loop
 from ...language.schedules import UTC_NAMES
 from .wire import WORKFLOW
@@ -62,18 +64,39 @@ def build(loop: Loop, request: dict[str, Any], task_queue: str, repo: str) -> Sc
 
 
 async def export(client: Client, loop: Loop, request: dict[str, Any], task_queue: str, repo: str) -> tuple[str, bool]:
-    """Creates the schedule, or updates it when it exists; (id, created)."""
+    """Creates the schedule, or updates it when it exists and starts the same loop file; (id, created)."""
     sid = schedule_id(repo, loop)
     schedule = build(loop, request, task_queue, repo)
     try:
         await client.create_schedule(sid, schedule)
         return sid, True
     except ScheduleAlreadyRunningError:
-        def replace(_: ScheduleUpdateInput) -> ScheduleUpdate:
+        def replace(current: ScheduleUpdateInput) -> ScheduleUpdate:
+            # The id comes from `name:`: a second loop file of the repository with the same
+            # name would silently take over the first one's schedule.
+            other = _loop_path(client, current.description.schedule.action)
+            if other is not None and other != request["loop_path"]:
+                raise LoopdslError(
+                    f"Temporal schedule {sid} already starts {other}, another loop file with `name: {loop.name}`",
+                    f"give one of the two loops another `name:`, or delete the schedule first if {other} is gone "
+                    f"(`temporal schedule delete --schedule-id {sid}`)")
             return ScheduleUpdate(schedule=schedule)
 
         await client.get_schedule_handle(sid).update(replace)
         return sid, False
+
+
+def _loop_path(client: Client, action: object) -> str | None:
+    """The loop file an existing schedule starts (from its memo), or None when it does not say."""
+    memo = getattr(action, "memo", None) or {}
+    payload = memo.get("loop_path")
+    if payload is None:
+        return None
+    try:
+        value = client.data_converter.payload_converter.from_payload(payload) if not isinstance(payload, str) else payload
+    except Exception:  # a memo someone else wrote: not ours to judge
+        return None
+    return value if isinstance(value, str) else None
 
 
 def _zone_name(name: str) -> str:
