@@ -26,8 +26,8 @@ from .publishing import publish_engine
 from ..runtime.redaction import Redactor, without_own_credentials
 from ..adapters.webhook import WebhookNotifier
 from ..adapters.coding_cli_home import sweep_dead_makers_homes
-from ..runtime.run_state import (ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState, history_from_events,
-                                 stamp_time)
+from ..runtime.run_state import (ABORT_REASON_LIMIT, ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState,
+                                 aborted_error, history_from_events, stamp_time)
 from ..adapters.store.ports import StoreResponses, StoreRunLog
 from ..adapters.store.run_store import RunChanged, RunLock, RunStore
 from ..adapters.git_workspace import GitWorkspace
@@ -358,7 +358,10 @@ def abort(run_ref: str, *, store: str | Path | RunStore | None = None, reason: s
         state = RunState.from_json(store.load_run(run_id))
         if state.is_final:
             raise UsageError(f"run {run_id} already ended with status {state.status}")
+        # As a decision's comment: a credential of this process's environment never reaches the store.
+        reason = without_own_credentials(reason)[:ABORT_REASON_LIMIT]
         state.status, state.ended_at, state.pending = ABORTED, utc_now(), None
+        state.error = aborted_error(state.current, reason)
         state.seq += 1
         event = {"seq": state.seq, "t": utc_now(), "type": "end", "status": ABORTED, "reason": reason}
         StoreRunLog(store, run_id, lock).commit(state, [event])

@@ -195,7 +195,7 @@ def decide(run_id: str, choice: str, comment: str, store: str | None, temporal: 
 def abort(run_id: str, reason: str, store: str | None, temporal: Connection | None) -> None:
     """End RUN_ID as aborted (its worktree, if any, is kept)."""
     if temporal:
-        on_temporal.abort_run(run_id, conn=temporal)
+        on_temporal.abort_run(run_id, conn=temporal, reason=reason)
         return
     state = abort_run(run_id, store=store, reason=reason)
     click.echo(f"run {state.run_id}: aborted")

@@ -292,11 +292,11 @@ def decide_run(run_id: str, choice: str, comment: str, *, conn: Connection, forc
     leave(0)
 
 
-def abort_run(run_id: str, *, conn: Connection) -> None:
+def abort_run(run_id: str, *, conn: Connection, reason: str = "") -> None:
     client_mod = _adapter("client")
 
     async def main() -> None:
-        await client_mod.abort(await _connect(conn), run_id)
+        await client_mod.abort(await _connect(conn), run_id, reason)
 
     _run(main())
     click.echo(f"run {run_id}: abort requested (cancellation); it ends as aborted")

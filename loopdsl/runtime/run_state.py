@@ -20,6 +20,15 @@ RUNNING, WAITING, COMPLETED, FAILED, ESCALATED, BUDGET_EXHAUSTED, ABORTED = (
 )
 STATUSES = (RUNNING, WAITING, COMPLETED, FAILED, ESCALATED, BUDGET_EXHAUSTED, ABORTED)
 FINAL_STATUSES = frozenset({COMPLETED, FAILED, ESCALATED, BUDGET_EXHAUSTED, ABORTED})
+# The longest `loopdsl abort --reason` a record keeps (characters).
+ABORT_REASON_LIMIT = 2_000
+
+
+def aborted_error(state: str, reason: str) -> dict[str, Any]:
+    """The error of a run a person ended with `loopdsl abort` (either backend), with their reason."""
+    reason = reason[:ABORT_REASON_LIMIT]
+    return {"state": state, "kind": "aborted",
+            "message": "aborted with `loopdsl abort`" + (f": {reason}" if reason.strip() else "")}
 
 
 @dataclass

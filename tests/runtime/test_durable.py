@@ -197,15 +197,20 @@ def test_resume_against_a_changed_loop_is_refused_unless_forced(tmp_path: Path) 
     assert any(e["type"] == "resume" and e["forced"] for e in RunStore(store).events(run_id))
 
 
-def test_abort_ends_a_run_for_good(tmp_path: Path) -> None:
+def test_abort_ends_a_run_for_good(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = tmp_path / "store"
     run_id = loopdsl.run(DATA / "checkpoint.yaml", store=store, workdir=tmp_path).run_id
-    done = _cli(["abort", run_id, "--store", str(store), "--reason", "superseded"], tmp_path)
+    token = "ghp_" + "Ab3dE" * 8  # pasted by mistake: a credential of the aborting process stays out of the store
+    monkeypatch.setenv("GITHUB_TOKEN", token)
+    done = _cli(["abort", run_id, "--store", str(store), "--reason", f"superseded {token}"], tmp_path)
     assert done.returncode == 0 and f"run {run_id}: aborted" in done.stdout
     record = RunStore(store).load(run_id)
     assert record["status"] == "aborted" and record["ended_at"]
-    assert RunStore(store).events(run_id)[-1] == dict(RunStore(store).events(run_id)[-1], type="end", status="aborted",
-                                                       reason="superseded")
+    assert record["error"]["kind"] == "aborted"
+    assert record["error"]["message"].startswith("aborted with `loopdsl abort`: superseded "), record["error"]
+    assert RunStore(store).events(run_id)[-1]["reason"].startswith("superseded ")
+    assert RunStore(store).events(run_id)[-1] == dict(RunStore(store).events(run_id)[-1], type="end", status="aborted")
+    assert not [f for f in store.rglob("*") if f.is_file() and token[:8].encode() in f.read_bytes()]
     for args in (["resume", run_id], ["abort", run_id], ["approve", run_id]):
         again = _cli([*args, "--store", str(store)], tmp_path)
         assert again.returncode == 2, args

@@ -183,7 +183,10 @@ def test_abort_cancels_a_waiting_run(tmp_path: Path, workers: Workers) -> None:
     started = start_scripted(repo, workers)
     assert started.returncode == 4, started.stderr
     run_id = run_id_of(started.stderr)
-    stopped = loopdsl("abort", run_id, "--temporal", workers.address, cwd=repo)
+    # The reason reaches the run (it was dropped), without a credential of the aborting process.
+    token = "ghp_" + "Ab3dE" * 8
+    stopped = loopdsl("abort", run_id, "--temporal", workers.address, "--reason", f"superseded by #12 ({token})",
+                      cwd=repo, GITHUB_TOKEN=token)
     assert stopped.returncode == 0, stopped.stderr
     deadline = time.monotonic() + 30
     while True:
@@ -192,6 +195,9 @@ def test_abort_cancels_a_waiting_run(tmp_path: Path, workers: Workers) -> None:
             break
         time.sleep(0.3)
     assert run["status"] == "aborted" and run["path"] == ["ask", "make", "approve"], run
+    assert run["error"]["kind"] == "aborted", run["error"]
+    assert run["error"]["message"].startswith("aborted with `loopdsl abort`: superseded by #12 ("), run["error"]
+    assert token[:8] not in json.dumps(run)
     # As locally: an ended run is not aborted again (it said "abort requested", exit 0).
     again = loopdsl("abort", run_id, "--temporal", workers.address, cwd=repo)
     assert again.returncode == 2 and "already ended" in again.stderr, again.stderr
@@ -208,3 +214,60 @@ def test_without_the_extra_the_cli_says_how_to_install_it(tmp_path: Path) -> Non
                   PYTHONPATH=f"{tmp_path / 'shadow'}:{ROOT}")
     assert out.returncode == 2, out.stderr
     assert "pip install 'loopdsl[temporal]'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_abort_with_a_reason_ends_a_run_whose_command_is_running(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "loop.yaml").write_text("loopdsl: 1\nname: long\nstart: work\nstates:\n"
+                                    "  work: {shell: 'touch started; sleep 60', next: done}\n"
+                                    "  done: {end: completed}\n")
+    workers.start(repo, models=False)
+    started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--detach",
+                      cwd=repo)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    deadline = time.monotonic() + 30
+    while not (repo / "started").exists():
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    stopped = loopdsl("abort", run_id, "--temporal", workers.address, "--reason", "wrong branch", cwd=repo)
+    assert stopped.returncode == 0, stopped.stderr
+    while True:
+        run = json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"]
+        if run["status"] != "running" or time.monotonic() > deadline + 30:
+            break
+        time.sleep(0.3)
+    assert run["status"] == "aborted", run["error"]
+    assert run["error"] == {"state": "work", "kind": "aborted", "message": "aborted with `loopdsl abort`: wrong branch"}
+
+
+def test_abort_during_a_model_call_ends_the_run_without_calling_again(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    with StubServer() as stub:
+        stub.reply_slow(60)
+        stub.reply_text("notes")  # what a retry would get
+        write_loop(repo, stub.api_base)
+        (repo / "loop.yaml").write_text((repo / "loop.yaml").read_text().replace(
+            'prompt: "name a file"}', 'prompt: "name a file"}\n    retry: {max_attempts: 3, on: [timeout, connection, server_error]}'))
+        workers.start(repo)
+        started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--detach",
+                          cwd=repo)
+        assert started.returncode == 0, started.stderr
+        run_id = started.stdout.strip()
+        deadline = time.monotonic() + 60
+        while not stub.requests:
+            assert time.monotonic() < deadline, "the model was never called"
+            time.sleep(0.05)
+        stopped = loopdsl("abort", run_id, "--temporal", workers.address, "--reason", "not today", cwd=repo)
+        assert stopped.returncode == 0, stopped.stderr
+        while True:
+            run = json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"]
+            if run["status"] != "running" or time.monotonic() > deadline + 30:
+                break
+            time.sleep(0.3)
+        assert run["status"] == "aborted", (run["status"], run["path"], run["error"])
+        assert run["error"] == {"state": "ask", "kind": "aborted", "message": "aborted with `loopdsl abort`: not today"}
+        assert run["path"] == ["ask"]
+        time.sleep(1)
+        assert len(stub.requests) == 1  # a cancelled call is not a timeout to retry

@@ -10,8 +10,9 @@ from temporalio.service import RPCError
 
 from ...language.errors import LoopdslError
 from ...runtime.redaction import without_own_credentials
+from ...runtime.run_state import ABORT_REASON_LIMIT
 from .connection import Connection
-from .wire import DECIDE_UPDATE, PROGRESS_QUERY, WORKFLOW
+from .wire import ABORT_SIGNAL, DECIDE_UPDATE, PROGRESS_QUERY, WORKFLOW
 
 # A server that cannot be reached is the address or the network: a usage error (docs/cli.md's table).
 EXIT_UNREACHABLE = 2
@@ -115,7 +116,7 @@ async def decide(client: Client, run_id: str, choice: str, comment: str, by: str
                             f"`loopdsl show {run_id} --temporal ...` shows where the run is") from None
 
 
-async def abort(client: Client, run_id: str) -> None:
+async def abort(client: Client, run_id: str, reason: str = "") -> None:
     """Cancel a loopdsl run that is still going (as locally, an ended run is not aborted, and a
     workflow of another type, on the same namespace, is not loopdsl's to cancel)."""
     handle = client.get_workflow_handle(run_id)
@@ -127,6 +128,8 @@ async def abort(client: Client, run_id: str) -> None:
         if desc.status != WorkflowExecutionStatus.RUNNING:
             status = desc.status.name.lower() if desc.status is not None else "unknown"
             raise TemporalError(f"run {run_id} already ended ({status})", f"`loopdsl show {run_id} --temporal ...` shows it")
+        # As a decision's comment: a credential of this process's environment never reaches the history.
+        await handle.signal(ABORT_SIGNAL, {"reason": without_own_credentials(reason)[:ABORT_REASON_LIMIT]})
         await handle.cancel()
     except RPCError as exc:
         raise TemporalError(f"run {run_id}: {exc}") from None

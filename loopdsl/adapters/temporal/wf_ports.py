@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError as ActivityTimeout, TimeoutType
+from temporalio.exceptions import (ActivityError, ApplicationError, CancelledError, TimeoutError as ActivityTimeout,
+                                   TimeoutType)
 
 from ...language.model import Loop
 from ...runtime.errors import StepFailure
@@ -38,6 +39,14 @@ def activity_options(heartbeat_s: float, timeout_s: float | None) -> dict[str, A
                "start_to_close_timeout": timedelta(seconds=timeout_s) + MARGIN if timeout_s else NO_TIMEOUT}
     assert options["retry_policy"].maximum_attempts == 1
     return options
+
+
+def stop_if_cancelled(exc: ActivityError) -> None:
+    """Raise asyncio's CancelledError when `exc` is the activity's end because the run was
+    cancelled (`loopdsl abort`), so the engine ends the run `aborted` as on a local Ctrl-C.
+    Taken for a lost worker or a timeout, a cancelled model call was retried and the run went on."""
+    if isinstance(exc.cause, CancelledError):
+        raise asyncio.CancelledError() from None
 
 
 def worker_lost(exc: BaseException) -> bool:
@@ -99,6 +108,7 @@ class WorkflowModel:
         try:
             out = await workflow.execute_activity(LLM, arg, **activity_options(self.heartbeat_s, request.timeout))
         except ActivityError as exc:
+            stop_if_cancelled(exc)
             # Lost mid-call: the request may have been paid. The engine charges it in full.
             raise ProviderError("timeout", f"{request.model}: the worker making the call was lost ({exc.cause})",
                                 billed=worker_lost(exc)) from None
@@ -131,6 +141,7 @@ class WorkflowShell:
                 out = await workflow.execute_activity(SHELL, arg, **activity_options(self.heartbeat_s, timeout))
                 break
             except ActivityError as exc:
+                stop_if_cancelled(exc)
                 if not worker_lost(exc):
                     raise
                 if self._non_idempotent(marker):

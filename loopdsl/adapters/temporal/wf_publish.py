@@ -24,7 +24,7 @@ from ...runtime.engine import Engine
 from ...runtime.publish import PublishError, plan_for
 from ...runtime.publish_apply import DONE, plan_writes, record_failure, record_plan
 from ...runtime.run_state import COMPLETED
-from .wf_ports import activity_options, worker_lost
+from .wf_ports import activity_options, stop_if_cancelled, worker_lost
 from .wire import PUBLISH
 
 # Tries of one write when its worker is lost (each later one looks for the write first).
@@ -76,6 +76,7 @@ async def _write(engine: Engine, item: dict[str, Any], number: int | None, resum
             out = await workflow.execute_activity(PUBLISH, {**req, "resumed": resumed or tries > 1},
                                                   **activity_options(heartbeat_s, WRITE_TIMEOUT_S))
         except ActivityError as exc:
+            stop_if_cancelled(exc)
             if worker_lost(exc) and tries < WRITE_TRIES:
                 continue
             raise

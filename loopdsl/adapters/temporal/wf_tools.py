@@ -21,7 +21,7 @@ from temporalio.exceptions import ActivityError
 from ...language.agent_model import ToolDef, ToolUse
 from ...runtime.tools.base import ToolOutcome, ToolSpec, check_names
 from . import loops
-from .wf_ports import under
+from .wf_ports import stop_if_cancelled, under
 from .wire import TOOL
 
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ class RemoteToolBox:
         try:
             out = await workflow.execute_activity(TOOL, arg, **self._options(timeout))
         except ActivityError as exc:  # the worker running it was lost: the model is told, as for a failure
+            stop_if_cancelled(exc)
             return ToolOutcome.failure(f"{name}: the worker running the call was lost ({exc.cause})")
         return ToolOutcome(**out)
 

@@ -10,6 +10,8 @@ PUBLISH = "loopdsl.publish"
 GIT = "loopdsl.git"
 PROGRESS_QUERY = "progress"
 DECIDE_UPDATE = "decide"
+# `loopdsl abort --reason`: sent just before the cancellation, so the run records why it ended.
+ABORT_SIGNAL = "loopdsl.abort"
 DEFAULT_TASK_QUEUE = "loopdsl"
 DEFAULT_NAMESPACE = "default"
 # The failure type of an activity cut off because its worker was asked to stop (worker.serve).

@@ -18,7 +18,8 @@ from temporalio.exceptions import ApplicationError
 
 from ...runtime.engine import Engine, MemoryResponses, Ports
 from ...runtime.shell import named_cwd
-from ...runtime.run_state import ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState
+from ...runtime.run_state import (ABORT_REASON_LIMIT, ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState,
+                                 aborted_error)
 from . import loops
 from .budget_tree import BudgetTree
 from .child_runs import ChildSignals, HoldingModel, WorkflowChildRuns, start_child
@@ -39,7 +40,7 @@ from .wf_ports import (
     under,
     waiting_left,
 )
-from .wire import (DECIDE_UPDATE, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, FINISH, MAX_HEARTBEAT_S, MIN_HEARTBEAT_S,
+from .wire import (ABORT_SIGNAL, DECIDE_UPDATE, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, FINISH, MAX_HEARTBEAT_S, MIN_HEARTBEAT_S,
                    PREPARE, PROGRESS_QUERY, WORKFLOW)
 
 # Events a run's history may hold before it continues as new at a state's entry: Temporal
@@ -82,6 +83,7 @@ class LoopWorkflow(ChildSignals):
         self._heartbeat_s = DEFAULT_HEARTBEAT_S
         self._deciding = False  # a decision's file check is under way: a second one is refused
         self._reload = False  # a forced decision took the files as they are now
+        self._abort_reason: str | None = None  # `loopdsl abort --reason`, sent before its cancellation
 
     # ------------------------------------------------------------ the run
     @workflow.run
@@ -118,8 +120,9 @@ class LoopWorkflow(ChildSignals):
                     self._end_too_large(size)
                     break
                 workflow.continue_as_new(carry)
-            except asyncio.CancelledError:
-                break  # the engine recorded `aborted`
+            except asyncio.CancelledError:  # the engine recorded `aborted`; this says by whom and why
+                self._abort(self._abort_reason)
+                break
             except Exception:  # the engine recorded `failed` with the message
                 workflow.logger.exception("run %s stopped", run.run_id)
                 break
@@ -128,7 +131,7 @@ class LoopWorkflow(ChildSignals):
             try:
                 await self._wait_for_decision()
             except asyncio.CancelledError:
-                self._abort("aborted while waiting for a decision")
+                self._abort(self._abort_reason)
                 break
             if self._reload:  # the engine goes on with the loop as its files are now
                 self._reload = False
@@ -290,11 +293,19 @@ class LoopWorkflow(ChildSignals):
             f"workflow can carry into a new history ({RESULT_LIMIT:,} bytes); run this loop on the local backend, "
             "or keep what its states print smaller")}
 
-    def _abort(self, reason: str) -> None:
+    def _abort(self, reason: str | None) -> None:
+        """End the run `aborted`: with `loopdsl abort`'s reason when it sent one (None: cancelled
+        some other way, such as Temporal's own tools)."""
         run = self.run
         assert run is not None
         run.status, run.ended_at, run.pending, run.waiting = ABORTED, self.clock.utc_now(), None, None
-        run.error = {"state": run.current, "kind": "aborted", "message": reason}
+        run.error = (aborted_error(run.current, reason) if reason is not None else
+                     {"state": run.current, "kind": "aborted", "message": "the run's workflow was cancelled"})
+
+    @workflow.signal(name=ABORT_SIGNAL)
+    def abort_requested(self, arg: Any) -> None:
+        reason = arg.get("reason") if isinstance(arg, dict) else None  # a hostile sender's value, kept as text
+        self._abort_reason = str(reason)[:ABORT_REASON_LIMIT] if reason is not None else ""
 
     # ------------------------------------------------------------ reading and deciding
     def summary(self) -> dict[str, Any]:
