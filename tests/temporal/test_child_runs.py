@@ -238,3 +238,32 @@ def test_a_child_that_continues_as_new_keeps_asking_the_root(tmp_path: Path, wor
     child = f"{summary['run_id']}/each"
     assert asyncio.run(_executions(workers.address, child)) >= 2  # it continued as new on the way
     replay(workers.address, child, repo)
+
+
+def test_aborting_a_parent_ends_it_and_its_running_child_aborted(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "parent.yaml").write_text("loopdsl: 1\nname: parent\nstart: sub\nstates:\n"
+                                      "  sub: {loop: child.yaml, next: after}\n"
+                                      "  after: {shell: 'touch after', next: done}\n"
+                                      "  done: {end: completed}\n")
+    (repo / "child.yaml").write_text("loopdsl: 1\nname: child\nstart: work\nstates:\n"
+                                     "  work: {shell: 'touch started; sleep 60', next: done}\n"
+                                     "  done: {end: completed}\n")
+    workers.start(repo, models=False)
+    started = loopdsl("run", "parent.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--detach",
+                      cwd=repo)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    deadline = time.monotonic() + 60
+    while not (repo / "started").exists():
+        assert time.monotonic() < deadline, "the child's command never started"
+        time.sleep(0.05)
+    stopped = loopdsl("abort", run_id, "--temporal", workers.address, "--reason", "stop it all", cwd=repo)
+    assert stopped.returncode == 0, stopped.stderr
+    while (run := _show(run_id, workers.address, repo)["run"])["status"] == "running":
+        assert time.monotonic() < deadline + 30, run
+        time.sleep(0.3)
+    assert run["status"] == "aborted", (run["status"], run["path"], run["error"])
+    assert run["error"]["message"] == "aborted with `loopdsl abort`: stop it all"
+    assert not (repo / "after").exists()
