@@ -18,7 +18,7 @@ from ..api import runs as api
 from ..api.durable import RunConflict, abort as abort_run, budget_caps, decide as record_decision, resume_durable
 from ..language.files import read_capped
 from ..language.loader import load_text
-from ..language.inputs import coerce_inputs
+from ..language.inputs import check_file_values, coerce_inputs
 from ..project.dry_run import dry_run as walk
 from .output import EXIT_FINDINGS, EXIT_OK, fail, script_option, store_option
 from .temporal_commands import Connection, connection_options, queue_option
@@ -97,20 +97,23 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
     if no_store and store and click.get_current_context().get_parameter_source("store") == ParameterSource.COMMANDLINE:
         fail("--store and --no-store together", "keep one: --no-store keeps the run in memory, where nothing can resume it")
     model = api.resolve_loop(loop)
+    given, strings = _read_inputs_file(inputs_file), _parse_input_pairs(input_pairs)
+    if inputs_file:  # an --input given too wins over the file's value
+        check_file_values(model, {k: v for k, v in given.items() if k not in strings}, inputs_file)
     if dry_run:  # the inputs are checked as a run would check them (a wrong one passed the dry run)
-        coerce_inputs(model, _read_inputs_file(inputs_file), _parse_input_pairs(input_pairs))
+        coerce_inputs(model, given, strings)
         report = walk(model)
         click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.to_text())
         sys.exit(EXIT_OK)
     if temporal:
-        values = coerce_inputs(model, _read_inputs_file(inputs_file), _parse_input_pairs(input_pairs))
+        values = coerce_inputs(model, given, strings)
         on_temporal.start_run(loop, values, script, conn=temporal, task_queue=task_queue,
                               detach=detach, as_json=as_json, quiet=quiet, publish=not no_publish)
     try:
-        result = api.run(model, _read_inputs_file(inputs_file), script=script, store=False if no_store else (store or True),
+        result = api.run(model, given, script=script, store=False if no_store else (store or True),
                          human=None if script else TerminalHuman(), cache=cache,
                          listeners=_listeners(as_json, quiet, budget_caps(model)),
-                         input_strings=_parse_input_pairs(input_pairs), publish=not no_publish)
+                         input_strings=strings, publish=not no_publish)
     except RunConflict as exc:
         click.echo(visible(f"loopdsl: {exc.message}"), err=True)
         sys.exit(EXIT_OK if exc.skipped else EXIT_FINDINGS)

@@ -72,6 +72,19 @@ def check_value(spec: InputSpec, value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+def check_file_values(loop: Loop, given: Mapping[str, Any], source: str) -> None:
+    """The values an --inputs file gives, each checked on its own, so an error names the file."""
+    for name, value in given.items():
+        spec = loop.inputs.get(name)
+        try:
+            if spec is None:
+                coerce_inputs(loop, {name: value})  # the unknown-name error, with its suggestion
+            else:
+                check_value(spec, value)
+        except InputError as exc:
+            raise InputError(f"{source}: {exc.message}", exc.hint) from None
+
+
 def coerce_inputs(loop: Loop, given: Mapping[str, Any], strings: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Typed values (`given`) and `--input` strings (`strings`) -> the run's inputs, defaults filled."""
     values: dict[str, Any] = {}

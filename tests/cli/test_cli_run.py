@@ -63,6 +63,30 @@ def test_inputs_file_and_quiet(tmp_path: Path) -> None:
     assert (tmp_path / "typed.txt").read_text() == "5|from-file|false|0.5"
 
 
+def test_a_wrong_value_in_an_inputs_file_names_the_file(tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs.yaml"
+    for text, expected in (("count: three\n", "inputs.yaml: input 'count' must be an integer, got str 'three'"),
+                           ("count: 2\ncuont: 3\n", "inputs.yaml: loop 'typed-inputs' has no input 'cuont'; did you mean 'count'?"),
+                           ("count: 0\n", "inputs.yaml: input 'count' must be at least 1")):
+        inputs.write_text(text)
+        for mode in ((), ("--dry-run",)):
+            proc = loopdsl("run", str(TYPED), "--inputs", "inputs.yaml", *mode, "--store", str(tmp_path / "store"),
+                           cwd=tmp_path)
+            assert_clean_usage_error(proc)
+            assert expected in proc.stderr, proc.stderr
+    # An --input given too wins over the file's value, as before.
+    inputs.write_text("count: three\n")
+    proc = loopdsl("run", str(TYPED), "--inputs", "inputs.yaml", "--input", "count=2", "--store", str(tmp_path / "store"),
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # A wrong --input is not blamed on the file.
+    inputs.write_text("name: x\n")
+    proc = loopdsl("run", str(TYPED), "--inputs", "inputs.yaml", "--input", "count=0", "--store", str(tmp_path / "store"),
+                   cwd=tmp_path)
+    assert_clean_usage_error(proc)
+    assert "inputs.yaml" not in proc.stderr and "'count' must be at least 1" in proc.stderr
+
+
 def test_bad_integer_names_the_input(tmp_path: Path) -> None:
     proc = loopdsl("run", str(TYPED), "--input", "count=three", "--store", str(tmp_path / "store"), cwd=tmp_path)
     assert_clean_usage_error(proc)
