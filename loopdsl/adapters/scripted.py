@@ -230,6 +230,10 @@ class ScriptedProvider:
             if state in self._entries:
                 self._used[state] = min(int(count), len(self._entries[state]))
 
+    def states(self) -> list[str]:
+        """The states the script gives entries for."""
+        return list(self._entries)
+
     def unused(self) -> dict[str, int]:
         """States with scripted entries never consumed, and how many (typos show up here)."""
         return {state: len(entries) - self._used[state]

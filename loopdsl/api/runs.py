@@ -20,6 +20,7 @@ from ..language.packaged_loops import child_loop_path
 from ..runtime.engine import Engine, MemoryResponses, MemoryRunLog, NoHuman, Ports, utc_now
 from ..runtime.ports import ChildLoop
 from ..runtime.notify import notify_engine
+from ..adapters.scripted import ScriptedProvider
 from ..adapters.webhook import WebhookNotifier
 from .agent_tools import adapter_tool_kinds, run_cli
 from .publishing import check_publish_ready
@@ -31,7 +32,9 @@ from ..adapters.otel import traced
 from ..adapters.store.run_store import RunStore
 from ..language.errors import LoopdslError
 from ..lint.lockfile import sha256_file
-from ..runtime.errors import StepFailure, StoreError
+from ..lint.loop_tree import loop_tree
+from ..lint.registry import did_you_mean
+from ..runtime.errors import ScriptError, StepFailure, StoreError
 from .run_environment import ambient_credentials_of_run, command_environment, secret_values
 from .store_access import UsageError, open_store
 
@@ -178,6 +181,18 @@ async def ready_to_call_models(loop: Loop, listeners: Iterable[Callable[[dict[st
     await check_credentials(loop, on_wait=loading)
 
 
+def load_script(loop: Loop, script: str | os.PathLike[str]) -> ScriptedProvider:
+    """The reply script for a run of `loop`. A key that names no state of the loop or of its
+    sub-loops is a typo: its replies would never be used, and the state meant would find none."""
+    scripted = ScriptedProvider.from_file(script)
+    known = {name for each in loop_tree(loop) for name in each.states}
+    unknown = sorted(set(scripted.states()) - known)
+    if unknown:
+        raise ScriptError(f"{script}: {unknown[0]!r} is not a state of loop {loop.name!r} or of its sub-loops"
+                          f"{did_you_mean(unknown[0], known)}; a script's keys name the states it answers for")
+    return scripted
+
+
 def make_ports(
     loop: Loop,
     *,
@@ -196,9 +211,7 @@ def make_ports(
 ) -> Ports:
     scripted = None
     if script is not None:
-        from ..adapters.litellm import ScriptedProvider
-
-        scripted = ScriptedProvider.from_file(script)
+        scripted = load_script(loop, script)
         if asked:
             scripted.skip_used(asked)
         provider = scripted
@@ -328,6 +341,8 @@ async def arun(
     model = resolve_loop(loop)
     compiled = compile_loop(model)
     values = coerce_inputs(model, inputs or {}, input_strings or {})
+    if script is not None:  # before a run is recorded: a script that cannot serve the loop starts nothing
+        load_script(model, script)
     check_publish_ready(model, publish)
     if uses_model_client(script, provider):
         await ready_to_call_models(model, listeners)

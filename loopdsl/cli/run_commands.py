@@ -107,6 +107,8 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
         sys.exit(EXIT_OK)
     if temporal:
         values = coerce_inputs(model, given, strings)
+        if script:  # as a local run checks it (api.run), before the workflow starts
+            api.load_script(model, script)
         on_temporal.start_run(loop, values, script, conn=temporal, task_queue=task_queue,
                               detach=detach, as_json=as_json, quiet=quiet, publish=not no_publish)
     try:

@@ -192,3 +192,41 @@ def test_commands_report_lint_errors_the_same_way(command: str, tmp_path: Path) 
         loopdsl(command, str(BROKEN), cwd=tmp_path)
     assert_clean_usage_error(proc)
     assert "unknown" in proc.stderr.lower() or "did you mean" in proc.stderr
+
+
+def test_a_reply_script_key_that_names_no_state_is_refused_before_the_run(tmp_path: Path) -> None:
+    (tmp_path / "child.yaml").write_text(textwrap.dedent("""\
+        loopdsl: 1
+        name: child
+        models: {m: {model: openai/gpt-4o-mini, max_tokens: 20}}
+        start: summarize
+        states:
+          summarize: {llm: {model: m, prompt: "sum"}, next: done}
+          done: {end: completed}
+        """))
+    (tmp_path / "parent.yaml").write_text(textwrap.dedent("""\
+        loopdsl: 1
+        name: parent
+        models: {m: {model: openai/gpt-4o-mini, max_tokens: 20}}
+        start: ask
+        states:
+          ask: {llm: {model: m, prompt: "hi"}, next: sub}
+          sub: {loop: child.yaml, next: done}
+          done: {end: completed}
+        """))
+    replies = tmp_path / "replies.yaml"
+    replies.write_text("ask:\n  - text: one\nsumarize:\n  - text: two\n")
+    proc = loopdsl("run", "parent.yaml", "--script", "replies.yaml", "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert_clean_usage_error(proc)
+    assert ("replies.yaml: 'sumarize' is not a state of loop 'parent' or of its sub-loops (did you mean \"summarize\"?)"
+            in proc.stderr), proc.stderr
+    listed = loopdsl("runs", "--store", str(tmp_path / "store"), "--json", cwd=tmp_path)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stdout  # no run was started
+    # On Temporal too, before the server is asked anything (none listens here).
+    remote = loopdsl("run", "parent.yaml", "--script", "replies.yaml", "--temporal", "127.0.0.1:9", cwd=tmp_path)
+    assert_clean_usage_error(remote)
+    assert "'sumarize' is not a state of loop 'parent'" in remote.stderr, remote.stderr
+    # A sub-loop's state is one the script may answer for.
+    replies.write_text("ask:\n  - text: one\nsummarize:\n  - text: two\n")
+    proc = loopdsl("run", "parent.yaml", "--script", "replies.yaml", "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
