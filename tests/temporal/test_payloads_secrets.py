@@ -208,3 +208,44 @@ def test_a_workers_credential_in_a_reply_or_a_comment_never_reaches_the_history(
     assert "the key is *** ok" in shown.stdout and "token *** is fine" in shown.stdout, shown.stdout[-2000:]
     everything = b"".join(asyncio.run(_history_bytes(workers.address, waiting["run_id"])))
     assert worker_key.encode() not in everything and ci_token.encode() not in everything
+
+
+RELAYED = """\
+loopdsl: 1
+name: relayed
+secrets: [MYVALUE]
+models:
+  m: {{model: openai/gpt-4o-mini, api_base: "{api_base}", max_tokens: 50}}
+start: keep
+states:
+  keep:
+    shell:
+      cmd: 'printf "%s" "$MYVALUE" > v.txt'
+      env: {{MYVALUE: "{{{{ secrets.MYVALUE }}}}"}}
+    next: show
+  show:
+    shell: cat v.txt
+    next: ask
+  ask:
+    llm: {{model: m, prompt: "what is in v.txt?"}}
+    next: done
+  done: {{end: completed, output: {{said: "{{{{ show.stdout }}}}", told: "{{{{ ask.text }}}}"}}}}
+"""
+
+
+def test_a_declared_secret_a_command_was_not_given_is_redacted_too(tmp_path: Path, workers: Workers) -> None:
+    """A neutral name (no TOKEN/KEY/SECRET in it): only the declaration makes it a secret. The
+    second command was not given it, but prints it from a file; the model quotes it back."""
+    value = "hunter2hunter2xyz"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    with StubServer() as stub:
+        stub.reply_text(f"the file says {value}")
+        (repo / "loop.yaml").write_text(RELAYED.format(api_base=stub.api_base))
+        workers.start(repo, MYVALUE=value, OPENAI_API_KEY="sk-stub-key-1234")
+        summary = _run(repo, workers)
+    assert summary["status"] == "completed", summary
+    assert (repo / "v.txt").read_text() == value  # the command had it
+    assert summary["outputs"] == {"said": "***", "told": "the file says ***"}, summary["outputs"]
+    everything = b"".join(asyncio.run(_history_bytes(workers.address, summary["run_id"])))
+    assert value.encode() not in everything

@@ -217,6 +217,7 @@ class LoopActivities:
                                          "`--script FILE`"}}
         key_env = req.pop("api_key_env", None)
         state = req.pop("state")
+        declared = req.pop("secrets", None) or ()
         request = LlmRequest(**req, api_key=os.environ.get(key_env) if key_env else None)
         async with _heartbeating(_beat_interval()):
             try:
@@ -224,9 +225,9 @@ class LoopActivities:
             except ProviderError as exc:
                 return {"error": {"kind": exc.kind, "message": exc.message, "retry_after": exc.retry_after,
                                   "billed": exc.billed}}
-        # A reply may quote a credential of this worker's environment (the model was handed
-        # one, or guessed it from a file): the history keeps the reply, so it is redacted here.
-        reply = sealed.redactor({}).redact_obj(asdict(response))
+        # A reply may quote a declared secret or a credential of this worker's environment (the
+        # model read one in a file): the history keeps the reply, so it is redacted here.
+        reply = sealed.redactor(sealed.values_for(declared)).redact_obj(asdict(response))
         try:
             return fitted({"response": reply}, f"model call of state '{state}'", cut=False)
         except PayloadTooLarge as exc:  # paid, but too big to keep: the engine charges it and fails the attempt
@@ -242,8 +243,9 @@ class LoopActivities:
         except CwdOutsideWorkspace as exc:
             return {"cwd_error": str(exc)}
         seal, declared = str(req.get("seal") or ""), set(req.get("secrets") or ())
-        named = sealed.named_in([*req["env"].values(), *(req.get("argv") or [])], seal) & declared
-        secrets = sealed.values_for(named)
+        # Every declared secret, not only those this command is given: an earlier command may
+        # have written one to a file this one prints.
+        secrets = sealed.values_for(declared)
         env = {**self.base_env(), "LOOPDSL_WORKDIR": str(workdir),
                **{k: sealed.unseal(v, seal, declared) for k, v in req["env"].items()}}
         argv = [sealed.unseal(a, seal, declared) for a in req["argv"]] if req.get("argv") is not None else None

@@ -104,7 +104,7 @@ class WorkflowModel:
         arg = {"model": request.model, "messages": [dict(m) for m in request.messages], "max_tokens": request.max_tokens,
                "temperature": request.temperature, "api_base": request.api_base, "timeout": request.timeout,
                "params": dict(request.params), "priced": request.priced, "api_key_env": self._key_env(request),
-               "state": state}
+               "state": state, "secrets": sorted(self.loop.secrets)}  # names only: the reply is redacted of them
         try:
             out = await workflow.execute_activity(LLM, arg, **activity_options(self.heartbeat_s, request.timeout))
         except ActivityError as exc:
