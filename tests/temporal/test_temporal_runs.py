@@ -11,13 +11,16 @@ import subprocess
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ports import free_port
 
 from tests.stub_server import StubServer
 
-from .conftest import Workers, loopdsl
+from cli_forked import loopdsl_command
+
+from .conftest import Workers, cli_env, loopdsl
 from .replay import replay
 
 pytestmark = pytest.mark.slow
@@ -271,3 +274,74 @@ def test_abort_during_a_model_call_ends_the_run_without_calling_again(tmp_path: 
         assert run["path"] == ["ask"]
         time.sleep(1)
         assert len(stub.requests) == 1  # a cancelled call is not a timeout to retry
+
+
+NOTES = """\
+loopdsl: 1
+name: notes
+models:
+  m: {model: openai/gpt-4o-mini, max_tokens: 100}
+tools:
+  note:
+    description: add a note
+    params: {text: {type: string}}
+    required: [text]
+    shell: "echo {{ args.text }} >> notes.txt"
+    approve: true
+start: work
+states:
+  work:
+    agent: {model: m, prompt: "Write two notes.", tools: [note], max_turns: 5}
+    next: done
+  done: {end: completed}
+"""
+
+
+def _wait_for(workers: Workers, repo: Path, run_id: str, check: Any, limit_s: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + limit_s
+    while True:
+        run = json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"]
+        if check(run) or time.monotonic() > deadline:
+            return dict(run)
+        time.sleep(0.2)
+
+
+def test_each_wait_of_one_state_takes_its_own_decision(tmp_path: Path, workers: Workers) -> None:
+    """Two tool approvals in one visit of an agent state: the second `approve` was answered
+    with the first one's outcome (same update id) and the run waited for good."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "loop.yaml").write_text(NOTES)
+    # No decision in the script (a person gives them), so no further turn either: once both calls
+    # ran, the agent's next turn finds the script used up, and the run ends there.
+    (repo / "replies.yaml").write_text("work:\n  - tool_calls: [{name: note, args: {text: first}}, "
+                                       "{name: note, args: {text: second}}]\n")
+    workers.start(repo, models=False)
+    started = loopdsl("run", "loop.yaml", "--script", "replies.yaml", "--temporal", workers.address, "--task-queue",
+                      workers.queue, "--detach", cwd=repo)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    for comment in ("one", "two"):
+        _wait_for(workers, repo, run_id, lambda run: run["status"] == "waiting" and run["decision"] is None)
+        decided = loopdsl("approve", run_id, "--temporal", workers.address, "--comment", comment, cwd=repo)
+        assert decided.returncode == 0, decided.stderr
+    run = _wait_for(workers, repo, run_id, lambda run: run["status"] != "waiting")
+    assert (repo / "notes.txt").read_text() == "first\nsecond\n"
+    assert run["status"] == "failed" and run["error"]["kind"] == "reply_script", run["error"]
+
+
+def test_of_two_racing_decisions_one_is_recorded_and_the_other_says_so(tmp_path: Path, workers: Workers) -> None:
+    repo = tmp_path / "repo"
+    started = start_scripted(repo, workers)
+    assert started.returncode == 4, started.stderr
+    run_id = run_id_of(started.stderr)
+    racing = [subprocess.Popen([*loopdsl_command(), choice, run_id, "--temporal", workers.address], cwd=repo,
+                               env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for choice in ("approve", "reject")]
+    outcomes = sorted((proc.wait(60), proc.communicate()[1]) for proc in racing)
+    # Exactly one is recorded (both said so before). The other finds the winner recorded or being
+    # recorded (exit 5), or, later still, the run moved on (exit 2); either way it says it.
+    assert outcomes[0][0] == 0 and outcomes[1][0] in (2, 5), outcomes
+    assert ("this one was not recorded" if outcomes[1][0] == 5 else "not waiting for a decision") in outcomes[1][1]
+    run = _wait_for(workers, repo, run_id, lambda run: run["status"] != "waiting")
+    assert run["status"] in ("completed", "failed"), run  # the winner's route: done, or dropped

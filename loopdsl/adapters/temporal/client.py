@@ -8,7 +8,7 @@ from typing import Any, Callable
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from ...language.errors import LoopdslError
+from ...language.errors import EXIT_CHANGED, LoopdslError
 from ...runtime.redaction import without_own_credentials
 from ...runtime.run_state import ABORT_REASON_LIMIT
 from .connection import Connection
@@ -99,8 +99,10 @@ async def decide(client: Client, run_id: str, choice: str, comment: str, by: str
     if state.get("status") != "waiting" or not waiting:
         raise TemporalError(f"run {run_id} is not waiting for a decision (status: {state.get('status')})",
                             f"`loopdsl show {run_id} --temporal ...` shows where the run is")
-    update_id = f"{run_id}/{waiting.get('state', '-')}/{(state.get('visits') or {}).get(waiting.get('state'), 0)}"
-    update_id += "/force" if force else ""  # a refused unforced decision keeps its id's outcome
+    # One id per call: the SDK's own retries of this call are deduplicated, and no other
+    # decision (a racing person's, or one at a later wait of the same state and visit, such
+    # as the next tool approval) is ever answered with this one's outcome.
+    update_id = f"{run_id}/decide/{uuid.uuid4().hex}"
     # As locally (api.durable.decide): a credential of this process's environment pasted in a
     # comment never reaches the history.
     comment = without_own_credentials(comment)
@@ -111,8 +113,12 @@ async def decide(client: Client, run_id: str, choice: str, comment: str, by: str
     except RPCError as exc:
         raise TemporalError(f"run {run_id}: {exc}", f"`loopdsl show {run_id} --temporal ...` shows where the run is") from None
     except WorkflowUpdateFailedError as exc:
-        cause = exc.cause
-        raise TemporalError(f"run {run_id}: {getattr(cause, 'message', None) or cause}",
+        said = str(getattr(exc.cause, "message", None) or exc.cause)
+        if said.startswith(("the run already has a decision", "another decision is being checked")):
+            # Another person's decision won (or is being recorded): as locally, exit 5, nothing recorded.
+            raise TemporalError(f"run {run_id}: {said}; this one was not recorded",
+                                f"`loopdsl show {run_id} --temporal ...` shows it", exit_code=EXIT_CHANGED) from None
+        raise TemporalError(f"run {run_id}: {said}",
                             f"`loopdsl show {run_id} --temporal ...` shows where the run is") from None
 
 

@@ -330,6 +330,10 @@ class LoopWorkflow(ChildSignals):
 
     @workflow.update(name=DECIDE_UPDATE)
     async def decide(self, d: dict[str, Any]) -> dict[str, Any]:
+        try:  # again: two decisions accepted in one activation both passed the validator
+            self.check_decision(d)
+        except ValueError as exc:
+            raise ApplicationError(str(exc), type="DecisionRefused", non_retryable=True) from None
         run = self.run
         assert run is not None and run.waiting is not None
         if workflow.patched(FILES_AT_DECISION):
