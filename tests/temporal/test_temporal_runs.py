@@ -345,3 +345,29 @@ def test_of_two_racing_decisions_one_is_recorded_and_the_other_says_so(tmp_path:
     assert ("this one was not recorded" if outcomes[1][0] == 5 else "not waiting for a decision") in outcomes[1][1]
     run = _wait_for(workers, repo, run_id, lambda run: run["status"] != "waiting")
     assert run["status"] in ("completed", "failed"), run  # the winner's route: done, or dropped
+
+
+def test_an_agent_calls_its_tools_through_a_real_model_call(tmp_path: Path, workers: Workers) -> None:
+    """Only scripted agents had run on Temporal: with a model, the reservation's token count
+    refused the tools (a TypeError) and the request left them out."""
+    from tests.stub_server import tool_call
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    with StubServer() as stub:
+        stub.reply_tool_calls(tool_call("note", {"text": "first"}, "call_a"))
+        stub.reply_text("wrote it")
+        (repo / "loop.yaml").write_text(NOTES.replace("approve: true", "idempotent: true").replace(
+            "model: openai/gpt-4o-mini,", f'model: openai/gpt-4o-mini, api_base: "{stub.api_base}",'))
+        workers.start(repo, OPENAI_API_KEY="sk-stub-key-1234")
+        done = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--json",
+                       "--quiet", cwd=repo)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+        summary = json.loads(done.stdout.splitlines()[-1])
+        assert summary["status"] == "completed", summary
+        assert (repo / "notes.txt").read_text() == "first\n"
+        first, second = (request.body for request in stub.requests)
+        assert [t["function"]["name"] for t in first["tools"]] == ["note"]
+        answer = second["messages"][-1]  # the tool's result went back to the model
+        assert (answer["role"], answer["tool_call_id"]) == ("tool", "call_a"), answer
+        assert summary["spent"]["tokens"] == 2 * (11 + 7)

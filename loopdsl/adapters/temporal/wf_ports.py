@@ -18,7 +18,7 @@ from temporalio.exceptions import (ActivityError, ApplicationError, CancelledErr
 
 from ...language.model import Loop
 from ...runtime.errors import StepFailure
-from ...runtime.model_port import LlmRequest, LlmResponse, ProviderError
+from ...runtime.model_port import LlmRequest, LlmResponse, ProviderError, stored_tool_calls
 from ...runtime.run_state import RUNNING, WAITING, RunState, stamp_time
 from ...runtime.shell import ShellResult
 from ..scripted import scripted_prompt_tokens
@@ -90,8 +90,9 @@ class WorkflowModel:
         self.loop = loop
         self.heartbeat_s = heartbeat_s
 
-    def count_tokens(self, model: str, messages: Sequence[Mapping[str, str]]) -> int:
-        return scripted_prompt_tokens(messages)
+    def count_tokens(self, model: str, messages: Sequence[Mapping[str, Any]],
+                     tools: Sequence[Mapping[str, Any]] = ()) -> int:
+        return scripted_prompt_tokens(messages, tools)  # the tools' definitions are sent, so reserved for
 
     def _key_env(self, request: LlmRequest) -> str | None:
         # The key itself never enters workflow history: the activity reads it by name.
@@ -104,7 +105,11 @@ class WorkflowModel:
         arg = {"model": request.model, "messages": [dict(m) for m in request.messages], "max_tokens": request.max_tokens,
                "temperature": request.temperature, "api_base": request.api_base, "timeout": request.timeout,
                "params": dict(request.params), "priced": request.priced, "api_key_env": self._key_env(request),
-               "state": state, "secrets": sorted(self.loop.secrets)}  # names only: the reply is redacted of them
+               "state": state, "secrets": sorted(self.loop.secrets),  # names only: the reply is redacted of them
+               # An agent's turn: what it may call, as the local provider sends it.
+               "tools": [dict(t) for t in request.tools], "tool_choice": request.tool_choice,
+               "parallel_tool_calls": request.parallel_tool_calls,
+               "response_schema": dict(request.response_schema) if request.response_schema is not None else None}
         try:
             out = await workflow.execute_activity(LLM, arg, **activity_options(self.heartbeat_s, request.timeout))
         except ActivityError as exc:
@@ -115,7 +120,8 @@ class WorkflowModel:
         if "error" in out:
             err = out["error"]
             raise ProviderError(err["kind"], err["message"], err.get("retry_after"), billed=err.get("billed"))
-        return LlmResponse(**out["response"])
+        reply = dict(out["response"])
+        return LlmResponse(**{**reply, "tool_calls": stored_tool_calls(reply)})
 
 
 class WorkflowShell:
