@@ -340,15 +340,24 @@ def show_run(run_id: str, conn: Connection, as_json: bool) -> None:
     leave(0)
 
 
+def _seconds(value: float, low: float, high: float) -> float:
+    """A number of seconds the SDK can take (a NaN, a negative or an infinite one failed inside it)."""
+    if not low <= value <= high:  # NaN too
+        raise click.BadParameter(f"{value:g} is not a number of seconds from {low:g} to {high:g}")
+    return value
+
+
 @click.command()
 @connection_options
 @queue_option
 @click.option("--sticky-timeout", "sticky_s", type=float, default=10.0, show_default=True,
+              callback=lambda _c, _p, value: _seconds(value, 0.1, 86_400.0),
               help="Seconds before another worker takes over a run whose worker stopped answering.")
 @click.option("--no-models", is_flag=True,
               help="Make no model calls (runs started with --script and loops without models are served): starts "
                    "in a fraction of the time, as LiteLLM is never imported; a real model call fails.")
-@click.option("--grace", "grace_s", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--grace", "grace_s", type=float, default=0.0, show_default=True,
+              callback=lambda _c, _p, value: _seconds(value, 0.0, 86_400.0),
               help="On SIGTERM or Ctrl-C, seconds the states running here get to finish before they are cut off "
                    "(set it below the time your service manager waits before it kills).")
 def worker(temporal: Connection | None, task_queue: str, sticky_s: float, no_models: bool, grace_s: float) -> None:

@@ -40,24 +40,37 @@ def require_schedule(loop: Loop) -> tuple[str, tzinfo]:
 def next_runs(cron: str, tz: tzinfo, count: int, after: datetime | None = None) -> list[datetime]:
     from croniter import croniter
 
-    start = (after or datetime.now(timezone.utc)).astimezone(tz)
-    it = croniter(cron, start)
-    return [it.get_next(datetime) for _ in range(count)]
+    try:
+        start = (after or datetime.now(timezone.utc)).astimezone(tz)
+        it = croniter(cron, start)
+        return [it.get_next(datetime) for _ in range(count)]
+    except OverflowError:
+        raise _past_the_calendar(after) from None
 
 
 def runs_in_window(cron: str, tz: tzinfo, start: datetime | None = None, days: int = WINDOW_DAYS) -> int:
     """How many times `cron` fires in the `days` after `start` (default: now)."""
     from croniter import croniter
 
-    begin = (start or datetime.now(timezone.utc)).astimezone(tz)
-    end = begin + timedelta(days=days)
-    it = croniter(cron, begin)
-    count = 0
-    while it.get_next(datetime) <= end:
-        count += 1
-        if count > 60 * 24 * days:  # every minute: the most a cron can fire
-            break
-    return count
+    try:
+        begin = (start or datetime.now(timezone.utc)).astimezone(tz)
+        end = begin + timedelta(days=days)
+        it = croniter(cron, begin)
+        count = 0
+        while it.get_next(datetime) <= end:
+            count += 1
+            if count > 60 * 24 * days:  # every minute: the most a cron can fire
+                break
+        return count
+    except OverflowError:
+        raise _past_the_calendar(start) from None
+
+
+def _past_the_calendar(start: datetime | None) -> ScheduleError:
+    """Python's dates end with the year 9999: runs counted or listed from `start` pass it."""
+    shown = start.isoformat() if start else "now"
+    return ScheduleError(f"the schedule's runs after {shown} go past the year 9999, the last date there is",
+                         "give an earlier start (--after, --window-start), or fewer runs (-n)")
 
 
 # ---------------------------------------------------------------- UTC conversion

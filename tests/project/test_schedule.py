@@ -119,6 +119,15 @@ def test_missing_or_bad_schedule_is_explained(tmp_path: Path) -> None:
     assert code == 2 and "unknown time zone" in err and "notes.yaml:5:" in err  # lint's finding, with its place
 
 
+def test_runs_past_the_year_9999_are_a_usage_error(tmp_path: Path) -> None:
+    loop = loop_with(tmp_path, 'schedule: {cron: "0 9 * * 1-5", timezone: Europe/Paris}')
+    for args in (("schedule", str(loop), "--after", "9999-12-31T23:00"), ("cost", str(loop), "--window-start", "9999-12-31"),
+                 ("schedule", str(loop), "--after", "9999-12-20", "-n", "1000")):
+        code, _, err = invoke(*args)
+        assert code == 2, (args, err)  # was an internal error (OverflowError)
+        assert "go past the year 9999" in err and "hint: give an earlier start" in err, err
+
+
 @pytest.mark.parametrize("cron, said", [
     ("0 0 30 2 *", "never fires"),               # February 30: croniter finds no next date
     ("0 0 31 4,6,9,11 *", "never fires"),

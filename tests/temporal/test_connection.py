@@ -45,6 +45,16 @@ def test_bad_tls_options_are_usage_errors_before_any_connection(tmp_path: Path, 
         assert said in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("args", [["--sticky-timeout", "-5"], ["--sticky-timeout", "nan"], ["--sticky-timeout", "1e30"],
+                                  ["--grace", "inf"], ["--grace", "-1"], ["--grace", "nan"]])
+def test_a_workers_seconds_out_of_range_are_usage_errors(tmp_path: Path, args: list[str]) -> None:
+    """Checked before connecting (each failed inside the SDK as an internal error, exit 3)."""
+    out = loopdsl("worker", "--temporal", _unreachable(), *args, cwd=tmp_path, timeout=60)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert f"Invalid value for '{args[0]}'" in out.stderr and "is not a number of seconds from" in out.stderr
+    assert "cannot reach" not in out.stderr
+
+
 def test_a_tls_file_from_the_environment_is_named_by_its_variable(tmp_path: Path) -> None:
     out = loopdsl("runs", cwd=tmp_path, timeout=60, LOOPDSL_TEMPORAL=_unreachable(),
                   LOOPDSL_TEMPORAL_TLS_CA="gone.pem")
