@@ -19,7 +19,7 @@ from ..project import github_checkpoints as checkpoints, github_trust, runs_bran
 from ..project.github_event import GitHubEventError, Plan, plan, read_event
 from ..runtime.errors import StoreError
 from ..runtime.run_keys import default_store_dir
-from .output import EXIT_OK, script_option, store_option
+from .output import EXIT_OK, made_folder, script_option, store_option
 
 _OK_STATUSES = ("completed", "waiting")
 
@@ -47,6 +47,7 @@ def _notice(text: str) -> None:
 def github_event(loop: str, script: str | None, store: str | None, out_dir: str | None) -> None:
     """Act on the GitHub event of this job: run LOOP, decide a waiting run, or ignore it."""
     model = api.resolve_loop(loop)
+    out = made_folder(out_dir, "--out") if out_dir else None  # before the run: its checkpoint goes there
     name, payload = read_event()
     todo = plan(model, name, payload)
     if todo.action == "ignore":
@@ -64,8 +65,8 @@ def github_event(loop: str, script: str | None, store: str | None, out_dir: str 
         click.echo(visible(f"run {run_id}: recorded '{todo.choice}' by {todo.by}"))
         result = asyncio.run(resume_durable(run_id, store=store, script=script, listeners=listeners, publish=False))
     click.echo(visible(summary(result.state, result.store_dir)), err=True)
-    if result.status == "waiting" and out_dir and result.state.waiting:
-        checkpoints.write_checkpoint(Path(out_dir), checkpoints.checkpoint_record(
+    if result.status == "waiting" and out is not None and result.state.waiting:
+        checkpoints.write_checkpoint(out, checkpoints.checkpoint_record(
             result.run_id, model.name, result.state.waiting, todo.number))
     sys.exit(EXIT_OK if result.status in _OK_STATUSES else result.exit_code)
 
@@ -120,7 +121,7 @@ def store_restore(loop: str, store: str | None) -> None:
 def store_pack(loop: str, out_dir: str, store: str | None, no_store: bool) -> None:
     """Copy the run store and bundle the runs' branches into OUT_DIR for the apply job."""
     api.resolve_loop(loop)  # the same LOOP argument as the other steps, checked alike
-    files, branches = checkpoints.pack(_repo(), _store_dir(store), Path(out_dir), not no_store)
+    files, branches = checkpoints.pack(_repo(), _store_dir(store), made_folder(out_dir, "OUT_DIR"), not no_store)
     click.echo(f"packed {files} store file(s) and {branches} branch(es) into {out_dir}")
 
 

@@ -50,6 +50,18 @@ def write_text(text: str, output: str | None) -> None:
         click.echo(text, nl=not text.endswith("\n"))
 
 
+def made_folder(path: str, what: str) -> Path:
+    """The folder `path` (made if missing) a command will write into, checked before it does
+    any work: a file, a device or a path under a file there is the user's to change."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"{what} {path}: cannot be a folder to write into ({exc.strerror or exc})",
+             "name a folder, or a path where one can be made")
+    return folder
+
+
 def parse_when(value: str | None, option: str) -> datetime | None:
     """An ISO date or date-time flag (UTC when it names no zone)."""
     if value is None:

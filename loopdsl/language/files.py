@@ -37,6 +37,21 @@ def walk(root: Path, suffixes: tuple[str, ...] = ()) -> list[Path]:
     return found
 
 
+def copy_skips(folder: str, names: list[str]) -> set[str]:
+    """`shutil.copytree`'s ignore for a copy of a project folder: what `walk` skips, and
+    special files (a FIFO would block the copy, a socket or a device fail it)."""
+    left_out = set(names) & SKIPPED_DIRS
+    for name in names:
+        try:
+            mode = os.lstat(os.path.join(folder, name)).st_mode
+        except OSError:
+            left_out.add(name)
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            left_out.add(name)
+    return left_out
+
+
 def is_file(path: Path) -> bool:
     """Whether `path` names a regular file. A path from a loop file or the command line is
     hostile: one too long for the system (ENAMETOOLONG), or otherwise unusable, is simply

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from ..language.files import exists
+from ..language.files import copy_skips, exists
 from ..runtime.scratch import keep_folder, make_folder, remove_folder
 from .testfile import LoopTest, TestFileError, ToolCallExpectation, load_tests
 
@@ -81,8 +81,7 @@ class _NotRun(Exception):
 def _prepare(test: LoopTest, root: Path, needs_repo: bool) -> Path:
     work = root / "work"
     if test.copy:
-        shutil.copytree(test.file.parent, work, symlinks=True,
-                        ignore=shutil.ignore_patterns(".git", ".loopdsl", "__pycache__", "node_modules"))
+        shutil.copytree(test.file.parent, work, symlinks=True, ignore=copy_skips)
     else:
         work.mkdir()
     if test.setup:

@@ -175,6 +175,19 @@ def test_a_payload_that_makes_a_wrong_input_stops_with_exit_2(repo: Path) -> Non
     assert done.returncode == 2 and "GITHUB_EVENT_NAME and GITHUB_EVENT_PATH must be set" in done.stderr
 
 
+def test_an_out_folder_that_cannot_be_one_is_refused_before_the_run(repo: Path) -> None:
+    payload = {"action": "completed", "repository": REPOSITORY, "workflow_run": {
+        "name": "CI", "conclusion": "failure", "head_branch": "main", "head_repository": REPOSITORY,
+        "pull_requests": [{"number": 12}]}}
+    for out in ("/dev/null", "loops/greeter.yaml/sub"):  # a device; a path under a file
+        done = loopdsl(repo, "github-event", "loops/greeter.yaml", "--out", out, event=("workflow_run", payload))
+        assert done.returncode == 2, (out, done.stderr)  # was an internal error, after the run had been recorded
+        assert f"--out {out}: cannot be a folder to write into" in done.stderr, done.stderr
+        packed = loopdsl(repo, "github-store", "pack", "loops/greeter.yaml", out)
+        assert packed.returncode == 2 and f"OUT_DIR {out}: cannot be a folder" in packed.stderr, packed.stderr
+    assert runs(repo) == []
+
+
 def test_a_waiting_run_survives_between_workflow_runs_on_the_runs_branch(repo: Path, tmp_path: Path) -> None:
     """Workflow run 1 (an issue opened): the run job waits at the checkpoint, the apply job
     saves the store on loopdsl-runs. Workflow run 2 (a manual dispatch with run_id and

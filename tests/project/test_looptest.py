@@ -1,6 +1,8 @@
 """`loopdsl test`: loop tests run offline in throwaway workspaces and are judged like a test runner."""
 from __future__ import annotations
 
+import os
+
 import shutil
 import subprocess
 from pathlib import Path
@@ -47,6 +49,19 @@ def test_passing_and_failing_tests_are_reported_with_reasons(project: Path) -> N
     ]
     # The runs happened in temporary copies: the project folder gained nothing.
     assert sorted(p.name for p in project.iterdir()) == ["facts.txt", "greet.test.yaml", "greet.yaml"]
+
+
+def test_a_fifo_or_a_venv_beside_the_tests_is_not_copied(project: Path) -> None:
+    """The copy of a test's folder leaves special files out (a FIFO failed every test of the
+    folder as an internal error) and the folders the project walk skips."""
+    text = (project / "greet.test.yaml").read_text()
+    (project / "greet.test.yaml").write_text(text.split("  - name: wrong-expectations")[0])
+    os.mkfifo(project / "pipe")
+    (project / ".venv" / "bin").mkdir(parents=True)
+    (project / ".venv" / "bin" / "python").write_text("not copied\n")
+    code, out, err = run_cli("test", str(project))
+    assert code == 0, out + err
+    assert out.strip().splitlines()[-1] == "1 passed, 0 failed"
 
 
 def test_exit_zero_when_all_pass_and_junit_xml(project: Path, tmp_path: Path) -> None:
