@@ -325,6 +325,22 @@ def test_a_missing_part_of_the_path_is_a_damaged_run(store: RunStore, store_dir:
     assert listed == {"holed": "damaged", "fine": "running"}
 
 
+@pytest.mark.parametrize("value, said", [("null", "the record is a JSON null, not an object"),
+                                         ('{"run_id":"vxh', "is not valid JSON")])
+def test_a_record_turned_null_or_cut_is_a_damaged_run_named_with_its_store(store: RunStore, store_dir: Path,
+                                                                           value: str, said: str) -> None:
+    """A stored `null` read as "no such run": the run vanished from `runs` and `show`; a cut
+    record's error named neither the run nor the store."""
+    store.create_run("hurt", {"status": "running", "path": []})
+    store.create_run("fine", {"status": "running", "path": []})
+    with sqlite3.connect(store_dir / "cache.db") as con:
+        con.execute("UPDATE Cache SET value = ? WHERE key = 'run/hurt/record'", (value,))
+    with pytest.raises(StoreError, match=f"run hurt in the store {store_dir} is damaged: .*{said}"):
+        store.load("hurt")
+    listed = {r["run_id"]: r["status"] for r in store.list_runs()}
+    assert listed == {"hurt": "damaged", "fine": "running"}
+
+
 def test_a_format_1_store_is_upgraded_and_still_read(store_dir: Path) -> None:
     with RunStore(store_dir) as s:
         s.create_run("old", {"status": "completed", "path": ["a", "b"]})

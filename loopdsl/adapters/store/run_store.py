@@ -63,6 +63,9 @@ _RUN_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 # --------------------------------------------------------------------------- helpers
 
 
+_ABSENT = object()  # no record under the key (a stored JSON null is a damaged record)
+
+
 def _damaged_entry(run_id: str, problem: str) -> dict[str, Any]:
     return {"run_id": run_id, "status": "damaged", "loop": "?", "damaged": problem}
 
@@ -213,11 +216,16 @@ class RunStore:
     @_guarded
     def load(self, run_id: str) -> dict[str, Any]:
         """The stored record as JSON (any object); `load_run` also checks its shape."""
-        record = self._join_path(run_id, self._cache.get(_record_key(run_id)))
-        if record is None:
+        try:
+            stored = self._cache.get(_record_key(run_id), default=_ABSENT)
+        except StoreError as exc:  # a value the store refused to read: say which run and store
+            raise self._damaged(run_id, exc.message) from None
+        if stored is _ABSENT:
             raise self._unknown(run_id)
-        if not isinstance(record, dict):
-            raise self._damaged(run_id, f"the record is a JSON {type(record).__name__}, not an object")
+        record = self._join_path(run_id, stored)
+        if not isinstance(record, dict):  # a JSON null too: damaged, not a run that never was
+            kind = "null" if record is None else type(record).__name__
+            raise self._damaged(run_id, f"the record is a JSON {kind}, not an object")
         return record
 
     def load_run(self, run_id: str) -> dict[str, Any]:
@@ -270,13 +278,14 @@ class RunStore:
         out = []
         for run_id in reversed(self._run_ids()):
             try:
-                record = self._join_path(run_id, self._cache.get(_record_key(run_id)))
+                stored = self._cache.get(_record_key(run_id), default=_ABSENT)
+                if stored is _ABSENT:  # listed in the index, its record not written yet
+                    continue
+                record = self._join_path(run_id, stored)
             except StoreError as exc:  # not JSON at all, or a part of its path missing
                 out.append(_damaged_entry(run_id, exc.message))
                 continue
-            if record is None:
-                continue
-            problem = (record_problem(record) if check else
+            problem = (record_problem(record) if check and isinstance(record, dict) else
                        None if isinstance(record, dict) else "the record is not a JSON object")
             if problem is not None:
                 out.append(_damaged_entry(run_id, problem))
