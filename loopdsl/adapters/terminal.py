@@ -152,8 +152,15 @@ def _delivery_sections(events: list[dict[str, Any]]) -> list[str]:
 def tool_line(event: Mapping[str, Any]) -> str:
     """`tool read_file src/x.py ok 0.01s`: one agent tool call, for progress and `show`."""
     outcome = "ok" if event.get("ok") else f"failed ({_first_line(str(event.get('error') or ''), 80)})"
-    summary = f" {event['summary']}" if event.get("summary") else ""
-    return f"tool {event.get('name')}{summary} {outcome} {float(event.get('duration_s') or 0):.2f}s"
+    # The name and the arguments are the model's: a line break in them would print a line of its own.
+    summary = f" {_inline(event['summary'])}" if event.get("summary") else ""
+    return f"tool {_inline(event.get('name'))}{summary} {outcome} {float(event.get('duration_s') or 0):.2f}s"
+
+
+def _inline(value: Any, limit: int = 160) -> str:
+    """`value` as text on one line: line breaks shown as escapes, cut to `limit`."""
+    text = str(value).replace("\r", "\\r").replace("\n", "\\n").replace("\u2028", "\\u2028")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _charged_failure(event: Mapping[str, Any]) -> str:
@@ -207,7 +214,10 @@ def summary(state: RunState, store_dir: Any = None, status: str | None = None) -
             lines.append("  this run was kept in memory only (--no-store): run it with a store to decide it later")
             return "\n".join(lines)
         store = f" --store {shlex.quote(str(store_dir))}" if store_dir else ""  # a line to paste as it is
-        if set(choices) == {"approve", "reject"}:
+        decided = state.decision if isinstance(state.decision, dict) else None
+        if decided is not None:  # recorded, not yet acted on: another decision would be refused
+            lines.append(visible(f"  decided: '{decided.get('decision')}' by {decided.get('by')} at {decided.get('at')}"))
+        elif set(choices) == {"approve", "reject"}:
             lines.append(f"  decide with: loopdsl approve {state.run_id}{store} [--comment TEXT]  |  loopdsl reject {state.run_id}{store}")
         else:
             lines.append(f"  decide with: loopdsl decide {state.run_id} CHOICE{store}   (choices: {', '.join(choices)})")
