@@ -96,6 +96,8 @@ def run(loop: str, input_pairs: Sequence[str], inputs_file: str | None, script: 
     """Run LOOP (a file, or pkg:NAME from an installed loop package)."""
     if no_store and store and click.get_current_context().get_parameter_source("store") == ParameterSource.COMMANDLINE:
         fail("--store and --no-store together", "keep one: --no-store keeps the run in memory, where nothing can resume it")
+    if detach and not temporal:  # a local run is followed to its end: nothing to detach from
+        fail("--detach is for runs on Temporal", "add --temporal HOST:PORT, or leave --detach out")
     model = api.resolve_loop(loop)
     given, strings = _read_inputs_file(inputs_file), _parse_input_pairs(input_pairs)
     if inputs_file:  # an --input given too wins over the file's value

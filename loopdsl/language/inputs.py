@@ -41,11 +41,19 @@ def parse_text(spec: InputSpec, text: str) -> Any:
             raise ValueError(text)
         value = bounded_json.loads(text)
         return value
+    except bounded_json.JsonLimitError as exc:  # JSON, but past a bound: say which
+        raise InputError(f"input '{spec.name}': {exc}", f"pass a smaller {kind} as --input {spec.name}=<{kind}>") from None
     except ValueError:
         raise InputError(
-            f"input '{spec.name}' must be {_article(kind)} {kind}, got {text!r}",
+            f"input '{spec.name}' must be {_article(kind)} {kind}, got {_shown(text)}",
             f"pass it as --input {spec.name}=<{kind}>" + (" (JSON)" if kind in ("array", "object") else ""),
         ) from None
+
+
+def _shown(value: object) -> str:
+    """A value as an error message shows it: its repr, cut to 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _article(kind: str) -> str:
@@ -55,7 +63,7 @@ def _article(kind: str) -> str:
 def check_value(spec: InputSpec, value: Any) -> Any:
     types = _PY_TYPES.get(spec.type, (object,))
     ok = isinstance(value, types) and not (spec.type in ("integer", "number") and isinstance(value, bool))
-    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    shown = _shown(value)
     if not ok:
         raise InputError(f"input '{spec.name}' must be {_article(spec.type)} {spec.type}, got {type(value).__name__} {shown}",
                          f"pass it as --input {spec.name}=<{spec.type}>, or as {_article(spec.type)} {spec.type} in --inputs")

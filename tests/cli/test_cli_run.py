@@ -230,3 +230,23 @@ def test_a_reply_script_key_that_names_no_state_is_refused_before_the_run(tmp_pa
     replies.write_text("ask:\n  - text: one\nsummarize:\n  - text: two\n")
     proc = loopdsl("run", "parent.yaml", "--script", "replies.yaml", "--store", str(tmp_path / "store"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_detach_without_temporal_and_json_past_a_bound_are_explained(tmp_path: Path) -> None:
+    (tmp_path / "arr.yaml").write_text(textwrap.dedent("""\
+        loopdsl: 1
+        name: arr
+        inputs: {arr: {type: array}}
+        start: a
+        states:
+          a: {shell: "true", next: done}
+          done: {end: completed}
+        """))
+    detached = loopdsl("run", "arr.yaml", "-i", "arr=[]", "--detach", "--no-store", cwd=tmp_path)
+    assert_clean_usage_error(detached)  # it ran in the foreground, silently
+    assert "--detach is for runs on Temporal" in detached.stderr
+    digits = "9" * 5000
+    big = loopdsl("run", "arr.yaml", "-i", f"arr=[{digits}]", "--no-store", cwd=tmp_path)
+    assert_clean_usage_error(big)  # it said "must be an array" of a JSON array, and printed every digit
+    assert "input 'arr': a number has 5,000 digits, more than the 1,000 allowed" in big.stderr, big.stderr
+    assert digits[:200] not in big.stderr
