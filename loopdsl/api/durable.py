@@ -17,7 +17,7 @@ from .runs import (LoopFileChildren, RunResult, UsageError, load, loop_files, ma
                    ready_to_call_models, uses_model_client)
 from .run_environment import secret_values
 from ..language.compile import CompiledLoop, compile_loop
-from ..language.files import read_capped
+from ..language.files import is_file, read_capped
 from ..runtime.engine import Engine, utc_now
 from ..adapters.otel import traced
 from ..runtime.notify import notify_engine, notify_run
@@ -253,6 +253,9 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
         if not state.meta.get("loop_path"):
             raise UsageError(f"run {run_id} records no loop file to resume it from",
                              "a sub-loop's run resumes with its parent's: `loopdsl resume PARENT_RUN_ID`")
+        if not is_file(Path(state.meta["loop_path"])):  # no --force can help: there is no loop to go on with
+            raise UsageError(f"run {run_id}'s loop file {state.meta['loop_path']} is gone (moved or deleted)",
+                             f"put it back at that path to resume the run, or `loopdsl abort {run_id}` to end it")
         changed = changed_files(state)
         if changed and not force:
             raise UsageError(_diff_summary(state, changed), "resume with --force to continue against the changed files")

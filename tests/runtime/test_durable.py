@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -195,6 +196,20 @@ def test_resume_against_a_changed_loop_is_refused_unless_forced(tmp_path: Path) 
     forced = _cli(["resume", run_id, "--store", str(store), "--force"], tmp_path)
     assert forced.returncode == 0, forced.stderr
     assert any(e["type"] == "resume" and e["forced"] for e in RunStore(store).events(run_id))
+
+
+def test_a_run_whose_loop_file_is_gone_says_so_instead_of_offering_force(tmp_path: Path) -> None:
+    loop = tmp_path / "checkpoint.yaml"
+    shutil.copy(DATA / "checkpoint.yaml", loop)
+    store = tmp_path / "store"
+    run_id = loopdsl.run(loop, store=store, workdir=tmp_path).run_id
+    loop.rename(tmp_path / "moved.yaml")
+    for args in (["resume", run_id], ["resume", run_id, "--force"]):
+        done = _cli([*args, "--store", str(store)], tmp_path)
+        assert done.returncode == 2, done.stderr
+        _no_traceback(done)
+        assert f"run {run_id}'s loop file {loop} is gone (moved or deleted)" in done.stderr, done.stderr
+        assert "--force" not in done.stderr  # a whole-file deletion diff and a --force that failed next
 
 
 def test_abort_ends_a_run_for_good(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
