@@ -40,7 +40,8 @@ states:
 """
 
 
-async def _worker_of_running_activity(address: str, run_id: str, limit_s: float = 180) -> int:
+async def _worker_of_running_activity(address: str, run_id: str, limit_s: float = 180,
+                                      activity: str = "loopdsl.shell") -> int:
     from temporalio.client import Client
 
     client = await Client.connect(address)
@@ -50,7 +51,7 @@ async def _worker_of_running_activity(address: str, run_id: str, limit_s: float 
         desc = await handle.describe()
         assert desc.status is not None and desc.status.name == "RUNNING", f"the run ended first: {desc.status}"
         for pending in desc.raw_description.pending_activities:
-            if pending.activity_type.name == "loopdsl.shell" and pending.last_worker_identity:
+            if pending.activity_type.name == activity and pending.last_worker_identity:
                 return int(pending.last_worker_identity.split("@", 1)[0])  # the SDK's identity: pid@host
         await asyncio.sleep(0.1)
     raise AssertionError("the shell activity never started")
@@ -115,3 +116,51 @@ def test_a_cut_off_non_idempotent_command_asks_a_person(tmp_path: Path, workers:
         assert run["status"] == "completed" and len(stub.requests) == 1
         assert (repo / "starts.txt").read_text().count("started") == 2
         replay(workers.address, run_id, repo)
+
+
+AGENT = """\
+loopdsl: 1
+name: cutoff
+models:
+  m: {model: openai/gpt-4o-mini, max_tokens: 50}
+tools:
+  slow:
+    description: a step that may not run twice unasked
+    shell: "echo started >> starts.txt; if [ $(wc -l < starts.txt) -eq 1 ]; then sleep 30; fi; echo ran"
+start: work
+states:
+  work:
+    agent: {model: m, prompt: "go", tools: [slow], max_turns: 3}
+    next: done
+  done: {end: completed}
+"""
+
+
+def test_a_cut_off_call_of_a_tool_that_is_not_idempotent_asks_a_person(tmp_path: Path, workers: Workers) -> None:
+    """It was told to the model as a failed call, and the run went on: a model that calls
+    again would have run it twice, unasked."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "loop.yaml").write_text(AGENT)
+    (repo / "replies.yaml").write_text("work:\n  - tool_calls: [{name: slow}]\n  - finished\n")
+    workers.start(repo, count=2, models=False)
+    started = loopdsl("run", "loop.yaml", "--script", "replies.yaml", "--temporal", workers.address, "--task-queue",
+                      workers.queue, "--detach", cwd=repo, LOOPDSL_TEMPORAL_HEARTBEAT_S="4")
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    pid = asyncio.run(_worker_of_running_activity(workers.address, run_id, activity="loopdsl.tool"))
+    deadline = time.monotonic() + 60
+    while not (repo / "starts.txt").exists():
+        assert time.monotonic() < deadline, "the tool's command never started"
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    waiting = _show(workers, run_id, repo, "waiting")["run"]["waiting"]
+    assert waiting["reason"] == "tool_interrupted" and waiting["choices"] == ["rerun", "skip", "fail"], waiting
+    assert "was cut off when its worker was lost" in waiting["message"]
+    assert (repo / "starts.txt").read_text().count("started") == 1  # not run again, unasked
+    chose = loopdsl("decide", run_id, "rerun", "--temporal", workers.address, cwd=repo)
+    assert chose.returncode == 0, chose.stderr
+    run = _show(workers, run_id, repo, "completed")["run"]
+    assert run["status"] == "completed", run
+    assert (repo / "starts.txt").read_text().count("started") == 2
+    replay(workers.address, run_id, repo)

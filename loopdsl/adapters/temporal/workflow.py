@@ -2,19 +2,17 @@
 
 A run is one workflow (run id = workflow id). Its budget, history, results and events
 live in workflow state; a checkpoint is a wait on a durable timer that an Update (`decide`,
-with a validator) ends; abort is cancellation. After a wait the engine is rebuilt on the
+with a validator) ends (wf_decisions.py); abort is cancellation, after a signal with its reason. After a wait the engine is rebuilt on the
 same run state, exactly as `loopdsl resume` rebuilds it from the run store; a run whose
 history grows past its bound continues as new at a state's entry on that same state.
 """
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
 
 from ...runtime.engine import Engine, MemoryResponses, Ports
 from ...runtime.shell import named_cwd
@@ -26,6 +24,7 @@ from .child_runs import ChildSignals, HoldingModel, WorkflowChildRuns, start_chi
 from .schedules import scheduled_start
 from .sealed import placeholders
 from .payloads import FIELD_LIMIT, RESULT_LIMIT, cut_text, recent_events, size_of, summary_within_limit
+from .wf_decisions import PeopleDecide
 from .wf_git import WorkflowGit
 from .wf_publish import publish_run
 from .wf_tools import remote_kinds
@@ -38,16 +37,13 @@ from .wf_ports import (
     activity_options,
     reading_run_files,
     under,
-    waiting_left,
 )
-from .wire import (ABORT_SIGNAL, DECIDE_UPDATE, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, FINISH, MAX_HEARTBEAT_S, MIN_HEARTBEAT_S,
-                   PREPARE, PROGRESS_QUERY, WORKFLOW)
+from .wire import (ABORT_SIGNAL, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, FINISH, MAX_HEARTBEAT_S, MIN_HEARTBEAT_S, PREPARE,
+                   PROGRESS_QUERY, WORKFLOW)
 
 # Events a run's history may hold before it continues as new at a state's entry: Temporal
 # warns at 10,240 and terminates at 51,200; a state's own events stay far below the gap.
 MAX_HISTORY_EVENTS = 10_000
-# Runs started before decisions checked the worker's files replay without that activity.
-FILES_AT_DECISION = "files-checked-at-decision"
 
 
 def _heartbeat(value: Any) -> float:
@@ -65,12 +61,8 @@ class AtStateBoundary(BaseException):
     a BaseException so that no `except Exception` of the engine records it as a failure."""
 
 
-# A timer ends a fraction after the checkpoint's timeout, so the decision window has closed.
-TIMEOUT_SLACK_S = 0.05
-
-
 @workflow.defn(name=WORKFLOW)
-class LoopWorkflow(ChildSignals):
+class LoopWorkflow(ChildSignals, PeopleDecide):
     def __init__(self) -> None:
         self.run: RunState | None = None
         self.engine: Engine | None = None
@@ -241,46 +233,14 @@ class LoopWorkflow(ChildSignals):
                      keep_events=False,
                      children=self.children, git=WorkflowGit(worktree, heartbeat_s) if worktree.get("branch") else None,
                      confine_cwd=lambda base, cwd: base / named_cwd(cwd),
-                     tool_kinds=remote_kinds(self._run_arg(workdir, root), lambda t: activity_options(heartbeat_s, t)))
+                     tool_kinds=remote_kinds(self._run_arg(workdir, root), lambda t: activity_options(heartbeat_s, t),
+                                             self.ask_about_tool_call))
 
     def _run_arg(self, workdir: Path, root: Path) -> dict[str, Any]:
         """Where a worker finds this run's loop and checkout (relative to its own root)."""
         meta = self.run.meta if self.run else {}
         return {"loop_path": meta.get("loop_path"), "script": meta.get("script"), "files": meta.get("files"),
                 "workdir": under(workdir, root)}
-
-    async def _wait_for_decision(self) -> None:
-        run = self.run
-        assert run is not None
-        left = waiting_left(run, workflow.now())
-        if left is None:
-            await workflow.wait_condition(lambda: run.decision is not None)
-            return
-        try:
-            await workflow.wait_condition(lambda: run.decision is not None,
-                                          timeout=timedelta(seconds=max(left, 0.0) + TIMEOUT_SLACK_S))
-        except asyncio.TimeoutError:
-            pass  # the rebuilt engine takes `on_timeout` (resume_waiting compares the times)
-
-    async def ask_to_rerun(self) -> None:
-        """A non-idempotent command's worker died mid-way: a person decides (approve reruns it)."""
-        run = self.run
-        assert run is not None
-        state = run.current
-        run.status = WAITING
-        run.waiting = {"state": state, "since": self.clock.utc_now(), "reason": "interrupted", "timeout_s": None,
-                       "choices": ["approve", "reject"],
-                       "message": f"shell state '{state}' was cut off mid-way when its worker was lost; "
-                                  "approve to run it again, reject to end the run"}
-        self.events.append({"seq": run.seq, "t": self.clock.utc_now(), "type": "waiting", "state": state,
-                            "reason": "interrupted", "message": run.waiting["message"]})
-        await workflow.wait_condition(lambda: run.decision is not None)
-        decision = run.decision or {}
-        run.status, run.waiting, run.decision = RUNNING, None, None
-        if decision.get("decision") != "approve":
-            from ...runtime.errors import StepFailure
-
-            raise StepFailure("shell_exit", "a person declined to re-run the interrupted command")
 
     def _end_too_large(self, size: int) -> None:
         """The run cannot go on in a new history: what it carries (its inputs, and every state's
@@ -328,71 +288,6 @@ class LoopWorkflow(ChildSignals):
         return {"run": run, "events": tail, "next": self._base + since + len(tail),
                 "children": self.children.summaries if self.children and not since else []}
 
-    @workflow.update(name=DECIDE_UPDATE)
-    async def decide(self, d: dict[str, Any]) -> dict[str, Any]:
-        try:  # again: two decisions accepted in one activation both passed the validator
-            self.check_decision(d)
-        except ValueError as exc:
-            raise ApplicationError(str(exc), type="DecisionRefused", non_retryable=True) from None
-        run = self.run
-        assert run is not None and run.waiting is not None
-        if workflow.patched(FILES_AT_DECISION):
-            self._deciding = True
-            try:
-                await self._check_files(run, d)
-            finally:
-                self._deciding = False
-        run.decision = {"decision": d["decision"], "comment": d.get("comment", ""), "by": d.get("by") or "unknown",
-                        "at": self.clock.utc_now()}
-        self.events.append({"seq": run.seq, "t": run.decision["at"], "type": "decision",
-                            "state": run.waiting["state"], **run.decision})
-        return {"run_id": run.run_id, "state": run.waiting["state"], **run.decision}
-
-    async def _check_files(self, run: RunState, d: dict[str, Any]) -> None:
-        """The run goes on from its checkpoint on a worker's files: as `loopdsl resume` does,
-        a decision is refused when they differ from the recorded hashes, unless forced (then
-        the run takes the files as they are now, and an event says which changed)."""
-        state = run.waiting["state"] if run.waiting else run.current
-        child = self.remote is not None  # its loop comes down its parent's refs: it keeps the recorded files
-        force = bool(d.get("force")) and not child
-        out = await workflow.execute_activity(  # `child`: only load and hash (no worktree, no publish check)
-            PREPARE, {"loop_path": run.meta["loop_path"], "script": run.meta.get("script"), "run_id": run.run_id,
-                      "child": True, "fresh": True, "files": None if force else run.meta.get("files")},
-            **activity_options(self._heartbeat_s, 120))
-        if "error" in out:
-            how = ("restore them on the worker" + ("" if child else ", or decide again with --force to go on with "
-                                                        "the files as they are now")
-                   if out["kind"] == "changed_files" else "fix the loop file on the worker and decide again")
-            raise ApplicationError(f"{out['error']}; the decision is refused and the run still waits at "
-                                   f"'{state}': {how}", type="FilesChanged", non_retryable=True)
-        if run.status != WAITING or not run.waiting or run.decision is not None:
-            raise ApplicationError(f"the run stopped waiting at '{state}' while its files were checked",
-                                   non_retryable=True)
-        recorded = run.meta.get("files") or {}
-        changed = sorted(p for p in set(recorded) | set(out["files"]) if recorded.get(p) != out["files"].get(p))
-        if changed:
-            run.meta["files"], self._reload = out["files"], True
-            self.events.append({"seq": run.seq, "t": self.clock.utc_now(), "type": "files_accepted", "state": state,
-                                "files": changed, "by": d.get("by") or "unknown"})
-
-    @decide.validator
-    def check_decision(self, d: dict[str, Any]) -> None:
-        """Refused here, a decision leaves no trace in the history."""
-        run = self.run
-        if run is None or run.status != WAITING or not run.waiting:
-            raise ValueError(f"the run is not waiting for a decision (status: {run.status if run else 'starting'})")
-        if run.decision is not None or self._deciding:
-            if run.decision is None:
-                raise ValueError("another decision is being checked against the run's files")
-            raise ValueError(f"the run already has a decision: '{run.decision['decision']}' by {run.decision['by']}")
-        choices = run.waiting.get("choices") or ["approve", "reject"]
-        if not isinstance(d, dict) or d.get("decision") not in choices:
-            raise ValueError(f"'{d.get('decision') if isinstance(d, dict) else d}' is not a choice of checkpoint "
-                             f"'{run.waiting['state']}' (choices: {', '.join(choices)})")
-        left = waiting_left(run, workflow.now())
-        if left is not None and left < 0:
-            raise ValueError(f"checkpoint '{run.waiting['state']}' timed out (timeout {run.waiting['timeout_s']:g}s); "
-                             "the decision is refused and its on_timeout route is taken")
 
 
 def _run_date(req: dict[str, Any], prep: dict[str, Any]) -> str:
