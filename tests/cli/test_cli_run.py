@@ -250,3 +250,20 @@ def test_detach_without_temporal_and_json_past_a_bound_are_explained(tmp_path: P
     assert_clean_usage_error(big)  # it said "must be an array" of a JSON array, and printed every digit
     assert "input 'arr': a number has 5,000 digits, more than the 1,000 allowed" in big.stderr, big.stderr
     assert digits[:200] not in big.stderr
+
+
+def test_a_file_that_is_no_loop_is_called_so_not_sent_to_lint(tmp_path: Path) -> None:
+    """The hint was `loopdsl lint FILE`, which passes over a file without `loopdsl:` (as
+    pre-commit needs) and said "0 files"."""
+    (tmp_path / "config.yaml").write_text("foo: 1\n")
+    for command in ("cost", "schedule", "run", "graph"):
+        done = loopdsl(command, "config.yaml", cwd=tmp_path)
+        assert_clean_usage_error(done)
+        assert "missing the required keys `loopdsl`" in done.stderr  # the findings, each command alike
+        assert "loopdsl lint config.yaml" not in done.stderr
+        if command in ("cost", "schedule"):  # those that sum up with a line of their own
+            assert "config.yaml is not a loop file: it has no `loopdsl:` or `states:` key" in done.stderr, done.stderr
+    (tmp_path / "broken.yaml").write_text("loopdsl: 1\nname: b\n")  # a loop with errors: lint shows them
+    done = loopdsl("cost", "broken.yaml", cwd=tmp_path)
+    assert_clean_usage_error(done)
+    assert "hint: fix them first: `loopdsl lint broken.yaml`" in done.stderr
