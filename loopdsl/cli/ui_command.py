@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from ..adapters.store.run_store import default_store_dir
+from ..api.store_access import reading_store
 from ..language.errors import LoopdslError
 from .output import EXIT_USAGE, store_option
 
@@ -42,6 +43,9 @@ def ui(store: str | None, host: str, port: int, token: str | None, as_name: str 
                            "use a long random one, e.g. `python3 -c 'import secrets; print(secrets.token_urlsafe())'`",
                            exit_code=EXIT_USAGE)
     where = Path(store) if store else default_store_dir(Path.cwd())
+    if where.exists():  # refused as `loopdsl runs` refuses it, not served as a page of errors
+        with reading_store(where, Path.cwd()):
+            pass
     settings = UiSettings(store=where, token=token, by=as_name)
 
     def ready(url: str) -> None:

@@ -84,6 +84,19 @@ def test_binding_off_loopback_without_a_token_is_a_usage_error(tmp_path: Path) -
     assert "Traceback" not in done.stderr
 
 
+def test_a_store_that_cannot_be_read_is_refused_before_serving(tmp_path: Path) -> None:
+    """As `loopdsl runs` refuses it (the UI served every page as a 500 with the store's error)."""
+    broken = tmp_path / "broken"
+    assert cli_in_process(["run", str(ROOT / "tests" / "data" / "durable" / "checkpoint_choices.yaml"), "--store",
+                           str(broken)], tmp_path).returncode == 4
+    with (broken / "cache.db").open("r+b") as db:
+        db.truncate(100)  # the header, then nothing: a damaged database
+    for store, said in ((Path("/dev/null"), "is a file, not a directory"), (broken, "is unreadable")):
+        done = cli_in_process(["ui", "--store", str(store), "--port", "0"], tmp_path)
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_a_port_in_use_is_a_usage_error(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -63,7 +63,7 @@ def database_error(directory: Path, exc: sqlite3.DatabaseError) -> StoreError:
         )
     return StoreError(
         f"the run store database {directory / DB_NAME} is unreadable ({exc})",
-        "it is left untouched; move the store directory aside (or set LOOPDSL_STORE) to start "
+        "it is left untouched; move the store directory aside (or pick another with --store or LOOPDSL_STORE) to start "
         "a fresh store",
     )
 
@@ -186,7 +186,7 @@ def _prepare_directory(directory: Path) -> None:
     if directory.exists() and not directory.is_dir():
         raise StoreError(
             f"the run store path {directory} is a file, not a directory",
-            "set LOOPDSL_STORE to a directory, or move that file",
+            "give --store (or LOOPDSL_STORE) a directory, or move that file",
         )
     if not directory.exists():
         directory.mkdir(parents=True, exist_ok=True)
@@ -204,13 +204,13 @@ def _prepare_directory(directory: Path) -> None:
         if tool != "loopdsl" or not isinstance(fmt, int):
             raise StoreError(
                 f"{directory} is not a loopdsl run store (its marker names {tool!r})",
-                "set LOOPDSL_STORE to another directory",
+                "give --store (or LOOPDSL_STORE) another directory",
             )
         if fmt > FORMAT_VERSION:
             raise StoreError(
                 f"the run store {directory} was written by a newer loopdsl "
                 f"(store format {fmt}; this version reads format {FORMAT_VERSION})",
-                "upgrade loopdsl (pip install -U loopdsl), or use another store via LOOPDSL_STORE",
+                "upgrade loopdsl (pip install -U loopdsl), or use another store (--store or LOOPDSL_STORE)",
             )
         if fmt < FORMAT_VERSION:
             _write_marker(directory)  # its rows still read; an older loopdsl now refuses it
@@ -219,7 +219,7 @@ def _prepare_directory(directory: Path) -> None:
             raise StoreError(
                 f"{directory} exists, is not empty and is not a loopdsl run store "
                 f"(no {MARKER_NAME})",
-                "nothing was changed; set LOOPDSL_STORE to an empty or new directory, "
+                "nothing was changed; give --store (or LOOPDSL_STORE) an empty or new directory, "
                 "or move that directory",
             )
         _write_marker(directory)

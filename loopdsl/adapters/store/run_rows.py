@@ -109,7 +109,7 @@ def match_run_ref(ids: Sequence[str], ref: str, directory: Path) -> str:
     if not matches:
         raise StoreError(
             f"no run matches {ref[:80]!r} in {directory}",
-            "`loopdsl runs` lists the runs of this store; LOOPDSL_STORE selects another",
+            "`loopdsl runs` lists the runs of this store; --store (or LOOPDSL_STORE) selects another",
         )
     shown = ", ".join(sorted(matches)[:_MAX_CANDIDATES_SHOWN])
     more = len(matches) - _MAX_CANDIDATES_SHOWN

@@ -87,7 +87,7 @@ class RunStore:
         except OSError as exc:
             raise StoreError(
                 f"cannot set up the run store {self.directory}: {exc.strerror or exc}",
-                "check the permissions of that path, or set LOOPDSL_STORE to a writable "
+                "check the permissions of that path, or give --store (or LOOPDSL_STORE) a writable "
                 "directory",
             ) from None
         try:
@@ -266,7 +266,7 @@ class RunStore:
         if not isinstance(ids, list):
             raise StoreError(
                 f"the run index of the store {self.directory} is damaged (not a list of run ids)",
-                "move the store directory aside (or set LOOPDSL_STORE) to start a fresh store",
+                "move the store directory aside (or pick another with --store or LOOPDSL_STORE) to start a fresh store",
             )
         return [run_id for run_id in ids if isinstance(run_id, str)]
 
@@ -322,13 +322,13 @@ class RunStore:
         return StoreError(
             f"run {run_id} in the store {self.directory} is damaged: {problem}",
             "it was left untouched and the store's other runs still work (`loopdsl runs` lists "
-            "them); to be rid of it, move the store aside (or set LOOPDSL_STORE) for a fresh one",
+            "them); to be rid of it, move the store aside (or pick another with --store or LOOPDSL_STORE) for a fresh one",
         )
 
     def _unknown(self, run_id: str) -> StoreError:
         return StoreError(
             f"no run {run_id!r} in {self.directory}",
-            "`loopdsl runs` lists the runs of this store; LOOPDSL_STORE selects another",
+            "`loopdsl runs` lists the runs of this store; --store (or LOOPDSL_STORE) selects another",
         )
 
     # ---- locks

@@ -2,7 +2,8 @@
 
 A run is one workflow (run id = workflow id). Its budget, history, results and events
 live in workflow state; a checkpoint is a wait on a durable timer that an Update (`decide`,
-with a validator) ends (wf_decisions.py); abort is cancellation, after a signal with its reason. After a wait the engine is rebuilt on the
+with a validator) ends (wf_decisions.py); abort is cancellation, after a signal with its
+reason. After a wait the engine is rebuilt on the
 same run state, exactly as `loopdsl resume` rebuilds it from the run store; a run whose
 history grows past its bound continues as new at a state's entry on that same state.
 """
