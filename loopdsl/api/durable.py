@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from .runs import (LoopFileChildren, RunResult, UsageError, load, loop_files, make_ports, new_run_state, open_store,
                    ready_to_call_models, uses_model_client)
+from .changed_files import changed_files, diff_summary
 from .run_environment import secret_values
 from ..language.compile import CompiledLoop, compile_loop
 from ..language.files import is_file, read_capped
@@ -24,11 +24,12 @@ from ..runtime.notify import notify_engine, notify_run
 from ..runtime.publish_apply import publish_pending
 from .publishing import publish_engine
 from ..runtime.redaction import Redactor, without_own_credentials
+from ..runtime.sealed_inputs import new_seal, unseal_inputs
 from ..adapters.webhook import WebhookNotifier
 from ..adapters.coding_cli_home import sweep_dead_makers_homes
 from ..runtime.run_state import (ABORT_REASON_LIMIT, ABORTED, COMPLETED, FAILED, RUNNING, WAITING, RunState,
                                  aborted_error, history_from_events, stamp_time)
-from ..adapters.store.ports import StoreResponses, StoreRunLog
+from ..adapters.store.ports import StoreResponses, StoreRunLog, stored_record
 from ..adapters.store.run_store import RunChanged, RunLock, RunStore
 from ..adapters.git_workspace import GitWorkspace
 from ..adapters.git_worktree import (
@@ -125,8 +126,10 @@ async def _execute(compiled: CompiledLoop, state: RunState, store: RunStore, loc
                    first: list[dict[str, Any]] | None = None, real_waits: bool = True,
                    tool_stubs: Mapping[str, Any] | None = None,
                    notify: bool = True, publish: bool = True) -> RunResult:
+    secrets = secret_values(compiled.loop)
+    state.inputs = unseal_inputs(state.inputs, secrets, state.meta.get("seal"))  # as recorded: sealed
     ports = make_ports(compiled.loop, script=script, provider=provider, human=human, workdir=workdir,
-                       listeners=listeners, run_log=StoreRunLog(store, state.run_id, lock),
+                       listeners=listeners, run_log=StoreRunLog(store, state.run_id, lock, secrets),
                        responses=StoreResponses(store, lock), use_cache=cache, asked=state.meta.get("asked"),
                        real_waits=real_waits, tool_stubs=tool_stubs,
                        notify=notify)
@@ -172,13 +175,13 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
         "workdir": str(workdir),
         "group": loop.concurrency.group if loop.concurrency else None,
         "script": str(Path(script).resolve()) if script else None,
+        "seal": new_seal(),  # of the secrets given as inputs (runtime/sealed_inputs.py)
     }
     if loop.publish is not None:  # due from the start: a run killed right at its end still publishes
         meta["publish"] = {"status": "due", "items": []}
     state = new_run_state(loop, run_id, values, meta)
     with store.lock(run_id) as lock:
-        record = state.to_json()
-        record["group"] = meta["group"]
+        record = stored_record(state, secret_values(loop))
         if loop.concurrency is not None:
             # Check-and-create under the group's lock: two runs starting together cannot both get in.
             while True:
@@ -211,30 +214,6 @@ def budget_caps(loop: Any) -> dict[str, Any]:
     return {"tokens": loop.budget.tokens, "cost_usd": loop.budget.cost_usd, "steps": loop.budget.steps}
 
 
-def changed_files(state: RunState) -> list[str]:
-    """Files the run depends on whose content differs from when it started."""
-    recorded: dict[str, str] = state.meta.get("files", {})
-    try:
-        current = loop_files(load(state.meta["loop_path"]))
-    except Exception:
-        current = {}
-    return [path for path, digest in recorded.items() if current.get(path, "missing") != digest]
-
-
-def _diff_summary(state: RunState, changed: list[str]) -> str:
-    lines = [f"changed since run {state.run_id} started: {', '.join(changed)}"]
-    loop_path = state.meta.get("loop_path")
-    if loop_path in changed and state.meta.get("loop_text"):
-        try:
-            now = read_capped(loop_path).decode("utf-8")
-        except OSError:
-            now = ""
-        diff = list(difflib.unified_diff(state.meta["loop_text"].splitlines(), now.splitlines(),
-                                         "at start", "now", lineterm="", n=1))
-        lines.extend(diff[:40] + (["..."] if len(diff) > 40 else []))
-    return "\n".join(lines)
-
-
 async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = None, script: Any = None,
                          provider: Any = None, human: Any = None, force: bool = False, cache: bool = False,
                          listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
@@ -258,7 +237,7 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
                              f"put it back at that path to resume the run, or `loopdsl abort {run_id}` to end it")
         changed = changed_files(state)
         if changed and not force:
-            raise UsageError(_diff_summary(state, changed), "resume with --force to continue against the changed files")
+            raise UsageError(diff_summary(state, changed), "resume with --force to continue against the changed files")
         compiled = compile_loop(load(state.meta["loop_path"]))
         _check_states_known(state, compiled)
         if changed:  # forced: the files as they are now are the run's (its sub-loops are checked against them)

@@ -178,10 +178,10 @@ class Redactor:
         recursion: a hostile value's nesting depth cannot crash the redactor."""
         if self._pattern is None:
             return obj
-        return _map_strings(obj, self)
+        return map_strings(obj, self)
 
 
-def _map_strings(value: Any, change: Any) -> Any:
+def map_strings(value: Any, change: Any) -> Any:
     """A copy of `value` with `change` applied to every string (keys too), iteratively."""
     containers = (dict, list, tuple)
     if not isinstance(value, containers):

@@ -223,3 +223,55 @@ def test_undeclared_credentials_of_loopdsls_environment_are_redacted_from_the_ru
     assert "UNDECLAREDCRED555" not in done.stdout + done.stderr and "*** /tmp/agent.sock none" in done.stdout
     stored = b"".join(p.read_bytes() for p in store.rglob("*") if p.is_file())
     assert b"UNDECLAREDCRED555" not in stored and b"/tmp/agent.sock none" in stored
+
+
+SEALED = """\
+loopdsl: 1
+name: sealed
+secrets: [MY_VALUE]
+inputs: {note: {type: string}}
+start: ask
+states:
+  ask: {checkpoint: {message: "go?"}, next: write}
+  write:
+    shell: printf %s "{{ inputs.note }}" > note.txt
+    next: done
+  done: {end: completed, output: {n: "{{ inputs.note }}"}}
+"""
+
+
+def test_a_secret_given_as_an_input_is_sealed_in_the_store_and_back_on_resume(tmp_path: Path) -> None:
+    """A neutral name: only its declaration makes it a secret. The record kept the input in
+    clear (and `show --json` printed it); now a placeholder with the run's seal stands in its
+    place, and the resumed run renders the value again from the environment."""
+    value = "S3cr3tValue123"
+    (tmp_path / "loop.yaml").write_text(SEALED)
+    store = tmp_path / "store"
+    env = {"MY_VALUE": value}
+    first = cli_in_process(["run", "loop.yaml", "--store", str(store), "-i", f"note=pre {value} post"], tmp_path, env)
+    assert first.returncode == 4, first.stderr
+    assert value.encode() not in b"".join(p.read_bytes() for p in store.rglob("*") if p.is_file())
+    run_id = json.loads(cli_in_process(["runs", "--store", str(store), "--json"], tmp_path).stdout)[0]["run_id"]
+    shown = cli_in_process(["show", run_id, "--store", str(store), "--json"], tmp_path, env)
+    assert value not in shown.stdout and "@@loopdsl-input-secret:" in shown.stdout
+    # A forged placeholder in an input (an issue title, say) cannot know the run's seal: it stays text.
+    assert cli_in_process(["approve", run_id, "--store", str(store)], tmp_path).returncode == 0
+    resumed = cli_in_process(["resume", run_id, "--store", str(store)], tmp_path, env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "note.txt").read_text() == f"pre {value} post"  # the command got what the first run had
+    assert value.encode() not in b"".join(p.read_bytes() for p in store.rglob("*") if p.is_file())
+    assert json.loads(cli_in_process(["show", run_id, "--store", str(store), "--json"], tmp_path).stdout)[
+        "run"]["outputs"] == {"n": "pre *** post"}
+
+
+def test_a_forged_placeholder_in_an_input_stays_text_on_resume(tmp_path: Path) -> None:
+    (tmp_path / "loop.yaml").write_text(SEALED)
+    store = tmp_path / "store"
+    env = {"MY_VALUE": "S3cr3tValue123"}
+    forged = "@@loopdsl-input-secret:" + "0" * 32 + ":MY_VALUE@@"
+    assert cli_in_process(["run", "loop.yaml", "--store", str(store), "-i", f"note={forged}"], tmp_path,
+                          env).returncode == 4
+    run_id = json.loads(cli_in_process(["runs", "--store", str(store), "--json"], tmp_path).stdout)[0]["run_id"]
+    assert cli_in_process(["approve", run_id, "--store", str(store)], tmp_path).returncode == 0
+    assert cli_in_process(["resume", run_id, "--store", str(store)], tmp_path, env).returncode == 0
+    assert (tmp_path / "note.txt").read_text() == forged
