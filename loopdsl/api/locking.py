@@ -10,7 +10,7 @@ from ..lint.lockfile import LOCK_NAME, check_locked, find_lock, write_lock
 from ..lint.pipeline import LintSession
 from ..lint.report import is_loop_text
 from ..language.errors import LoopdslError
-from ..language.files import YAML_SUFFIXES, is_dir, leads_outside, read_head, walk
+from ..language.files import YAML_SUFFIXES, exists, is_dir, leads_outside, read_head, walk
 
 EXIT_FINDINGS = 1
 
@@ -56,8 +56,16 @@ def check_lock(paths: Sequence[str]) -> list[Diagnostic]:
 
 def lock(paths: Sequence[str], where: Path) -> tuple[Path, int]:
     """Write the lock file in `where` for the loops under `paths`; its path and how many loops."""
+    missing = [given for given in paths if not exists(Path(given))]
+    if missing:
+        raise LoopdslError(f"no such file or folder: {missing[0]}", "name loop files or folders that hold them "
+                           "(with no path, `loopdsl lock` pins the loops under loops/)")
     session = LintSession()
-    loops = loadable_loops(loop_files(paths), session)
+    files = loop_files(paths)
+    if not files:
+        raise LoopdslError(f"no loop files under {', '.join(paths)}",
+                           "a loop file is a .yaml or .yml file with `loopdsl: 1` at its top")
+    loops = loadable_loops(files, session)
     if not loops:
         raise LoopdslError(f"no loadable loop files under {', '.join(paths)}",
                          "lint them: `loopdsl lint " + " ".join(paths) + "`")

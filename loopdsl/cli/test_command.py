@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import click
 
+from ..language.files import exists
 from ..language.terminal_safe import visible
 from ..project.looptest import TestOutcome, collect, junit_xml, result_lines, run_tests, tally
 from .output import EXIT_FINDINGS, EXIT_OK, fail, write_text
@@ -22,6 +24,9 @@ def test_command(paths: Sequence[str], fmt: str, output: str | None, keep: bool)
     """Run loop tests (*.test.yaml) under PATHS (default: the current folder), offline."""
     if output and fmt != "junit":  # the only thing --output writes: it wrote nothing before
         fmt = "junit"
+    missing = [given for given in paths if not exists(Path(given))]
+    if missing:  # a usage error, as `loopdsl lint` says it (it was a failed test named after the path)
+        fail(f"no such file or folder: {missing[0]}", "name *.test.yaml files or folders that hold them")
     tests, broken = collect(list(paths) or ["."])
     if not tests and not broken:
         fail(f"no loop tests (*.test.yaml) under {', '.join(paths) or '.'}",

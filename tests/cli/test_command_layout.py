@@ -122,5 +122,16 @@ def test_a_user_error_from_any_command_is_a_message_not_a_traceback(tmp_path: Pa
     done = subprocess.run([*loopdsl_command(), "lock", str(tmp_path)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr.startswith(f"loopdsl: error: no loadable loop files under {tmp_path}\n  hint: lint them")
+    assert done.stderr.startswith(f"loopdsl: error: no loop files under {tmp_path}\n  hint: a loop file is")
     assert "Traceback" not in done.stderr
+
+
+def test_lock_says_which_path_is_missing_and_which_loops_do_not_load(tmp_path: Path) -> None:
+    from cli_in_process import cli_in_process
+
+    gone = cli_in_process(["lock", "nope"], tmp_path)
+    assert gone.returncode == 2 and "no such file or folder: nope" in gone.stderr, gone.stderr
+    (tmp_path / "broken.yaml").write_text("loopdsl: 1\nname: b\n")
+    broken = cli_in_process(["lock", "broken.yaml"], tmp_path)
+    assert broken.returncode == 2 and "no loadable loop files under broken.yaml" in broken.stderr
+    assert "hint: lint them: `loopdsl lint broken.yaml`" in broken.stderr

@@ -64,6 +64,12 @@ def test_a_fifo_or_a_venv_beside_the_tests_is_not_copied(project: Path) -> None:
     assert out.strip().splitlines()[-1] == "1 passed, 0 failed"
 
 
+def test_a_path_that_does_not_exist_is_a_usage_error(project: Path) -> None:
+    code, out, err = run_cli("test", str(project / "nope"))
+    assert code == 2, out + err  # it was one failed test named after the path, exit 1
+    assert f"no such file or folder: {project / 'nope'}" in err
+
+
 def test_exit_zero_when_all_pass_and_junit_xml(project: Path, tmp_path: Path) -> None:
     text = (project / "greet.test.yaml").read_text()
     (project / "greet.test.yaml").write_text(text.split("  - name: wrong-expectations")[0])
