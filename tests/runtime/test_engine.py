@@ -240,6 +240,23 @@ def test_evaluate_reply_that_is_not_a_verdict_is_a_parse_failure_and_retried(tmp
     assert result.state.results["review"]["verdict"] == "accept"
 
 
+def test_a_verdict_named_twice_is_a_parse_failure_not_its_last_key(tmp_path: Path) -> None:
+    result = run(tmp_path, """\
+        start: review
+        states:
+          review:
+            evaluate: {model: m, prompt: "Judge"}
+            retry: {max_attempts: 1, backoff: {initial: 0s}}
+            transitions:
+              - {to: done, when: "review.verdict == 'accept'"}
+              - {to: done}
+          done: {end: completed}
+        """, replies={"review": ['{"verdict": "reject", "feedback": "no", "verdict": "accept"}']})
+    assert result.status == "failed", result.state.results.get("review")  # it was taken as accept
+    assert result.state.error["kind"] == "parse"
+    assert "names 'verdict' twice" in result.state.error["message"]
+
+
 def test_set_strings_are_expressions_other_scalars_literals(tmp_path: Path) -> None:
     result = run(tmp_path, """\
         inputs:

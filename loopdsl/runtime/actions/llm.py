@@ -312,6 +312,7 @@ def llm_result(action: LlmAction, reply: dict[str, Any]) -> dict[str, Any]:
 
 def evaluate_result(reply: dict[str, Any]) -> dict[str, Any]:
     data = parse_json_reply(reply["text"])
+    _each_key_once(reply["text"])
     verdict = data.get("verdict") if isinstance(data, dict) else None
     if verdict not in ("accept", "reject"):
         raise StepFailure(
@@ -328,6 +329,19 @@ def evaluate_result(reply: dict[str, Any]) -> dict[str, Any]:
         "model": reply["model"],
         "text": reply["text"],
     }
+
+
+def _each_key_once(text: str) -> None:
+    """A verdict named twice (`{"verdict": "reject", ..., "verdict": "accept"}`) reads one way
+    to a person and the other to a parser: the reply is refused, not taken by its last key."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in items]
+        twice = next((key for key in keys if keys.count(key) > 1), None)
+        if twice is not None:
+            raise StepFailure("parse", f"the evaluator's reply names {twice!r} twice; reply with each key once")
+        return dict(items)
+
+    json.loads(strip_code_fence(text), object_pairs_hook=pairs)  # already checked as bounded JSON
 
 
 def render_or_fail(template: Template, context: Mapping[str, Any], what: str) -> str:
