@@ -216,7 +216,8 @@ def summary(state: RunState, store_dir: Any = None, status: str | None = None) -
         store = f" --store {shlex.quote(str(store_dir))}" if store_dir else ""  # a line to paste as it is
         decided = state.decision if isinstance(state.decision, dict) else None
         if decided is not None:  # recorded, not yet acted on: another decision would be refused
-            lines.append(visible(f"  decided: '{decided.get('decision')}' by {decided.get('by')} at {decided.get('at')}"))
+            lines.append(visible(f"  decided: '{decided.get('decision')}' by {decided.get('by')} "
+                                 f"at {decided.get('at')}"))
         elif set(choices) == {"approve", "reject"}:
             lines.append(f"  decide with: loopdsl approve {state.run_id}{store} [--comment TEXT]  |  loopdsl reject {state.run_id}{store}")
         else:

@@ -161,11 +161,7 @@ async def run_durable(compiled: CompiledLoop, values: Mapping[str, Any], *, scri
                       listeners: Iterable[Callable[[dict[str, Any]], None]], real_waits: bool = True,
                       tool_stubs: Mapping[str, Any] | None = None,
                       notify: bool = True, publish: bool = True) -> RunResult:
-    loop = compiled.loop
-    if script is not None:  # read before the run is recorded: a bad script left a run `running`
-        from ..adapters.scripted import ScriptedProvider  # only scripted runs read one
-
-        ScriptedProvider.from_file(script)
+    loop = compiled.loop  # its reply script, if any, was read and checked before (runs.load_script)
     run_id = store.new_run_id()
     meta = {
         # Absolute: a resume from another folder must find this file, not a namesake there.

@@ -42,7 +42,8 @@ def parse_text(spec: InputSpec, text: str) -> Any:
         value = bounded_json.loads(text)
         return value
     except bounded_json.JsonLimitError as exc:  # JSON, but past a bound: say which
-        raise InputError(f"input '{spec.name}': {exc}", f"pass a smaller {kind} as --input {spec.name}=<{kind}>") from None
+        raise InputError(f"input '{spec.name}': {exc}",
+                         f"pass a smaller {kind} as --input {spec.name}=<{kind}>") from None
     except ValueError:
         raise InputError(
             f"input '{spec.name}' must be {_article(kind)} {kind}, got {_shown(text)}",

@@ -63,8 +63,8 @@ def database_error(directory: Path, exc: sqlite3.DatabaseError) -> StoreError:
         )
     return StoreError(
         f"the run store database {directory / DB_NAME} is unreadable ({exc})",
-        "it is left untouched; move the store directory aside (or pick another with --store or LOOPDSL_STORE) to start "
-        "a fresh store",
+        "it is left untouched; move the store directory aside (or pick another with --store or "
+        "LOOPDSL_STORE) to start a fresh store",
     )
 
 

@@ -266,7 +266,8 @@ class RunStore:
         if not isinstance(ids, list):
             raise StoreError(
                 f"the run index of the store {self.directory} is damaged (not a list of run ids)",
-                "move the store directory aside (or pick another with --store or LOOPDSL_STORE) to start a fresh store",
+                "move the store directory aside (or pick another with --store or LOOPDSL_STORE) to start "
+                "a fresh store",
             )
         return [run_id for run_id in ids if isinstance(run_id, str)]
 
@@ -322,7 +323,8 @@ class RunStore:
         return StoreError(
             f"run {run_id} in the store {self.directory} is damaged: {problem}",
             "it was left untouched and the store's other runs still work (`loopdsl runs` lists "
-            "them); to be rid of it, move the store aside (or pick another with --store or LOOPDSL_STORE) for a fresh one",
+            "them); to be rid of it, move the store aside (or pick another with --store or "
+            "LOOPDSL_STORE) for a fresh one",
         )
 
     def _unknown(self, run_id: str) -> StoreError:

@@ -93,7 +93,7 @@ def _loop_path(client: Client, action: object) -> str | None:
     if payload is None:
         return None
     try:
-        value = client.data_converter.payload_converter.from_payload(payload) if not isinstance(payload, str) else payload
+        value = payload if isinstance(payload, str) else client.data_converter.payload_converter.from_payload(payload)
     except Exception:  # a memo someone else wrote: not ours to judge
         return None
     return value if isinstance(value, str) else None

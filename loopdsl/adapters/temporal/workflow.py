@@ -39,8 +39,8 @@ from .wf_ports import (
     reading_run_files,
     under,
 )
-from .wire import (ABORT_SIGNAL, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, FINISH, MAX_HEARTBEAT_S, MIN_HEARTBEAT_S, PREPARE,
-                   PROGRESS_QUERY, WORKFLOW)
+from .wire import (ABORT_SIGNAL, DEFAULT_HEARTBEAT_S, EVENTS_PER_QUERY, FINISH, MAX_HEARTBEAT_S, MIN_HEARTBEAT_S,
+                   PREPARE, PROGRESS_QUERY, WORKFLOW)
 
 # Events a run's history may hold before it continues as new at a state's entry: Temporal
 # warns at 10,240 and terminates at 51,200; a state's own events stay far below the gap.
