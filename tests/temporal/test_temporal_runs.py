@@ -69,6 +69,15 @@ def run_id_of(stderr: str) -> str:
     raise AssertionError(stderr)
 
 
+def _wait_for(workers: Workers, repo: Path, run_id: str, check: Any, limit_s: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + limit_s
+    while True:
+        run = json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"]
+        if check(run) or time.monotonic() > deadline:
+            return dict(run)
+        time.sleep(0.2)
+
+
 def start_scripted(repo: Path, workers: Workers, timeout: str | None = None) -> subprocess.CompletedProcess[str]:
     """The loop run with its model's reply from a script, on a `--no-models` worker: the tests
     using it are about the checkpoint (the first test makes the real model call)."""
@@ -191,12 +200,7 @@ def test_abort_cancels_a_waiting_run(tmp_path: Path, workers: Workers) -> None:
     stopped = loopdsl("abort", run_id, "--temporal", workers.address, "--reason", f"superseded by #12 ({token})",
                       cwd=repo, GITHUB_TOKEN=token)
     assert stopped.returncode == 0, stopped.stderr
-    deadline = time.monotonic() + 30
-    while True:
-        run = json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"]
-        if run["status"] != "waiting" or time.monotonic() > deadline:
-            break
-        time.sleep(0.3)
+    run = _wait_for(workers, repo, run_id, lambda run: run["status"] != "waiting")
     assert run["status"] == "aborted" and run["path"] == ["ask", "make", "approve"], run
     assert run["error"]["kind"] == "aborted", run["error"]
     assert run["error"]["message"].startswith("aborted with `loopdsl abort`: superseded by #12 ("), run["error"]
@@ -236,11 +240,7 @@ def test_abort_with_a_reason_ends_a_run_whose_command_is_running(tmp_path: Path,
         time.sleep(0.05)
     stopped = loopdsl("abort", run_id, "--temporal", workers.address, "--reason", "wrong branch", cwd=repo)
     assert stopped.returncode == 0, stopped.stderr
-    while True:
-        run = json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"]
-        if run["status"] != "running" or time.monotonic() > deadline + 30:
-            break
-        time.sleep(0.3)
+    run = _wait_for(workers, repo, run_id, lambda run: run["status"] != "running")
     assert run["status"] == "aborted", run["error"]
     assert run["error"] == {"state": "work", "kind": "aborted", "message": "aborted with `loopdsl abort`: wrong branch"}
 
@@ -252,7 +252,8 @@ def test_abort_during_a_model_call_ends_the_run_without_calling_again(tmp_path: 
         stub.reply_text("notes")  # what a retry would get
         write_loop(repo, stub.api_base)
         (repo / "loop.yaml").write_text((repo / "loop.yaml").read_text().replace(
-            'prompt: "name a file"}', 'prompt: "name a file"}\n    retry: {max_attempts: 3, on: [timeout, connection, server_error]}'))
+            'prompt: "name a file"}',
+            'prompt: "name a file"}\n    retry: {max_attempts: 3, on: [timeout, connection, server_error]}'))
         workers.start(repo)
         started = loopdsl("run", "loop.yaml", "--temporal", workers.address, "--task-queue", workers.queue, "--detach",
                           cwd=repo)
@@ -264,11 +265,7 @@ def test_abort_during_a_model_call_ends_the_run_without_calling_again(tmp_path: 
             time.sleep(0.05)
         stopped = loopdsl("abort", run_id, "--temporal", workers.address, "--reason", "not today", cwd=repo)
         assert stopped.returncode == 0, stopped.stderr
-        while True:
-            run = json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"]
-            if run["status"] != "running" or time.monotonic() > deadline + 30:
-                break
-            time.sleep(0.3)
+        run = _wait_for(workers, repo, run_id, lambda run: run["status"] != "running")
         assert run["status"] == "aborted", (run["status"], run["path"], run["error"])
         assert run["error"] == {"state": "ask", "kind": "aborted", "message": "aborted with `loopdsl abort`: not today"}
         assert run["path"] == ["ask"]
@@ -295,15 +292,6 @@ states:
     next: done
   done: {end: completed}
 """
-
-
-def _wait_for(workers: Workers, repo: Path, run_id: str, check: Any, limit_s: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + limit_s
-    while True:
-        run = json.loads(loopdsl("show", run_id, "--temporal", workers.address, "--json", cwd=repo).stdout)["run"]
-        if check(run) or time.monotonic() > deadline:
-            return dict(run)
-        time.sleep(0.2)
 
 
 def test_each_wait_of_one_state_takes_its_own_decision(tmp_path: Path, workers: Workers) -> None:
