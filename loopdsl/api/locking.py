@@ -74,7 +74,7 @@ def lock(paths: Sequence[str], where: Path) -> tuple[Path, int]:
         raise LoopdslError(f"{where / LOCK_NAME} is a symbolic link to {elsewhere}, outside {where}; nothing was written",
                            "remove the link, then run `loopdsl lock` again")
     try:
-        return write_lock([loop for _, loop in loops], where, session), len(loops)
+        return write_lock([loop for _, loop in loops], where, session, paths), len(loops)
     except OSError as exc:  # a folder of that name, a read-only checkout
         raise LoopdslError(f"cannot write {where / LOCK_NAME}: {exc.strerror or exc}",
                            "remove what is in the way, or run `loopdsl lock` where you may write") from None

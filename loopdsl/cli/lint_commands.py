@@ -8,9 +8,8 @@ from typing import Sequence
 import click
 
 from ..api.locking import check_lock, lock as write_lock
-from ..language.diagnostics import format_github, format_json, format_text
 from ..lint.report import run_lint_cli
-from .output import EXIT_FINDINGS, EXIT_OK, FORMATS
+from .output import FORMATS
 
 
 @click.command()
@@ -20,14 +19,8 @@ from .output import EXIT_FINDINGS, EXIT_OK, FORMATS
 @click.option("--locked", is_flag=True, help="Also fail when a pinned file changed since `loopdsl lock`.")
 def lint(paths: Sequence[str], fmt: str, strict: bool, locked: bool) -> None:
     """Check loop files (and directories of them) for mistakes."""
-    code = run_lint_cli(paths, fmt, strict)
-    if locked and code in (EXIT_OK, EXIT_FINDINGS):
-        problems = check_lock(paths)
-        if problems:
-            render = {"json": format_json, "github": format_github}.get(fmt)
-            click.echo(render(problems) if render else format_text(problems))
-            code = EXIT_FINDINGS
-    sys.exit(code)
+    # One report: --locked's findings are counted in the summary, and JSON stays one document.
+    sys.exit(run_lint_cli(paths, fmt, strict, also=(lambda: check_lock(paths)) if locked else None))
 
 
 @click.command()

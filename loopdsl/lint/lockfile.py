@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ..language import bounded_json
 from ..language.diagnostics import Diagnostic, Severity
 from ..language.files import exists, file_sha256, is_file, read_capped
 from ..language.model import LlmAction, Loop, LoopAction
+from ..language.terminal_safe import visible
 
 if TYPE_CHECKING:
     from .pipeline import LintSession
@@ -79,14 +81,19 @@ def dependencies(loop: Loop, _seen: set[Path] | None = None, session: LintSessio
     return files
 
 
-def write_lock(loops: Iterable[Loop], where: Path, session: LintSession | None = None) -> Path:
-    """Write `loopdsl.lock` in `where`, paths relative to it; returns its path."""
+def write_lock(loops: Iterable[Loop], where: Path, session: LintSession | None = None,
+               paths: Sequence[str] = ()) -> Path:
+    """Write `loopdsl.lock` in `where`, paths relative to it; returns its path. `paths`: what
+    `loopdsl lock` was given, kept so that a stale lock can say the command that renews it."""
     entries: dict[str, str] = {}
     for loop in loops:
         for path, digest in dependencies(loop, session=session).items():
             entries[_relative(path, where)] = digest
     lock = where / LOCK_NAME
-    text = json.dumps({"loopdsl_lock": LOCK_VERSION, "files": dict(sorted(entries.items()))}, indent=2) + "\n"
+    written: dict[str, Any] = {"loopdsl_lock": LOCK_VERSION, "files": dict(sorted(entries.items()))}
+    if paths:
+        written["paths"] = [_relative(str(Path(given).resolve()), where) for given in paths]
+    text = json.dumps(written, indent=2) + "\n"
     # Written beside, then renamed over: a `loopdsl.lock` that is a symbolic link (to a loop
     # file, to .git/config) is replaced, never written through, and a FIFO never blocks.
     partial = where / f".{LOCK_NAME}.{os.getpid()}.tmp"
@@ -117,22 +124,27 @@ def find_lock(start: Path) -> Path | None:
     return None
 
 
-def _locked_files(lock_path: Path) -> dict[str, str]:
-    """The lock file's `files`, checked: ValueError says what is wrong with it."""
+def _locked_files(lock_path: Path) -> tuple[dict[str, str], str]:
+    """The lock file's `files`, checked (ValueError says what is wrong with it), and the
+    command that renews it, run in its folder."""
     data: Any = bounded_json.loads(read_capped(lock_path).decode("utf-8"))
     if not isinstance(data, dict) or data.get("loopdsl_lock") != LOCK_VERSION:
         raise ValueError(f"it is not a version {LOCK_VERSION} lock file (`loopdsl_lock: {LOCK_VERSION}`)")
     files = data.get("files")
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         raise ValueError("its `files` is not a mapping of file to digest")
-    return files
+    paths = data.get("paths")  # written by this version; older locks and hostile values: the default
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths[:50]):
+        return files, "loopdsl lock"
+    command = "loopdsl lock " + " ".join(shlex.quote(p) for p in paths[:50])
+    return files, visible(command[:300])
 
 
 def check_locked(loops: Iterable[tuple[str, Loop]], lock_path: Path,
                  session: LintSession | None = None) -> list[Diagnostic]:
     """Diagnostics for files that changed, or were never locked, since `loopdsl lock`."""
     try:
-        locked = _locked_files(lock_path)
+        locked, renew = _locked_files(lock_path)
     except OSError as exc:
         return [_unreadable(lock_path, exc.strerror or type(exc).__name__)]
     except ValueError as exc:  # not UTF-8, not JSON, too deep, or not the shape `loopdsl lock` writes
@@ -145,12 +157,12 @@ def check_locked(loops: Iterable[tuple[str, Loop]], lock_path: Path,
             if key not in locked:
                 problems.append(Diagnostic(shown, 1, 1, Severity.ERROR, "lock-missing",
                                            f"'{key}' is used by this loop but not pinned in {lock_path.name}",
-                                           "run `loopdsl lock` and review the change"))
+                                           f"run `{renew}` in {where} and review the change"))
             elif locked[key] != digest:
                 problems.append(Diagnostic(shown, 1, 1, Severity.ERROR, "lock-changed",
                                            f"'{key}' changed since {lock_path.name} was written "
                                            f"(locked {locked[key][:12]}, now {digest[:12]})",
-                                           "review the change, then run `loopdsl lock` to pin it"))
+                                           f"review the change, then run `{renew}` in {where} to pin it"))
     return problems
 
 

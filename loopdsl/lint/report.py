@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,9 +172,11 @@ def _source_lines(report: LintReport, path: str) -> list[str] | None:
 FORMATS = ("text", "json", "github")
 
 
-def run_lint_cli(paths: Sequence[str], fmt: str, strict: bool) -> int:
+def run_lint_cli(paths: Sequence[str], fmt: str, strict: bool,
+                 also: Callable[[], list[Diagnostic]] | None = None) -> int:
     """`loopdsl lint` / `validate`: print the findings, return the exit code
-    (0 clean, 1 findings, 2 usage such as a missing path, 3 internal error)."""
+    (0 clean, 1 findings, 2 usage such as a missing path, 3 internal error). `also`: more
+    findings (`--locked`'s), in the same report, counted and formatted with the others."""
     if not paths:
         print("loopdsl lint: give at least one file or folder, e.g. `loopdsl lint loops/`", file=sys.stderr)
         return 2
@@ -194,6 +196,8 @@ def run_lint_cli(paths: Sequence[str], fmt: str, strict: bool) -> int:
     except Exception as exc:
         print(f"loopdsl lint: internal error: {type(exc).__name__}: {exc} (please report it)", file=sys.stderr)
         return 3
+    if also is not None and report.exit_code(strict) != 3:
+        report.diagnostics.extend(also())
     if fmt == "json":
         print(format_json(report.diagnostics))
     elif report.diagnostics:

@@ -382,6 +382,12 @@ def test_changed_import_fails_lint_locked_and_refuses_resume(tmp_path: Path, mon
     changed = [line for line in locked.stdout.splitlines() if "[lock-changed]" in line]
     assert len(changed) == 2  # both loops of B use A's gates
     assert all("'../repo-a/shared/gates.yaml' changed since loopdsl.lock was written" in line for line in changed)
+    # The hint renews the lock as it was written (its paths, in its folder: `loopdsl lock` alone
+    # pins loops/ only), and the summary counts what --locked found.
+    assert f"hint: review the change, then run `loopdsl lock loops` in {repo_b} to pin it" in locked.stdout
+    assert "2 errors, 0 warnings" in locked.stderr, locked.stderr
+    as_json = invoke(["lint", "--locked", "--format", "json", "loops"], repo_b, monkeypatch)
+    assert [d["rule"] for d in json.loads(as_json.stdout)] == ["lock-changed", "lock-changed"]  # one document
 
     refused = invoke(["resume", waiting.run_id, "--store", str(store)], repo_b, monkeypatch)
     assert refused.exit_code == 2
