@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from ..project.init import list_patterns, scaffold
+from ..project.init import find_pattern, list_patterns, scaffold
 from ..project.install_source import resolve as resolve_install_source
 from .output import fail
 
@@ -30,6 +30,7 @@ def init(directory: str, pattern: str | None, list_only: bool, loop_name: str | 
         return
     if not pattern:
         fail("choose a pattern with --pattern NAME", "patterns: " + ", ".join(p.name for p in patterns))
+    find_pattern(pattern)  # a mistyped pattern first: the install source may need a flag it would not
     source = resolve_install_source(pip_spec)
     written = scaffold(Path(directory), pattern, force=force, loop_name=loop_name, install=source)
     if source.warning:

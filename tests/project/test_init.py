@@ -103,6 +103,10 @@ def test_unknown_pattern_and_missing_pattern_are_usage_errors(tmp_path: Path) ->
     assert code == 2 and "did you mean 'daily-triage'" in err
     code, _, err = invoke("init", "--pip-spec", SPEC, str(tmp_path))
     assert code == 2 and "--pattern" in err and "daily-triage" in err
+    # Without --pip-spec in this editable install: the pattern's mistake is told first (it
+    # said only that --pip-spec was needed, and the pattern was refused once that was added).
+    code, _, err = invoke("init", str(tmp_path), "--pattern", "daily-triag")
+    assert code == 2 and "did you mean 'daily-triage'" in err, err
     assert list(tmp_path.iterdir()) == []
 
 
