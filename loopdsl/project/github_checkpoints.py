@@ -24,7 +24,7 @@ from ..api.store_access import store_copy
 from ..language.errors import LoopdslError
 from ..runtime.publish_apply import publish_pending
 from ..runtime.errors import StoreError
-from ..runtime.redaction import redact_printed
+from ..runtime.redaction import hide_credentials, redact_printed
 from ..runtime.run_state import RunState
 from . import runs_branch, worktree_carry
 from .github_event import DECISION_COMMAND, GitHubEventError
@@ -52,7 +52,8 @@ def require_writer(actor: str) -> None:
 
 def checkpoint_record(run_id: str, loop_name: str, waiting: dict[str, Any], number: int | None) -> dict[str, Any]:
     return {"run_id": run_id, "loop": loop_name, "state": str(waiting.get("state", "")),
-            "message": redact_printed(str(waiting.get("message", "")))[:MAX_MESSAGE_CHARS],
+            # Posted on the issue: no secret this process read, and no credential a command printed.
+            "message": hide_credentials(redact_printed(str(waiting.get("message", ""))))[:MAX_MESSAGE_CHARS],
             "choices": [str(c) for c in waiting.get("choices") or ("approve", "reject")], "number": number}
 
 

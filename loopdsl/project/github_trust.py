@@ -15,20 +15,24 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..adapters.git_safe import run_git
+from ..adapters.git_worktree import BRANCH_PREFIX
 from ..api.runs import open_store
 from ..api.store_access import store_copy
 from ..language.model import Loop
 from ..runtime.publish_apply import publish_pending
 from ..runtime.redaction import find_secrets
+from ..runtime.errors import StoreError
 from ..runtime.run_state import RunState
 from ..runtime.scratch import scratch_folder
 from . import runs_branch
 from .export import checkpoints
-from .github_checkpoints import checkpoint_runs, require_writer
+from .github_checkpoints import BUNDLE_FILE, checkpoint_runs, require_writer
 from .github_event import GitHubEventError, event_number, plan, read_event
 
 _TEXTS = ("title", "body")
@@ -121,10 +125,41 @@ def checkpoint_problem(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, 
     run_id, number = str(record.get("run_id", "")), event_number(payload)
     if record.get("number") != number:
         return f"its checkpoint is for #{record.get('number')}, but this workflow run's event is about #{number}"
+    if problem := _comment_problem(record, out_dir / "store"):
+        return problem
     if run_id in stored_run_ids(repo, loop.name, env.get("GITHUB_TOKEN")):
         decision = trusted_decision(loop, env)
         if decision is None or not any(run_id.startswith(ref) for ref in decision.runs if ref):
             return f"its checkpoint names run {run_id[:80]}, an earlier run this workflow run's event does not decide"
+    return ""
+
+
+# What the comment puts in markdown beside the message: names as the run store and lint make them.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
+
+
+def _comment_problem(record: dict[str, Any], store_dir: Path) -> str:
+    """Why the checkpoint comment may not be posted as it is: the bot posts it on the issue, so
+    its names must be names (a choice could close its code span and post live markdown), its
+    message may hold no credential (the run job's scan is not evidence), and it must be the
+    wait of a run in the artifact's store, when it carries one."""
+    choices = record.get("choices")
+    names = [record.get("run_id"), record.get("loop"), record.get("state"),
+             *(choices if isinstance(choices, list) else [None])]
+    if not all(isinstance(name, str) and _NAME.fullmatch(name) for name in names):
+        return "its checkpoint names a run, loop, state or choice that is not a plain name"
+    found = find_secrets(str(record.get("message", "")))
+    if found:
+        return f"its checkpoint's message holds {found[0]}"
+    if not store_dir.is_dir():  # only checkpoint.json was handed over (no `github-store pack`)
+        return ""
+    try:
+        with store_copy(store_dir) as store:
+            waiting = RunState.from_json(store.load_run(str(record["run_id"]))).waiting or {}
+    except (StoreError, OSError):
+        waiting = {}
+    if waiting.get("state") != record["state"]:
+        return f"its checkpoint names run {record['run_id']} at {record['state']}, which its store has not waiting there"
     return ""
 
 
@@ -134,6 +169,7 @@ def verify_artifact(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str
     env = os.environ if env is None else env
     store_dir = out_dir / "store"
     problems = [problem] if (problem := checkpoint_problem(loop, out_dir, repo, env)) else []
+    problems += _branch_problems(loop, out_dir, repo, env)
     due = _due(store_dir) if store_dir.is_dir() else []
     if due:
         problems += _run_problems(loop, due, env)
@@ -143,6 +179,50 @@ def verify_artifact(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str
             "code the run job ran (a gate, a test) may have changed the run store; read that job's log, and "
             "decide the run again from a clean commit")
     return len(due)
+
+
+def _branch_problems(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str]) -> list[str]:
+    """The bundle's branches the apply job would push: each must be the branch of a run in the
+    artifact's store (when it carries one), and one origin already has (an earlier run's) only
+    of the run this workflow run's event decides; new commits on any other would reach origin."""
+    bundle = out_dir / BUNDLE_FILE
+    if not bundle.is_file():
+        return []
+    listed = run_git(repo, "bundle", "list-heads", str(bundle.resolve()), check=False)
+    if listed.returncode != 0:
+        return ["its bundle of branches cannot be read"]
+    heads = _heads(listed.stdout, "refs/heads/" + BRANCH_PREFIX)
+    store_dir = out_dir / "store"
+    runs = _run_ids(store_dir) if store_dir.is_dir() else None
+    origin = _heads(run_git(repo, "for-each-ref", "--format=%(objectname) %(refname)",
+                            "refs/remotes/origin/" + BRANCH_PREFIX).stdout, "refs/remotes/origin/" + BRANCH_PREFIX)
+    # Origin's branches the bundle moves (the same commit again is a re-run of this job: a no-op).
+    moved = {name for name, sha in heads.items() if name in origin and origin[name] != sha}
+    decision = trusted_decision(loop, env) if moved else None
+    decided = [ref for ref in (decision.runs if decision else []) if ref]
+    problems = []
+    for name in heads:
+        shown = f"branch {BRANCH_PREFIX}{name[:80]}"
+        if runs is not None and name not in runs:
+            problems.append(f"its bundle holds {shown}, of no run in its store")
+        elif name in moved and not any(name.startswith(ref) for ref in decided):
+            problems.append(f"its bundle adds commits to {shown}, an earlier run's this workflow run's event does "
+                            "not decide")
+    return problems
+
+
+def _heads(listing: str, prefix: str) -> dict[str, str]:
+    """{name: commit} of `<sha> <ref>` lines whose ref starts with `prefix`."""
+    pairs = (line.split()[:2] for line in listing.splitlines())
+    return {ref[len(prefix):]: sha for sha, ref in (pair for pair in pairs if len(pair) == 2) if ref.startswith(prefix)}
+
+
+def _run_ids(store_dir: Path) -> set[str]:
+    try:
+        with store_copy(store_dir) as store:
+            return {str(r["run_id"]) for r in store.list_runs()}
+    except (StoreError, OSError):
+        return set()
 
 
 def _run_problems(loop: Loop, due: list[tuple[RunState, list[dict[str, Any]]]], env: Mapping[str, str]) -> list[str]:

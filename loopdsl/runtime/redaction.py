@@ -321,6 +321,13 @@ _PLACEHOLDER = re.compile(
 )
 
 
+def hide_credentials(text: str) -> str:
+    """`text` with every credential shape (AWS, GitHub, OpenAI/Anthropic, Slack, PEM) as `***`."""
+    for pattern in _CREDENTIAL_PATTERNS:
+        text = pattern.regex.sub("***", text)
+    return text
+
+
 def _looks_like_literal_secret(value: str, quoted: bool) -> bool:
     if _PLACEHOLDER.match(value):
         return False

