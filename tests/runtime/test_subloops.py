@@ -321,3 +321,24 @@ def test_a_sub_loop_changed_during_the_run_is_not_run(tmp_path: Path) -> None:
     (tmp_path / "parent.yaml").write_text(_PARENT % "rm child.yaml && mkdir child.yaml")
     broken = loopdsl.run(tmp_path / "parent.yaml", workdir=tmp_path)
     assert broken.status == "failed" and broken.state.path[-1] == "fell_back"  # a state failure, routed
+
+
+def test_for_each_over_a_string_or_a_mapping_fails_instead_of_fanning_over_its_parts(tmp_path: Path) -> None:
+    """A string fanned out one child per character (8 for "src/a.py"), a mapping over its keys."""
+    (tmp_path / "child.yaml").write_text("loopdsl: 1\nname: child\ninputs: {x: {type: string}}\nstart: a\n"
+                                         "states:\n  a: {shell: 'true', next: done}\n  done: {end: completed}\n")
+    for value in ('"src/a.py"', '{"a": 1}'):
+        (tmp_path / "parent.yaml").write_text(
+            "loopdsl: 1\nname: parent\nstart: each\nstates:\n"
+            f"  each: {{loop: child.yaml, for_each: '{value}', with: {{x: \"{{{{ item }}}}\"}}, next: done}}\n"
+            "  done: {end: completed}\n")
+        result = loopdsl.run(tmp_path / "parent.yaml", workdir=tmp_path)
+        assert result.status == "failed", result.state.results
+        assert "is a string, not a list" in result.state.error["message"] or \
+            "is a mapping, not a list" in result.state.error["message"], result.state.error
+        assert "changed.stdout.splitlines()" in result.state.error["message"]
+    (tmp_path / "parent.yaml").write_text(
+        "loopdsl: 1\nname: parent\nstart: each\nstates:\n"
+        "  each: {loop: child.yaml, for_each: '[\"a\", \"b\"]', with: {x: \"{{ item }}\"}, next: done}\n"
+        "  done: {end: completed}\n")
+    assert loopdsl.run(tmp_path / "parent.yaml", workdir=tmp_path).status == "completed"

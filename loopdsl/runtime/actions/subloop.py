@@ -173,9 +173,19 @@ def _items(cs: "CompiledState", ctx: Mapping[str, Any]) -> list[Any]:
     if cs.for_each is None:
         return [None]
     try:
-        return list(cs.for_each(ctx))
+        items = cs.for_each(ctx)
     except (RenderError, TypeError) as exc:
         raise StepFailure("parse", f"for_each of '{cs.state.name}': {exc}") from None
+    if not isinstance(items, (list, tuple)):  # a string would fan out one child per character
+        raise StepFailure("parse", f"for_each of '{cs.state.name}' is {_a(type(items).__name__)}, not a list: "
+                                   "make it one (e.g. `changed.stdout.splitlines()`, `[inputs.path]`)")
+    return list(items)
+
+
+def _a(kind: str) -> str:
+    names = {"str": "a string", "dict": "a mapping", "int": "a number", "float": "a number", "NoneType": "nothing",
+             "bool": "a boolean"}
+    return names.get(kind, f"a {kind}")
 
 
 async def _run_child(parent: "Engine", cs: "CompiledState", child: ChildLoop, shared: Ports, run_id: str,
