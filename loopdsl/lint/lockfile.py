@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from ..language import bounded_json
 from ..language.diagnostics import Diagnostic, Severity
 from ..language.files import exists, file_sha256, is_file, read_capped
+from ..language.agent_model import AgentAction
 from ..language.model import LlmAction, Loop, LoopAction
 from ..language.terminal_safe import visible
 
@@ -60,24 +61,26 @@ def dependencies(loop: Loop, _seen: set[Path] | None = None, session: LintSessio
     if loop.source is not None and loop.imports:
         for path in _imported_files(loop.source, session):
             files[str(path.resolve())] = sha256_file(path)
+    children: list[str] = [tool.loop for tool in loop.tools.values() if tool.loop]  # sub-loops offered as tools
     for state in loop.states.values():
         action = state.action
-        if isinstance(action, LlmAction) and action.skill:
+        if isinstance(action, (LlmAction, AgentAction)) and action.skill:  # an agent's skill too
             skill = (base / action.skill).resolve()
             files[str(skill)] = sha256_file(skill)
         if isinstance(action, LoopAction):
-            if action.path.startswith("pkg:"):
-                name = action.path[4:]
-                match = [p for p in installed_loops() if p.name == name]
-                files[action.path] = f"{match[0].distribution}=={match[0].version}" if match else "missing"
-                continue
-            child_path = child_loop_path(base, action.path)
-            try:
-                child = session.loop_at(child_path)
-            except Exception:  # a child that does not load is lint's to report; pin its bytes
-                files[str(child_path)] = sha256_file(child_path)
-                continue
-            files.update(dependencies(child, seen, session))
+            children.append(action.path)
+    for ref in children:
+        if ref.startswith("pkg:"):
+            match = [p for p in installed_loops() if p.name == ref[4:]]
+            files[ref] = f"{match[0].distribution}=={match[0].version}" if match else "missing"
+            continue
+        child_path = child_loop_path(base, ref)
+        try:
+            child = session.loop_at(child_path)
+        except Exception:  # a child that does not load is lint's to report; pin its bytes
+            files[str(child_path)] = sha256_file(child_path)
+            continue
+        files.update(dependencies(child, seen, session))
     return files
 
 

@@ -660,3 +660,48 @@ def test_long_chains_of_imports_and_sub_loops_are_refused_not_a_recursion_error(
     assert nested.exit_code == 1 and "internal" not in nested.stdout and "Recursion" not in nested.stdout
     assert "[child-invalid]" in nested.stdout and len(nested.stdout) < 5000
     assert "sub-loops nest more than 32 levels deep here" in nested.stdout  # the cause, at the end of the nesting
+
+
+AGENT_WITH_PARTS = """\
+loopdsl: 1
+name: ag
+models:
+  m: {model: openai/gpt-4o-mini, max_tokens: 50}
+tools:
+  helper:
+    description: Ask the helper loop.
+    params: {n: {type: integer}}
+    required: [n]
+    loop: ../tl/helper.yaml
+start: ask
+states:
+  ask: {checkpoint: {message: "go?"}, next: work}
+  work:
+    agent: {model: m, prompt: "Use the helper.", skill: ../skills/s/SKILL.md, tools: [helper], max_turns: 2}
+    next: done
+  done: {end: completed}
+"""
+
+
+def test_an_agents_skill_and_its_sub_loop_tools_are_pinned_and_checked_on_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only an `llm` state's skill and `loop:` states were dependencies: an agent's edited skill
+    or tool sub-loop passed `lint --locked`, and a resumed run ran the edited helper."""
+    _write(tmp_path / "loops" / "ag.yaml", AGENT_WITH_PARTS)
+    _write(tmp_path / "skills" / "s" / "SKILL.md", "Be brief.\n")
+    _write(tmp_path / "tl" / "helper.yaml", "loopdsl: 1\nname: helper\nunattended: true\ninputs: {n: {type: integer}}\n"
+                                            "start: done\nstates:\n  done: {end: completed}\n")
+    assert invoke(["lock", "loops"], tmp_path, monkeypatch).exit_code == 0
+    pinned = json.loads((tmp_path / "loopdsl.lock").read_text())["files"]
+    assert {"loops/ag.yaml", "skills/s/SKILL.md", "tl/helper.yaml"} <= set(pinned), pinned
+    store = tmp_path / "store"
+    waiting = loopdsl.run(tmp_path / "loops" / "ag.yaml", store=store, workdir=tmp_path)
+    assert waiting.status == "waiting"
+    for edited in (tmp_path / "skills" / "s" / "SKILL.md", tmp_path / "tl" / "helper.yaml"):
+        before = edited.read_text()
+        edited.write_text(before + "# changed\n")
+        locked = invoke(["lint", "--locked", "loops"], tmp_path, monkeypatch)
+        assert locked.exit_code == 1 and "[lock-changed]" in locked.stdout, locked.stdout
+        refused = invoke(["resume", waiting.run_id, "--store", str(store)], tmp_path, monkeypatch)
+        assert refused.exit_code == 2 and f"changed since run {waiting.run_id} started: {edited}" in refused.stderr
+        edited.write_text(before)
