@@ -363,7 +363,7 @@ class Engine:
         if kind == "loop":
             from .actions.subloop import run_child_state
 
-            return await run_child_state(self, cs, ctx)
+            return await run_child_state(self, cs, ctx, attempt)
         raise StepFailure("no_transition", f"state kind '{kind}' cannot run")
 
     # ------------------------------------------------------------ ending

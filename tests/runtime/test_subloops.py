@@ -342,3 +342,21 @@ def test_for_each_over_a_string_or_a_mapping_fails_instead_of_fanning_over_its_p
         "  each: {loop: child.yaml, for_each: '[\"a\", \"b\"]', with: {x: \"{{ item }}\"}, next: done}\n"
         "  done: {end: completed}\n")
     assert loopdsl.run(tmp_path / "parent.yaml", workdir=tmp_path).status == "completed"
+
+
+def test_a_retried_loop_state_runs_its_child_again(tmp_path: Path) -> None:
+    """Each attempt read back the first attempt's failed child: three attempts, one child run."""
+    (tmp_path / "flaky.yaml").write_text(
+        "loopdsl: 1\nname: flaky\nstart: s\nstates:\n"
+        "  s: {shell: 'n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count; test $n -ge 2', next: done}\n"
+        "  done: {end: completed}\n")
+    (tmp_path / "parent.yaml").write_text(
+        "loopdsl: 1\nname: parent\nstart: c\nstates:\n"
+        "  c: {loop: flaky.yaml, retry: {max_attempts: 3, backoff: {initial: 0s}}, next: done}\n"
+        "  done: {end: completed}\n")
+    result = loopdsl.run(tmp_path / "parent.yaml", store=tmp_path / "store", workdir=tmp_path)
+    assert result.status == "completed", result.state.error
+    assert (tmp_path / "count").read_text() == "2\n"  # the child ran twice: failed, then passed
+    with RunStore(tmp_path / "store") as store:
+        children = sorted(r["run_id"] for r in store.list_runs() if r.get("parent"))
+    assert len(children) == 2, children

@@ -81,7 +81,8 @@ def _render_with(cs: "CompiledState", ctx: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, Any]) -> dict[str, Any]:
+async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, Any],
+                          attempt: int = 1) -> dict[str, Any]:
     action = cs.state.action
     assert isinstance(action, LoopAction)
     children = parent.ports.children
@@ -95,7 +96,9 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
         raise StepFailure("parse", problem, fatal=True)
     limit = asyncio.Semaphore(max(1, action.concurrency))
     visit = parent.run.visits.get(cs.state.name, 1)
-    label = cs.state.name + (f"@{visit}" if visit > 1 else "")
+    # Each attempt of the state (its `retry:`) runs children of its own: an attempt after a
+    # failed child runs it again instead of reading back the failed record.
+    label = cs.state.name + (f"@{visit}" if visit > 1 or attempt > 1 else "") + (f"@{attempt}" if attempt > 1 else "")
     # Display ids nest under the parent (`<parent>/<state>[/<index>]`); store keys use '.'.
     base_id = f"{parent.run.run_id}/{label}"
     shared = _shared_child_ports(parent, child)
