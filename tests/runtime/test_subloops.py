@@ -17,6 +17,7 @@ from click.testing import CliRunner
 import loopdsl
 from loopdsl.cli import cli
 from loopdsl.adapters.store.run_store import RunStore
+from loopdsl.language.diagnostics import LoopError
 
 DATA = Path(__file__).parents[1] / "data" / "sharing" / "subloops"
 
@@ -360,3 +361,20 @@ def test_a_retried_loop_state_runs_its_child_again(tmp_path: Path) -> None:
     with RunStore(tmp_path / "store") as store:
         children = sorted(r["run_id"] for r in store.list_runs() if r.get("parent"))
     assert len(children) == 2, children
+
+
+def test_a_loop_that_runs_itself_without_a_step_or_time_budget_does_not_lint(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """It was a warning, and the run never ended: each level started the next at once, the
+    store growing by gigabytes a minute."""
+    (tmp_path / "rec.yaml").write_text("loopdsl: 1\nname: rec\nstart: c\nstates:\n"
+                                       "  c: {loop: rec.yaml, next: done}\n  done: {end: completed}\n")
+    linted = _lint(["rec.yaml"], tmp_path, monkeypatch)
+    assert linted.exit_code == 1 and "error: sub-loop \"rec.yaml\" runs a loop that is already running it" in linted.output
+    assert "no `budget.steps` or `budget.wall_time` stops it [loop-recursion]" in linted.output
+    with pytest.raises(LoopError):
+        loopdsl.run(tmp_path / "rec.yaml", workdir=tmp_path)
+    (tmp_path / "rec.yaml").write_text("loopdsl: 1\nname: rec\nbudget: {steps: 6}\nstart: c\nstates:\n"
+                                       "  c: {loop: rec.yaml, next: done}\n  done: {end: completed}\n")
+    assert "warning: sub-loop" in _lint(["rec.yaml"], tmp_path, monkeypatch).output
+    assert loopdsl.run(tmp_path / "rec.yaml", workdir=tmp_path).status in ("budget_exhausted", "failed")

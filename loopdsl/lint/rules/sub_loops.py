@@ -106,13 +106,21 @@ def _lint_child(ctx: LintContext, state: State, action: LoopAction, found: list[
     loop_path = state.path + ("loop",)
     child = ctx.analyze_child(file, shown)
     if child is None:  # the child is already being linted higher up: a recursive sub-loop
+        budget = ctx.loop.budget
+        # Judged for a loop that runs itself; through other loops, the one whose budget is
+        # shared (the first of the chain) is not this one, and its own lint says so.
+        bounded = budget.steps is not None or budget.wall_time is not None or not _same_file(file, ctx.source)
+        # Unbounded, each level starts the next at once: the run never ends and its store
+        # grows by gigabytes a minute (every level's record nests under its parent's).
         found.append(ctx.diag(
             "loop-recursion",
-            f'sub-loop "{action.path}" runs a loop that is already running it (recursion)',
+            f'sub-loop "{action.path}" runs a loop that is already running it (recursion)'
+            + ("" if bounded else ", and no `budget.steps` or `budget.wall_time` stops it"),
             loop_path,
             value=True,
-            severity=Severity.WARNING,
-            hint="recursive sub-loops only stop when the shared budget runs out; make sure that is intended",
+            severity=Severity.WARNING if bounded else Severity.ERROR,
+            hint="recursive sub-loops only stop when the shared budget runs out; make sure that is intended"
+            if bounded else "set `budget: {steps: N}` (or `wall_time`) on this loop, or break the recursion",
         ))
         return None
     errors = [d for d in child.diagnostics if d.is_error]
@@ -185,3 +193,10 @@ def _cause(first: Diagnostic) -> str:
 
 
 _DEEPER = "in its own sub-loops: "
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return one.resolve() == other.resolve()
+    except (OSError, ValueError):
+        return False
