@@ -9,9 +9,10 @@ one name are lint errors that point at both places.
 """
 from __future__ import annotations
 
+
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,9 @@ def _merge(into: ImportResult, library: ImportResult, alias: str | None,
                     ((first[0], first[1], first[2], f'first {kind} "{full}" is defined here'),
                      (origin[0], origin[1], origin[2], f'second {kind} "{full}" is defined here'))))
                 continue
+            if alias and kind == "gate" and thing.ref in library.gates:  # type: ignore[union-attr]
+                # A reference to a gate of the same library follows it under the prefix.
+                thing = replace(thing, ref=f"{alias}.{thing.ref}")  # type: ignore[union-attr]
             target[full] = thing  # type: ignore[assignment]
             into.origins[(kind, full)] = origin
 

@@ -282,6 +282,19 @@ states:
     assert [e["gate"] for e in run.events if e["type"] == "gate"] == ["left.clean", "right.clean", "acme.stamp"]
 
 
+def test_a_gate_of_a_library_imported_with_as_may_name_another_of_its_gates(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`outer: {ref: inner}` kept naming `inner` once the library's gates were `lib.*`: lint
+    passed, and the run failed with "unknown gate 'inner'"."""
+    _write(tmp_path / "lib" / "gates.yaml", "gates:\n  inner: {shell: \"test -f marker\"}\n  outer: {ref: inner}\n")
+    _write(tmp_path / "loop.yaml", "loopdsl: 1\nname: uses\nimports: [{path: lib/gates.yaml, as: lib}]\nstart: a\n"
+                                   "states:\n  a:\n    shell: touch marker\n    gates: {after: [lib.outer]}\n"
+                                   "    next: done\n  done: {end: completed}\n")
+    assert invoke(["lint", "loop.yaml"], tmp_path, monkeypatch).exit_code == 0
+    result = loopdsl.run(tmp_path / "loop.yaml", workdir=tmp_path)
+    assert result.status == "completed", result.state.error
+
+
 def test_import_clash_shows_both_definitions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _write(tmp_path / "lib" / "a.yaml", LIB_A)
     _write(tmp_path / "lib" / "b.yaml", LIB_B)
