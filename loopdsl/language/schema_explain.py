@@ -54,6 +54,10 @@ PATTERN_HELP: dict[str, str] = {
     r"^[A-Za-z_][A-Za-z0-9_]*$": "an environment variable name: letters, digits and '_', not starting with a digit",
     r"^/[A-Za-z][A-Za-z0-9_-]*$": "a comment command is '/' then a word, e.g. /triage",
     r"^https?://": "a URL starting with http:// or https://",
+    r"^(?!.*\$\{\{)[^\s~^:\\\x00-\x1f]+$": (
+        "a branch name or glob as GitHub matches them (`main`, `release/*`): no spaces, no `~ ^ :` or "
+        "backslash, and no `${{ }}` expression (a workflow's filter cannot use one)"
+    ),
 }
 _NAME_NOUNS = {
     "states": "state name", "models": "model alias name", "gates": "gate name", "inputs": "input name",

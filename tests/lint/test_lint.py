@@ -529,3 +529,16 @@ def test_params_cost_in_an_imported_model_points_into_the_library(tmp_path: Path
     assert "params.best_of" in found[0].message and "`max_tokens`" in found[0].hint
     with pytest.raises(LoopError):
         load_loop(loop)  # so `loopdsl run` refuses it too
+
+
+def test_a_branch_filter_a_workflow_cannot_use_is_a_lint_error(tmp_path: Path) -> None:
+    """`${{ x }}` or a space in `on: ... branches:` linted clean and exported a workflow that
+    actionlint refuses (an undefined expression, an invalid branch name)."""
+    loop = tmp_path / "loop.yaml"
+    text = ("loopdsl: 1\nname: br\non: {{ci_failure: {{workflow: CI, branches: [{branches}]}}}}\nstart: a\n"
+            "states:\n  a: {{shell: 'true', next: done}}\n  done: {{end: completed}}\n")
+    loop.write_text(text.format(branches='"${{ x }}", "a b"'))
+    done = cli_in_process(["lint", str(loop)], tmp_path)
+    assert done.returncode == 1 and done.stdout.count("a branch name or glob as GitHub matches them") == 2, done.stdout
+    loop.write_text(text.format(branches='main, "release/*", "feature/**", "!wip", "v1.?"'))
+    assert cli_in_process(["lint", str(loop)], tmp_path).returncode == 0
