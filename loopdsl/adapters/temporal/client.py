@@ -110,16 +110,24 @@ async def decide(client: Client, run_id: str, choice: str, comment: str, by: str
         return await handle.execute_update(DECIDE_UPDATE, {"decision": choice, "comment": comment, "by": by,
                                                            "force": force},
                                            id=update_id)
-    except RPCError as exc:
-        raise TemporalError(f"run {run_id}: {exc}", f"`loopdsl show {run_id} --temporal ...` shows where the run is") from None
-    except WorkflowUpdateFailedError as exc:
-        said = str(getattr(exc.cause, "message", None) or exc.cause)
+    except (RPCError, WorkflowUpdateFailedError) as exc:
+        said = str(exc) if isinstance(exc, RPCError) else str(getattr(exc.cause, "message", None) or exc.cause)
+        if any(words in said for words in _ENDED_FIRST):  # another decision ended the run meanwhile
+            raise TemporalError(f"run {run_id} ended before this decision reached it; this one was not recorded",
+                                f"`loopdsl show {run_id} --temporal ...` shows it", exit_code=EXIT_CHANGED) from None
+        if isinstance(exc, RPCError):
+            raise TemporalError(f"run {run_id}: {said}",
+                                f"`loopdsl show {run_id} --temporal ...` shows where the run is") from None
         if said.startswith(("the run already has a decision", "another decision is being checked")):
             # Another person's decision won (or is being recorded): as locally, exit 5, nothing recorded.
             raise TemporalError(f"run {run_id}: {said}; this one was not recorded",
                                 f"`loopdsl show {run_id} --temporal ...` shows it", exit_code=EXIT_CHANGED) from None
         raise TemporalError(f"run {run_id}: {said}",
                             f"`loopdsl show {run_id} --temporal ...` shows where the run is") from None
+
+
+# What the server says of an update that reached a run as it closed, or after it had.
+_ENDED_FIRST = ("already completed", "aborted by closing workflow")
 
 
 async def abort(client: Client, run_id: str, reason: str = "") -> None:
