@@ -58,12 +58,10 @@ from .lock import RunChanged, RunLock, RunLocked, _holder_is_dead, _lock_key, ac
 
 ACTIVE_STATUSES = ("running", "waiting")
 _RUN_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+_ABSENT = object()  # no record under the key (a stored JSON null is a damaged record)
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-_ABSENT = object()  # no record under the key (a stored JSON null is a damaged record)
 
 
 def _damaged_entry(run_id: str, problem: str) -> dict[str, Any]:
@@ -322,9 +320,8 @@ class RunStore:
     def _damaged(self, run_id: str, problem: str) -> StoreError:
         return StoreError(
             f"run {run_id} in the store {self.directory} is damaged: {problem}",
-            "it was left untouched and the store's other runs still work (`loopdsl runs` lists "
-            "them); to be rid of it, move the store aside (or pick another with --store or "
-            "LOOPDSL_STORE) for a fresh one",
+            "it was left untouched and the store's other runs still work (`loopdsl runs` lists them); "
+            "to be rid of it, move the store aside (or pick another with --store or LOOPDSL_STORE)",
         )
 
     def _unknown(self, run_id: str) -> StoreError:
