@@ -9,7 +9,6 @@ one name are lint errors that point at both places.
 """
 from __future__ import annotations
 
-
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace

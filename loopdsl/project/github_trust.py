@@ -159,7 +159,8 @@ def _comment_problem(record: dict[str, Any], store_dir: Path) -> str:
     except (StoreError, OSError):
         waiting = {}
     if waiting.get("state") != record["state"]:
-        return f"its checkpoint names run {record['run_id']} at {record['state']}, which its store has not waiting there"
+        return (f"its checkpoint names run {record['run_id']} at {record['state']}, which its store has not "
+                "waiting there")
     return ""
 
 
@@ -213,8 +214,8 @@ def _branch_problems(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, st
 
 def _heads(listing: str, prefix: str) -> dict[str, str]:
     """{name: commit} of `<sha> <ref>` lines whose ref starts with `prefix`."""
-    pairs = (line.split()[:2] for line in listing.splitlines())
-    return {ref[len(prefix):]: sha for sha, ref in (pair for pair in pairs if len(pair) == 2) if ref.startswith(prefix)}
+    pairs = [line.split()[:2] for line in listing.splitlines()]
+    return {ref[len(prefix):]: sha for sha, ref in (p for p in pairs if len(p) == 2) if ref.startswith(prefix)}
 
 
 def _run_ids(store_dir: Path) -> set[str]:
