@@ -66,7 +66,8 @@ def check_value(spec: InputSpec, value: Any) -> Any:
     ok = isinstance(value, types) and not (spec.type in ("integer", "number") and isinstance(value, bool))
     shown = _shown(value)
     if not ok:
-        raise InputError(f"input '{spec.name}' must be {_article(spec.type)} {spec.type}, got {type(value).__name__} {shown}",
+        got = "null" if value is None else f"{type(value).__name__} {shown}"
+        raise InputError(f"input '{spec.name}' must be {_article(spec.type)} {spec.type}, got {got}",
                          f"pass it as --input {spec.name}=<{spec.type}>, or as {_article(spec.type)} {spec.type} in --inputs")
     if spec.enum is not None and value not in spec.enum:
         raise InputError(f"input '{spec.name}' must be one of {', '.join(map(str, spec.enum))}, got {shown}",

@@ -378,3 +378,17 @@ def test_a_loop_that_runs_itself_without_a_step_or_time_budget_does_not_lint(tmp
                                        "  c: {loop: rec.yaml, next: done}\n  done: {end: completed}\n")
     assert "warning: sub-loop" in _lint(["rec.yaml"], tmp_path, monkeypatch).output
     assert loopdsl.run(tmp_path / "rec.yaml", workdir=tmp_path).status in ("budget_exhausted", "failed")
+
+
+def test_a_null_with_value_is_a_lint_error_and_the_input_error_says_null(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`with: {n: null}` linted clean, and the child then failed with "got NoneType None"."""
+    (tmp_path / "child.yaml").write_text("loopdsl: 1\nname: child\ninputs: {n: {type: integer}}\nstart: a\n"
+                                         "states:\n  a: {shell: 'true', next: done}\n  done: {end: completed}\n")
+    (tmp_path / "parent.yaml").write_text("loopdsl: 1\nname: parent\nstart: c\nstates:\n"
+                                          "  c: {loop: child.yaml, with: {n: null}, next: done}\n  done: {end: completed}\n")
+    linted = _lint(["parent.yaml"], tmp_path, monkeypatch)
+    assert linted.exit_code == 1 and 'input "n" of sub-loop "child.yaml" is integer, got null [with-type]' in linted.output
+    (tmp_path / "nulls.yaml").write_text("n: null\n")
+    ran = CliRunner().invoke(cli, ["run", "child.yaml", "--inputs", "nulls.yaml", "--no-store"])
+    assert ran.exit_code == 2 and "input 'n' must be an integer, got null" in ran.output, ran.output

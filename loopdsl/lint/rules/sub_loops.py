@@ -151,12 +151,13 @@ def _with_values(ctx: LintContext, state: State, action: LoopAction, child: Loop
             )
             continue
         spec = inputs[key]
-        if value is None or _is_template(value) or spec.type not in _TYPE_CHECKS:
+        if _is_template(value) or spec.type not in _TYPE_CHECKS:
             continue
-        if not _TYPE_CHECKS[spec.type](value):
+        if not _TYPE_CHECKS[spec.type](value):  # a null too: the child refuses it as it starts
             yield ctx.diag(
                 "with-type",
-                f'input "{key}" of sub-loop "{action.path}" is {spec.type}, got {_type_name(value)} {value!r}',
+                f'input "{key}" of sub-loop "{action.path}" is {spec.type}, got {_type_name(value)}'
+                + ("" if value is None else f" {value!r}"),
                 state.path + ("with", key),
                 value=True,
                 hint=f"pass a {spec.type}" + (" (unquoted)" if spec.type in ("integer", "number", "boolean") else ""),
