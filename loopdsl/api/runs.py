@@ -25,8 +25,9 @@ from ..adapters.webhook import WebhookNotifier
 from .agent_tools import adapter_tool_kinds, run_cli
 from .publishing import check_publish_ready
 from ..language.inputs import coerce_inputs
-from ..language.model import LlmAction, Loop
+from ..language.model import Loop
 from ..language.schedules import time_zone
+from ..language.skills import read_skill, skill_paths
 from ..runtime.run_state import COMPLETED, IN_MEMORY_PREFIX, RUNNING, WAITING, RunState
 from ..adapters.otel import traced
 from ..adapters.store.run_store import RunStore
@@ -110,16 +111,12 @@ def loop_files(loop: Loop) -> dict[str, str]:
 
 
 def _skills(loop: Loop) -> dict[str, str]:
-    from ..language.skills import read_skill
-
     texts: dict[str, str] = {}
-    for state in loop.states.values():
-        action = state.action
-        if isinstance(action, LlmAction) and action.skill and action.skill not in texts:
-            try:
-                texts[action.skill] = read_skill(loop.base_dir / action.skill)
-            except OSError as exc:
-                raise UsageError(f"cannot read skill {action.skill}: {exc}", "lint the loop: `loopdsl lint`") from None
+    for skill in skill_paths(loop):
+        try:
+            texts[skill] = read_skill(loop.base_dir / skill)
+        except OSError as exc:
+            raise UsageError(f"cannot read skill {skill}: {exc}", "lint the loop: `loopdsl lint`") from None
     return texts
 
 

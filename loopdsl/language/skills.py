@@ -1,4 +1,4 @@
-"""SKILL.md files: the instructions an `llm` state carries as system text.
+"""SKILL.md files: the instructions an `llm` or `agent` state carries as system text.
 
 A skill is a markdown file that must say WHEN it applies, what to READ, how to
 JUDGE, what OUTPUT to give and when to STOP. Lint checks the sections are there
@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .agent_model import AgentAction
 from .files import read_capped
+from .model import LlmAction, Loop
 
 REQUIRED_SECTIONS = ("WHEN", "READ", "JUDGE", "OUTPUT", "STOP")
 
@@ -69,3 +71,19 @@ def check_skill(path: str | Path) -> list[str]:
 def read_skill(path: str | Path) -> str:
     """The skill's text, as the engine puts it into the system message."""
     return read_capped(path).decode("utf-8").strip()
+
+
+def skill_paths(loop: Loop) -> list[str]:
+    """The skills of `loop`'s `llm` and `agent` states, as written (relative to its folder),
+    each once: what a run reads and hands to the model, and what it pins."""
+    found: list[str] = []
+    for state in loop.states.values():
+        action = state.action
+        if isinstance(action, (LlmAction, AgentAction)) and action.skill and action.skill not in found:
+            found.append(action.skill)
+    return found
+
+
+def read_skills(loop: Loop) -> dict[str, str]:
+    """Each skill of `loop` (`skill_paths`) -> its text; OSError for one that cannot be read."""
+    return {skill: read_skill(loop.base_dir / skill) for skill in skill_paths(loop)}

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from ..language import bounded_json
 from ..language.diagnostics import Diagnostic, Severity
 from ..language.files import exists, file_sha256, is_file, read_capped
-from ..language.agent_model import AgentAction
-from ..language.model import LlmAction, Loop, LoopAction
+from ..language.model import Loop, LoopAction
+from ..language.skills import skill_paths
 from ..language.terminal_safe import visible
 
 if TYPE_CHECKING:
@@ -61,14 +61,12 @@ def dependencies(loop: Loop, _seen: set[Path] | None = None, session: LintSessio
     if loop.source is not None and loop.imports:
         for path in _imported_files(loop.source, session):
             files[str(path.resolve())] = sha256_file(path)
-    children: list[str] = [tool.loop for tool in loop.tools.values() if tool.loop]  # sub-loops offered as tools
-    for state in loop.states.values():
-        action = state.action
-        if isinstance(action, (LlmAction, AgentAction)) and action.skill:  # an agent's skill too
-            skill = (base / action.skill).resolve()
-            files[str(skill)] = sha256_file(skill)
-        if isinstance(action, LoopAction):
-            children.append(action.path)
+    for written in skill_paths(loop):
+        skill = (base / written).resolve()
+        files[str(skill)] = sha256_file(skill)
+    # Sub-loops: of `loop:` states, and offered to agents as tools.
+    children = [state.action.path for state in loop.states.values() if isinstance(state.action, LoopAction)]
+    children += [tool.loop for tool in loop.tools.values() if tool.loop]
     for ref in children:
         if ref.startswith("pkg:"):
             match = [p for p in installed_loops() if p.name == ref[4:]]

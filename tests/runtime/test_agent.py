@@ -418,3 +418,15 @@ def test_the_transcript_marks_a_turn_replayed_after_a_resume(tmp_path: Path) -> 
     calls = show_run(waiting.run_id, store, transcript=True).transcript
     assert [(c["turn"], c["replayed"]) for c in calls] == [(1, False), (1, True), (2, False)]
     assert "turn 1, agent turn, model openai/gpt-4o-mini (replayed after a resume, not paid again)" in transcript_text(calls)
+
+
+def test_an_agents_skill_reaches_its_system_message(tmp_path: Path) -> None:
+    """The skill of an `agent` state was never read (only `llm` states' were): the model got
+    no skill text, silently, though docs/dsl.md gives `skill` to agents as to `llm`."""
+    (tmp_path / "skills").mkdir()
+    (tmp_path / "skills" / "SKILL.md").write_text("## When\nSKILL-TEXT-7d1: count carefully.\n")
+    provider = Conversation(lambda turn, request: "done")
+    result = run(tmp_path, loop_text("skill: skills/SKILL.md\ntools: [count_lines]\nmax_turns: 2"), provider)
+    assert result.status == "completed", result.state.error
+    system = [m["content"] for m in provider.requests[0].messages if m["role"] == "system"]
+    assert any("SKILL-TEXT-7d1: count carefully." in text for text in system), provider.requests[0].messages

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from ...language.compile import CompiledLoop, compile_loop
 from ...language.files import file_sha256
-from ...language.model import LlmAction, Loop
+from ...language.model import Loop
 
 
 class FilesChanged(Exception):
@@ -79,18 +79,14 @@ def _fingerprint(files: Mapping[str, str]) -> str:
 
 def _read(loop_path: str, script: str | None) -> LoadedLoop:
     from ...language.checked_files import load_checked
-    from ...language.skills import read_skill
+    from ...language.skills import read_skills
     from ...lint.lockfile import dependencies
     from ...lint.pipeline import load_loop
 
     base = root()
     loop: Loop = load_loop(inside_root(loop_path, "loop file"))
     files = {relative(path, base): digest for path, digest in dependencies(loop).items()}
-    skills: dict[str, str] = {}
-    for state in loop.states.values():
-        action = state.action
-        if isinstance(action, LlmAction) and action.skill and action.skill not in skills:
-            skills[action.skill] = read_skill(loop.base_dir / action.skill)
+    skills = read_skills(loop)
     data = None
     if script is not None:
         script_file = inside_root(script, "reply script")
@@ -127,7 +123,7 @@ def child(parent: Loop, ref: str) -> tuple[CompiledLoop, dict[str, str]]:
     """A `loop:` state's loop, compiled, with its skills. Its file is among the hashes the
     run recorded at its start (the lock file's dependencies include sub-loops)."""
     from ...language.packaged_loops import child_loop_path
-    from ...language.skills import read_skill
+    from ...language.skills import read_skills
     from ...lint.pipeline import load_loop
 
     path = str(child_loop_path(parent.base_dir, ref))
@@ -135,8 +131,7 @@ def child(parent: Loop, ref: str) -> tuple[CompiledLoop, dict[str, str]]:
         hit = _CHILDREN.get(path)
         if hit is None:
             loop = load_loop(path)
-            skills = {a.skill: read_skill(loop.base_dir / a.skill) for a in
-                      (s.action for s in loop.states.values()) if isinstance(a, LlmAction) and a.skill}
+            skills = read_skills(loop)
             hit = _CHILDREN[path] = (compile_loop(loop), skills)
         return hit
 

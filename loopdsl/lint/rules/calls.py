@@ -231,9 +231,9 @@ def gate_needs_value(ctx: LintContext) -> Iterator[Diagnostic]:
 def skill_files(ctx: LintContext) -> Iterator[Diagnostic]:
     for state in ctx.states.values():
         call = state.action
-        if not isinstance(call, LlmAction) or not call.skill:
+        if not isinstance(call, (LlmAction, AgentAction)) or not call.skill:  # an agent's skill is read alike
             continue
-        path = state.path + ("llm", "skill")
+        path = state.path + ("agent" if isinstance(call, AgentAction) else "llm", "skill")
         file = ctx.source.parent / call.skill
         if not is_file(file):
             yield ctx.diag(
