@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from .runs import (LoopFileChildren, RunResult, UsageError, load, loop_files, make_ports, new_run_state, open_store,
-                   ready_to_call_models, uses_model_client)
+from .runs import (LoopFileChildren, RunResult, UsageError, load, load_script, loop_files, make_ports, new_run_state,
+                   open_store, ready_to_call_models, uses_model_client)
 from .changed_files import changed_files, diff_summary
 from .run_environment import secret_values
 from ..language.compile import CompiledLoop, compile_loop
@@ -248,7 +248,9 @@ async def resume_durable(run_ref: str, *, store: str | Path | RunStore | None = 
         if state.is_final:  # only its `publish:` is left: no model is called, no reply script read
             script = None
         elif script is None and state.meta.get("script"):
-            script = state.meta["script"]
+            script = state.meta["script"]  # checked against the loop when the run started
+        elif script is not None:
+            load_script(compiled.loop, script)  # one given now: checked as a run's start checks it
         listeners = list(listeners)
         if uses_model_client(script, provider) and not state.is_final:
             await ready_to_call_models(compiled.loop, listeners)

@@ -207,8 +207,8 @@ def make_ports(
     notify: bool = True,  # False: none of the loop's `notify:` webhooks is sent (loop tests)
 ) -> Ports:
     scripted = None
-    if script is not None:
-        scripted = load_script(loop, script)
+    if script is not None:  # checked against the loop before (load_script): the run's start, a resume given one
+        scripted = ScriptedProvider.from_file(script)
         if asked:
             scripted.skip_used(asked)
         provider = scripted

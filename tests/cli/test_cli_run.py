@@ -267,3 +267,14 @@ def test_a_file_that_is_no_loop_is_called_so_not_sent_to_lint(tmp_path: Path) ->
     done = loopdsl("cost", "broken.yaml", cwd=tmp_path)
     assert_clean_usage_error(done)
     assert "hint: fix them first: `loopdsl lint broken.yaml`" in done.stderr
+
+
+def test_a_reply_script_given_to_resume_is_checked_as_at_the_start(tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
+    waiting = loopdsl("run", str(CHECKPOINT), "--store", store, cwd=tmp_path)
+    assert waiting.returncode == 4, waiting.stderr
+    run_id = json.loads(loopdsl("runs", "--store", store, "--json", cwd=tmp_path).stdout)[0]["run_id"]
+    (tmp_path / "typo.yaml").write_text("no_such_state:\n  - text: x\n")
+    resumed = loopdsl("resume", run_id, "--script", "typo.yaml", "--store", store, cwd=tmp_path)
+    assert_clean_usage_error(resumed)
+    assert "'no_such_state' is not a state of loop" in resumed.stderr, resumed.stderr
