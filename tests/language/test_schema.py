@@ -524,3 +524,16 @@ def test_any_mutation_is_reported_plainly_or_builds(data: st.DataObject) -> None
     assert len(nodes) == len(diags)
     if not diags:
         build_loop(loop_data)
+
+
+@pytest.mark.parametrize("name", ["loop", "replies", "run-record", "test"])
+def test_no_published_schema_names_a_key_twice(name: str) -> None:
+    """A JSON parser keeps the last of two equal keys without a word; an editor flags it."""
+    path = Path(__file__).resolve().parents[2] / "schemas" / f"{name}.schema.json"
+
+    def once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        assert len(keys) == len(set(keys)), sorted({k for k in keys if keys.count(k) > 1})
+        return dict(pairs)
+
+    json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=once)
