@@ -16,12 +16,15 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..adapters.git_safe import run_git
 from ..adapters.git_worktree import BRANCH_PREFIX
+from ..adapters.store.run_store import RunStore
 from ..api.runs import open_store
 from ..api.store_access import store_copy
 from ..language.model import Loop
@@ -75,11 +78,21 @@ def trusted_decision(loop: Loop, env: Mapping[str, str]) -> Decision | None:
     return Decision([run for run, _ in checkpoint_runs(todo.number)] if todo.number else [], todo.choice)
 
 
-def _due(store_dir: Path) -> list[tuple[RunState, list[dict[str, Any]]]]:
+@contextmanager
+def _artifact_store(store_dir: Path) -> Iterator[RunStore | None]:
+    """The artifact's run store, read from a copy (opening a store writes to it), once for all
+    the checks; None when the artifact carries none."""
+    if not store_dir.is_dir():
+        yield None
+        return
+    with store_copy(store_dir) as store:
+        yield store
+
+
+def _due(store: RunStore) -> list[tuple[RunState, list[dict[str, Any]]]]:
     """The runs of the artifact's store with `publish:` writes still to make, with their events."""
-    with store_copy(store_dir) as store:  # opening a store writes to it: read a copy
-        states = [RunState.from_json(store.load_run(r["run_id"])) for r in store.list_runs()]
-        return [(s, store.events(s.run_id)) for s in states if s.status == "completed" and publish_pending(s)]
+    states = [RunState.from_json(store.load_run(r["run_id"])) for r in store.list_runs()]
+    return [(s, store.events(s.run_id)) for s in states if s.status == "completed" and publish_pending(s)]
 
 
 def _item_problems(item: Any, kinds: set[str], secrets: tuple[str, ...]) -> list[str]:
@@ -109,7 +122,8 @@ def stored_run_ids(repo: Path, loop_name: str, token: str | None) -> set[str]:
             return {str(r["run_id"]) for r in store.list_runs()}
 
 
-def checkpoint_problem(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str]) -> str:
+def checkpoint_problem(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str],
+                       store: RunStore | None) -> str:
     """Why the artifact's checkpoint may not be posted: it is posted as the workflow's bot, and
     a review of that pull request then decides the run the comment names."""
     path = out_dir / "checkpoint.json"
@@ -125,7 +139,7 @@ def checkpoint_problem(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, 
     run_id, number = str(record.get("run_id", "")), event_number(payload)
     if record.get("number") != number:
         return f"its checkpoint is for #{record.get('number')}, but this workflow run's event is about #{number}"
-    if problem := _comment_problem(record, out_dir / "store"):
+    if problem := _comment_problem(record, store):
         return problem
     if run_id in stored_run_ids(repo, loop.name, env.get("GITHUB_TOKEN")):
         decision = trusted_decision(loop, env)
@@ -138,7 +152,7 @@ def checkpoint_problem(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
 
 
-def _comment_problem(record: dict[str, Any], store_dir: Path) -> str:
+def _comment_problem(record: dict[str, Any], store: RunStore | None) -> str:
     """Why the checkpoint comment may not be posted as it is: the bot posts it on the issue, so
     its names must be names (a choice could close its code span and post live markdown), its
     message may hold no credential (the run job's scan is not evidence), and it must be the
@@ -151,12 +165,11 @@ def _comment_problem(record: dict[str, Any], store_dir: Path) -> str:
     found = find_secrets(str(record.get("message", "")))
     if found:
         return f"its checkpoint's message holds {found[0]}"
-    if not store_dir.is_dir():  # only checkpoint.json was handed over (no `github-store pack`)
+    if store is None:  # only checkpoint.json was handed over (no `github-store pack`)
         return ""
     try:
-        with store_copy(store_dir) as store:
-            waiting = RunState.from_json(store.load_run(str(record["run_id"]))).waiting or {}
-    except (StoreError, OSError):
+        waiting = RunState.from_json(store.load_run(str(record["run_id"]))).waiting or {}
+    except StoreError:
         waiting = {}
     if waiting.get("state") != record["state"]:
         return (f"its checkpoint names run {record['run_id']} at {record['state']}, which its store has not "
@@ -168,10 +181,10 @@ def verify_artifact(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str
     """Refuse (ArtifactRefused) unless every run with writes due may make them and the checkpoint
     to post is this event's; how many runs have writes due."""
     env = os.environ if env is None else env
-    store_dir = out_dir / "store"
-    problems = [problem] if (problem := checkpoint_problem(loop, out_dir, repo, env)) else []
-    problems += _branch_problems(loop, out_dir, repo, env)
-    due = _due(store_dir) if store_dir.is_dir() else []
+    with _artifact_store(out_dir / "store") as store:
+        problems = [problem] if (problem := checkpoint_problem(loop, out_dir, repo, env, store)) else []
+        problems += _branch_problems(loop, out_dir, repo, env, store)
+        due = _due(store) if store is not None else []
     if due:
         problems += _run_problems(loop, due, env)
     if problems:
@@ -182,7 +195,8 @@ def verify_artifact(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str
     return len(due)
 
 
-def _branch_problems(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str]) -> list[str]:
+def _branch_problems(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, str],
+                     store: RunStore | None) -> list[str]:
     """The bundle's branches the apply job would push: each must be the branch of a run in the
     artifact's store (when it carries one), and one origin already has (an earlier run's) only
     of the run this workflow run's event decides; new commits on any other would reach origin."""
@@ -193,8 +207,7 @@ def _branch_problems(loop: Loop, out_dir: Path, repo: Path, env: Mapping[str, st
     if listed.returncode != 0:
         return ["its bundle of branches cannot be read"]
     heads = _heads(listed.stdout, "refs/heads/" + BRANCH_PREFIX)
-    store_dir = out_dir / "store"
-    runs = _run_ids(store_dir) if store_dir.is_dir() else None
+    runs = {str(r["run_id"]) for r in store.list_runs()} if store is not None else None
     origin = _heads(run_git(repo, "for-each-ref", "--format=%(objectname) %(refname)",
                             "refs/remotes/origin/" + BRANCH_PREFIX).stdout, "refs/remotes/origin/" + BRANCH_PREFIX)
     # Origin's branches the bundle moves (the same commit again is a re-run of this job: a no-op).
@@ -216,14 +229,6 @@ def _heads(listing: str, prefix: str) -> dict[str, str]:
     """{name: commit} of `<sha> <ref>` lines whose ref starts with `prefix`."""
     pairs = [line.split()[:2] for line in listing.splitlines()]
     return {ref[len(prefix):]: sha for sha, ref in (p for p in pairs if len(p) == 2) if ref.startswith(prefix)}
-
-
-def _run_ids(store_dir: Path) -> set[str]:
-    try:
-        with store_copy(store_dir) as store:
-            return {str(r["run_id"]) for r in store.list_runs()}
-    except (StoreError, OSError):
-        return set()
 
 
 def _run_problems(loop: Loop, due: list[tuple[RunState, list[dict[str, Any]]]], env: Mapping[str, str]) -> list[str]:
