@@ -98,7 +98,7 @@ async def run_child_state(parent: "Engine", cs: "CompiledState", ctx: dict[str, 
     visit = parent.run.visits.get(cs.state.name, 1)
     # Each attempt of the state (its `retry:`) runs children of its own: an attempt after a
     # failed child runs it again instead of reading back the failed record.
-    label = cs.state.name + (f"@{visit}" if visit > 1 or attempt > 1 else "") + (f"@{attempt}" if attempt > 1 else "")
+    label = cs.state.name + (f"@{visit}@{attempt}" if attempt > 1 else f"@{visit}" if visit > 1 else "")
     # Display ids nest under the parent (`<parent>/<state>[/<index>]`); store keys use '.'.
     base_id = f"{parent.run.run_id}/{label}"
     shared = _shared_child_ports(parent, child)
